@@ -1,0 +1,143 @@
+"""Arms: the baseline (no drafter) and the speculative configurations it is paired with.
+
+An arm is a name plus vLLM's ``--speculative-config`` (``None`` for the baseline), optional
+arm-only server arguments and environment, or an ``endpoint`` to attach to instead of
+launching a server. Before any server starts, a draft model is checked against the target:
+a different vocabulary makes every proposal a rejection (seed 004's tokenizer gotcha), so
+such an arm is refused with a clear error rather than measured.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from specnb.ledger import ArmRecord
+
+__all__ = ["Arm", "ArmError", "check_drafter"]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_DRAFT_METHODS = {"ngram", "draft_model", "eagle", "eagle3", "mtp", "medusa", "mlp_speculator",
+                  "suffix", "dflash", "ngram_gpu"}
+
+
+class ArmError(ValueError):
+    """An arm that cannot be run; raised before any server starts."""
+
+
+class Arm(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="short id used in file names, e.g. 'baseline', 'ngram-k4'")
+    speculative_config: dict[str, Any] | None = Field(
+        None, description="vLLM --speculative-config; None = no drafter"
+    )
+    server_args: list[str] = Field(default_factory=list, description="extra args for this arm only")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment for this arm")
+    endpoint: str | None = Field(None, description="attach to this running server instead of launching")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError(f"arm name {v!r} must be 1-64 of [A-Za-z0-9._-], starting alphanumeric")
+        return v
+
+    @field_validator("speculative_config")
+    @classmethod
+    def _spec(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is None:
+            return v
+        k = v.get("num_speculative_tokens")
+        if not isinstance(k, int) or k < 1:
+            raise ValueError("speculative_config needs an integer num_speculative_tokens >= 1")
+        if "method" not in v and "model" not in v:
+            raise ValueError("speculative_config needs a 'method' (e.g. 'ngram') or a draft 'model'")
+        if "method" in v and v["method"] not in _DRAFT_METHODS:
+            raise ValueError(f"unknown speculative method {v['method']!r}; known: {sorted(_DRAFT_METHODS)}")
+        if v.get("method") == "ngram" and "model" in v:
+            raise ValueError("an ngram arm takes no draft 'model'")
+        return v
+
+    @field_validator("server_args")
+    @classmethod
+    def _args(cls, v: list[str]) -> list[str]:
+        if "--speculative-config" in v:
+            raise ValueError("put the drafter in speculative_config, not in server_args")
+        return v
+
+    @property
+    def speculative(self) -> bool:
+        return self.speculative_config is not None
+
+    def record(self) -> ArmRecord:
+        return ArmRecord(
+            name=self.name, speculative_config=self.speculative_config,
+            server_args=self.server_args, endpoint=self.endpoint,
+        )
+
+
+def _read_config(model_dir: Path) -> dict[str, Any]:
+    cfg = model_dir / "config.json"
+    try:
+        data = json.loads(cfg.read_text())
+    except (OSError, ValueError) as exc:
+        raise ArmError(f"cannot read {cfg}: {exc}") from exc
+    # Multimodal and some MoE configs nest the language model's config.
+    return data.get("text_config", data) if "vocab_size" not in data else data
+
+
+def _special_ids(model_dir: Path, cfg: dict[str, Any]) -> dict[str, Any]:
+    ids = {k: cfg.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    gen = model_dir / "generation_config.json"
+    if gen.exists():
+        try:
+            g = json.loads(gen.read_text())
+            for k in ("bos_token_id", "eos_token_id"):
+                ids[k] = ids[k] if ids[k] is not None else g.get(k)
+        except ValueError:
+            pass
+    return ids
+
+
+def check_drafter(arm: Arm, target_model: str | None) -> list[str]:
+    """Refuse a draft model whose vocabulary differs from the target's.
+
+    Returns notes for the ledger (e.g. when a check could not be made because a model is
+    not a local folder); raises :class:`ArmError` on a mismatch.
+    """
+    spec = arm.speculative_config or {}
+    draft = spec.get("model")
+    if not draft or spec.get("method") in {"ngram", "suffix", "ngram_gpu"}:
+        return []
+    notes = []
+    draft_dir, target_dir = Path(draft), Path(target_model) if target_model else None
+    if not draft_dir.is_dir():
+        if spec.get("method") in (None, "draft_model"):
+            notes.append(f"draft model {draft!r} is not a local folder: vocabulary not checked")
+        return notes
+    if target_dir is None or not target_dir.is_dir():
+        notes.append(f"target {target_model!r} is not a local folder: draft vocabulary not checked")
+        return notes
+    d_cfg, t_cfg = _read_config(draft_dir), _read_config(target_dir)
+    dv, tv = d_cfg.get("vocab_size"), t_cfg.get("vocab_size")
+    if spec.get("method") in (None, "draft_model"):
+        if dv is None or tv is None:
+            notes.append("vocab_size missing from a config.json: vocabulary not checked")
+        elif dv != tv:
+            raise ArmError(
+                f"arm {arm.name!r}: draft model vocabulary ({dv}) differs from the target's ({tv}); "
+                "every proposal would be rejected"
+            )
+        d_ids, t_ids = _special_ids(draft_dir, d_cfg), _special_ids(target_dir, t_cfg)
+        diff = {k: (d_ids[k], t_ids[k]) for k in d_ids if None not in (d_ids[k], t_ids[k]) and d_ids[k] != t_ids[k]}
+        if diff:
+            raise ArmError(
+                f"arm {arm.name!r}: draft and target special tokens differ "
+                + ", ".join(f"{k} {a} vs {b}" for k, (a, b) in diff.items())
+            )
+    return notes

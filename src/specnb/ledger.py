@@ -1,0 +1,267 @@
+"""Ledgers: one write-once JSON file per measured point, with full provenance.
+
+A ledger records one (arm, workload, concurrency, repeat) point of a sweep: what was
+asked (arm, sampling, workload hash, caller parameters), where it ran (server argv and
+environment, engine version, KV capacity, hardware, git state), and what came out (load
+summary, speculative-decoding counters, sampled gauges, flags). A failed point is a
+ledger too, with ``status = "failed"`` and the reason; it is never overwritten.
+
+Per-request records (every chunk's time and token count) go in a Parquet sidecar next to
+the JSON. Files are written to a temporary name and hard-linked into place, so a reader
+never sees half a file and an existing ledger is never replaced.
+
+:func:`load_ledgers` turns a folder of ledgers into a tidy DataFrame, one row per point
+and repeat. The JSON Schema of :class:`PointLedger` is exported under ``schemas/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "PointLedger",
+    "ArmRecord",
+    "Sampling",
+    "write_once",
+    "write_ledger",
+    "read_ledger",
+    "load_ledgers",
+    "load_requests",
+    "schema_json",
+]
+
+SCHEMA_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Sampling(_Model):
+    temperature: float = Field(0.0, ge=0.0, description="0 = greedy")
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    max_tokens: int = Field(64, ge=1)
+    seed: int | None = Field(0, description="per-request seed = seed + prompt index")
+    ignore_eos: bool = Field(False, description="vLLM extension; biases acceptance, off by default")
+
+
+class ArmRecord(_Model):
+    name: str
+    speculative_config: dict[str, Any] | None = Field(
+        None, description="None for the baseline (no drafter)"
+    )
+    server_args: list[str] = Field(default_factory=list)
+    endpoint: str | None = Field(None, description="set when the arm attached to a running server")
+
+    @property
+    def speculative(self) -> bool:
+        return self.speculative_config is not None
+
+
+class WorkloadRecord(_Model):
+    name: str
+    source: str
+    content_hash: str
+    num_prompts: int
+    categories: dict[str, int]
+
+
+class ServerRecord(_Model):
+    mode: Literal["launched", "attached"]
+    base_url: str
+    model: str
+    engine_version: str | None
+    argv: list[str] | None
+    env: dict[str, str]
+    kv_capacity: dict[str, Any]
+    ready_s: float | None
+    cache_config_info: list[dict[str, str]] = Field(default_factory=list)
+    prefix_cache_reset: bool | None = Field(
+        None, description="True if /reset_prefix_cache succeeded before the point"
+    )
+
+
+class Provenance(_Model):
+    git_sha: str | None
+    git_dirty: bool | None
+    versions: dict[str, str | None]
+    hardware: dict[str, Any]
+    argv: list[str] = Field(default_factory=list)
+
+
+class SpecDecode(_Model):
+    num_drafts: float
+    num_draft_tokens: float
+    num_accepted_tokens: float
+    accepted_per_position: list[float]
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    per_position_acceptance: list[float]
+
+
+class Failure(_Model):
+    error_type: str
+    message: str
+    log_tail: str | None = None
+
+
+class PointLedger(_Model):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    kind: Literal["measured"] = "measured"
+    status: Literal["ok", "failed"]
+    sweep: str = Field(description="sweep name")
+    point_id: str = Field(description="<arm>/<workload>/c<concurrency>-r<repeat>")
+    arm: ArmRecord
+    workload: WorkloadRecord
+    concurrency: int = Field(ge=1)
+    repeat: int = Field(ge=0)
+    arm_position: int = Field(ge=0, description="order of this arm within its repeat (ABBA)")
+    num_requests: int = Field(ge=1)
+    warmup_requests: int = Field(ge=0)
+    sampling: Sampling
+    server: ServerRecord | None
+    provenance: Provenance
+    parameters: dict[str, Any] = Field(default_factory=dict, description="caller parameters")
+    started_at: str
+    finished_at: str
+    results: dict[str, Any] | None = Field(None, description="load summary; units in the keys")
+    spec_decode: SpecDecode | None = None
+    server_samples: dict[str, Any] | None = None
+    cache: dict[str, float] | None = Field(None, description="preemptions, prefix-cache deltas")
+    flags: list[str] = Field(default_factory=list)
+    failure: Failure | None = None
+    requests_file: str | None = Field(None, description="Parquet sidecar, relative to this file")
+
+
+def utcnow() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def write_once(path: Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically; raise FileExistsError if it exists."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.link(tmp, path)  # fails if path exists: ledgers are never replaced
+    finally:
+        os.unlink(tmp)
+    return path
+
+
+def write_ledger(path: Path, ledger: PointLedger, requests: pd.DataFrame | None = None) -> Path:
+    """Write the Parquet sidecar (if any) first, then the JSON that names it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if requests is not None and len(requests):
+        side = path.with_name(path.name.removesuffix(".json") + ".requests.parquet")
+        tmp = side.with_name(f".{side.name}.tmp")
+        requests.to_parquet(tmp, index=False)
+        try:
+            os.link(tmp, side)
+        finally:
+            os.unlink(tmp)
+        ledger = ledger.model_copy(update={"requests_file": side.name})
+    return write_once(path, (ledger.model_dump_json(indent=2) + "\n").encode())
+
+
+def read_ledger(path: Path | str) -> PointLedger:
+    return PointLedger.model_validate_json(Path(path).read_text())
+
+
+def schema_json() -> str:
+    schema = PointLedger.model_json_schema()
+    schema["$id"] = f"https://specnb/schemas/point-ledger.v{SCHEMA_VERSION}.json"
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+def _ledger_files(sources: Iterable[Path | str] | Path | str) -> list[Path]:
+    if isinstance(sources, (str, Path)):
+        sources = [sources]
+    files: list[Path] = []
+    for src in sources:
+        src = Path(src)
+        if src.is_dir():
+            files += [
+                p for p in sorted(src.rglob("*.json"))
+                if p.name != "sweep.json" and not p.name.startswith(".")
+            ]
+        elif src.is_file():
+            files.append(src)
+        else:
+            raise FileNotFoundError(f"no ledger file or folder at {src}")
+    return files
+
+
+def _row(led: PointLedger, path: Path) -> dict[str, Any]:
+    spec = led.arm.speculative_config or {}
+    row: dict[str, Any] = {
+        "sweep": led.sweep,
+        "point_id": led.point_id,
+        "status": led.status,
+        "arm": led.arm.name,
+        "speculative": led.arm.speculative,
+        "method": spec.get("method", "draft_model" if "model" in spec else None) if spec else None,
+        "num_speculative_tokens": spec.get("num_speculative_tokens"),
+        "workload": led.workload.name,
+        "workload_hash": led.workload.content_hash,
+        "concurrency": led.concurrency,
+        "repeat": led.repeat,
+        "arm_position": led.arm_position,
+        "temperature": led.sampling.temperature,
+        "max_tokens": led.sampling.max_tokens,
+        "sampling_key": led.sampling.model_dump_json(),
+        "engine_version": led.server.engine_version if led.server else None,
+        "vllm_version": led.provenance.versions.get("vllm"),
+        "server_mode": led.server.mode if led.server else None,
+        "kv_cache_tokens": (led.server.kv_capacity or {}).get("total_tokens") if led.server else None,
+        "flags": ",".join(led.flags),
+        "error_type": led.failure.error_type if led.failure else None,
+        "started_at": led.started_at,
+        "path": str(path),
+    }
+    res = led.results or {}
+    for k, v in res.items():
+        if isinstance(v, (int, float)) or v is None:
+            row[k] = v
+    sd = led.spec_decode
+    row["acceptance_rate"] = sd.acceptance_rate if sd else None
+    row["mean_acceptance_length"] = sd.mean_acceptance_length if sd else None
+    row["num_drafts"] = sd.num_drafts if sd else None
+    for k, v in (led.server_samples or {}).items():
+        if isinstance(v, (int, float)) or v is None:
+            row[k] = v
+    for k, v in (led.cache or {}).items():
+        row[k] = v
+    return row
+
+
+def load_ledgers(sources: Iterable[Path | str] | Path | str) -> pd.DataFrame:
+    """Every ledger under the given files/folders as a tidy frame, one row per point and repeat."""
+    rows = [_row(read_ledger(p), p) for p in _ledger_files(sources)]
+    df = pd.DataFrame(rows)
+    if len(df):
+        df = df.sort_values(["sweep", "workload", "concurrency", "repeat", "arm"]).reset_index(drop=True)
+    return df
+
+
+def load_requests(ledger_path: Path | str) -> pd.DataFrame:
+    path = Path(ledger_path)
+    led = read_ledger(path)
+    if led.requests_file is None:
+        return pd.DataFrame()
+    return pd.read_parquet(path.with_name(led.requests_file))

@@ -1,0 +1,110 @@
+"""Paired speedups from ledgers, and the table ``make demo`` prints.
+
+A speedup is a ratio within a pair: the speculative arm's point divided by the baseline's
+point of the same sweep, workload, concurrency and repeat. Pairs must share the prompts
+(workload hash), the sampling and the engine build, or :class:`PairingError` is raised:
+otherwise the ratio measures two different servers, not the drafter. Points flagged
+``spec_no_drafts`` (speculation silently off) and failed points never enter a pair.
+
+Spread is reported across repeats (each repeat is a separate server start): mean, min and
+max of the per-repeat ratios. One repeat is one run; the table says n.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+__all__ = ["PairingError", "paired", "speedup_table", "format_table"]
+
+KEYS = ["sweep", "workload", "concurrency", "repeat"]
+MUST_MATCH = ["workload_hash", "sampling_key", "engine_version"]
+
+
+class PairingError(ValueError):
+    """Two points that would form a ratio do not share prompts, sampling or engine build."""
+
+
+def _baseline_arm(df: pd.DataFrame, baseline: str | None) -> str:
+    if baseline is not None:
+        if baseline not in set(df["arm"]):
+            raise PairingError(f"baseline arm {baseline!r} not in ledgers (arms: {sorted(set(df['arm']))})")
+        return baseline
+    bases = sorted(set(df.loc[~df["speculative"].astype(bool), "arm"]))
+    if len(bases) != 1:
+        raise PairingError(f"need exactly one arm without a drafter to pair against, found {bases}; "
+                           "name one with baseline=")
+    return bases[0]
+
+
+def paired(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
+    """One row per (speculative arm, workload, concurrency, repeat) with its paired ratios."""
+    if df.empty:
+        return pd.DataFrame()
+    usable = df[(df["status"] == "ok") & ~df["flags"].fillna("").str.contains("spec_no_drafts")]
+    base_name = _baseline_arm(df, baseline)
+    if usable.empty or "output_tok_s" not in usable.columns:
+        return pd.DataFrame()
+    base = usable[usable["arm"] == base_name]
+    spec = usable[usable["arm"] != base_name]
+    cols = KEYS + MUST_MATCH + ["output_tok_s", "per_user_decode_tok_s_mean", "p50_tpot_ms",
+                                "p50_ttft_ms"]
+    cols = [c for c in cols if c in usable.columns]
+    merged = spec.merge(base[cols], on=KEYS, suffixes=("", "_base"), how="inner")
+    for col in MUST_MATCH:
+        if col not in merged.columns:
+            continue
+        a, b = merged[col].astype(str), merged[f"{col}_base"].astype(str)
+        bad = merged[a != b]
+        if len(bad):
+            row = bad.iloc[0]
+            raise PairingError(
+                f"{row['arm']} vs {base_name} at {row['workload']} c={row['concurrency']} "
+                f"r={row['repeat']}: {col} differs ({row[col]} vs {row[f'{col}_base']})"
+            )
+    merged["baseline_arm"] = base_name
+    merged["speedup"] = merged["output_tok_s"] / merged["output_tok_s_base"]
+    if "per_user_decode_tok_s_mean" in merged.columns:
+        merged["per_user_speedup"] = (merged["per_user_decode_tok_s_mean"]
+                                      / merged["per_user_decode_tok_s_mean_base"])
+    return merged
+
+
+def speedup_table(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
+    """Per (arm, workload, concurrency): paired speedup across repeats, with spread."""
+    pairs = paired(df, baseline)
+    if pairs.empty:
+        return pd.DataFrame()
+    g = pairs.groupby(["arm", "workload", "concurrency"], sort=True)
+    out = g.agg(
+        n=("speedup", "size"),
+        base_tok_s=("output_tok_s_base", "mean"),
+        spec_tok_s=("output_tok_s", "mean"),
+        speedup=("speedup", "mean"),
+        speedup_min=("speedup", "min"),
+        speedup_max=("speedup", "max"),
+        per_user_speedup=("per_user_speedup", "mean"),
+        acceptance_length=("mean_acceptance_length", "mean"),
+        acceptance_rate=("acceptance_rate", "mean"),
+    )
+    return out.reset_index()
+
+
+def format_table(table: pd.DataFrame) -> str:
+    """Plain-text table: speedup per concurrency and workload, with spread and acceptance."""
+    if table.empty:
+        return "(no paired points)"
+    head = (f"{'arm':<12} {'workload':<10} {'c':>3} {'n':>2} {'base tok/s':>10} {'spec tok/s':>10} "
+            f"{'speedup':>8} {'[min, max]':>15} {'per-user':>8} {'accept len':>10} {'accept %':>8}")
+    lines = [head, "-" * len(head)]
+    for row in table.itertuples(index=False):
+        def f(v, spec=".2f"):
+            return "-" if v is None or pd.isna(v) else format(v, spec)
+        rng = f"[{f(row.speedup_min)}, {f(row.speedup_max)}]" if row.n > 1 else "(1 run)"
+        lines.append(
+            f"{row.arm:<12} {row.workload:<10} {row.concurrency:>3} {row.n:>2} {f(row.base_tok_s, '.1f'):>10} "
+            f"{f(row.spec_tok_s, '.1f'):>10} {f(row.speedup):>7}x {rng:>15} {f(row.per_user_speedup):>7}x "
+            f"{f(row.acceptance_length):>10} {f(row.acceptance_rate * 100 if row.acceptance_rate == row.acceptance_rate and row.acceptance_rate is not None else None, '.0f'):>8}"
+        )
+    lines.append("speedup = speculative / baseline output tok/s (steady window), paired per repeat; "
+                 "[min, max] over repeats.")
+    return "\n".join(lines)

@@ -1,0 +1,434 @@
+"""Paired sweeps: arms x workloads x concurrency levels x repeats, one ledger per point.
+
+The layout follows vLLM's ``bench sweep``: one folder per sweep, one file per point, a
+point whose ledger exists is skipped (so a sweep resumes where it died), and a failure is
+written as its own record instead of being lost.
+
+Pairing: within a repeat every arm sees the same prompts in the same order with the same
+sampling, on the same engine build, so speedups are ratios within a pair. One server is
+started per (repeat, arm) and reused across its workloads and concurrency levels; the arm
+order reverses on every other repeat (A B, B A, ...) so slow drift (thermal, page cache,
+a noisy neighbour) cancels instead of favouring one arm. On these CPU machines the same
+server measures up to 1.5x apart between two starts, so repeats are restarts, not reruns.
+
+Every point starts with an emptied prefix cache (``/reset_prefix_cache``) and ledgers say
+whether that worked. A speculative arm whose draft counter did not move is flagged
+(``spec_no_drafts``): some stacks silently turn speculation off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sys
+import tomllib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from tqdm.auto import tqdm
+
+from specnb import load as loadgen
+from specnb import metrics, paths, provenance
+from specnb.arm import Arm, ArmError, check_drafter
+from specnb.ledger import (
+    Failure,
+    PointLedger,
+    Provenance,
+    Sampling,
+    ServerRecord,
+    SpecDecode,
+    WorkloadRecord,
+    utcnow,
+    write_ledger,
+    write_once,
+)
+from specnb.server import Endpoint, ServerError, VllmServer, attach
+from specnb.workload import Workload, WorkloadError, resolve
+
+__all__ = ["SweepSpec", "SweepError", "SweepOutcome", "run_sweep", "point_path", "blocks"]
+
+
+class SweepError(ValueError):
+    """A sweep that cannot start; the message is one line meant for the user."""
+
+
+class SweepSpec(BaseModel):
+    """Everything that defines a sweep. Loaded from TOML or built in a notebook."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="sweep name, recorded in every ledger")
+    model: str | None = Field(None, description="target checkpoint (folder or id) for launched arms")
+    served_model_name: str | None = Field(None, description="name the server answers to")
+    server_args: list[str] = Field(default_factory=list, description="args for every launched arm")
+    env: dict[str, str] = Field(default_factory=dict, description="environment for every launched arm")
+    arms: list[Arm] = Field(min_length=1)
+    workloads: list[str] = Field(default_factory=lambda: ["copy", "freeform"])
+    concurrency: list[int] = Field(min_length=1)
+    repeats: int = Field(2, ge=1, description="server restarts per arm; arm order alternates")
+    requests_per_user: int = Field(4, ge=1, description="requests per point = concurrency x this")
+    min_requests: int = Field(8, ge=1, description="... but at least this many")
+    warmup_requests: int = Field(2, ge=0, description="per server start, excluded from results")
+    sampling: Sampling = Field(default_factory=Sampling)
+    ready_timeout_s: float = Field(600.0, gt=0)
+    request_timeout_s: float = Field(600.0, gt=0)
+    metrics_interval_s: float = Field(1.0, gt=0)
+    reset_prefix_cache: bool = True
+    parameters: dict[str, Any] = Field(default_factory=dict, description="caller parameters, recorded")
+
+    @field_validator("concurrency")
+    @classmethod
+    def _conc(cls, v: list[int]) -> list[int]:
+        if any(c < 1 for c in v):
+            raise ValueError("concurrency levels must be >= 1")
+        if len(set(v)) != len(v):
+            raise ValueError("concurrency levels must be distinct")
+        return sorted(v)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not v or "/" in v or v.startswith("."):
+            raise ValueError("sweep name must be non-empty, without '/', not starting with '.'")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> SweepSpec:
+        names = [a.name for a in self.arms]
+        if len(set(names)) != len(names):
+            raise ValueError(f"arm names must be distinct: {names}")
+        if any(a.endpoint is None for a in self.arms) and not self.model:
+            raise ValueError("'model' is required unless every arm attaches to an endpoint")
+        if len(set(self.workloads)) != len(self.workloads) or not self.workloads:
+            raise ValueError("workloads must be a non-empty list of distinct names")
+        return self
+
+    def num_requests(self, concurrency: int) -> int:
+        return max(self.min_requests, concurrency * self.requests_per_user)
+
+    def identity(self) -> dict[str, Any]:
+        """What must not change between a sweep and its resumption (levels and repeats may)."""
+        return self.model_dump(
+            include={"model", "served_model_name", "server_args", "env", "arms", "workloads",
+                     "requests_per_user", "min_requests", "warmup_requests", "sampling",
+                     "reset_prefix_cache"}
+        )
+
+    @classmethod
+    def from_toml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> SweepSpec:
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text())
+        except OSError as exc:
+            raise SweepError(f"{path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise SweepError(f"{path}: not valid TOML ({exc})") from None
+        data.update(overrides or {})
+        return cls.parse(data, where=str(path))
+
+    @classmethod
+    def parse(cls, data: dict[str, Any], where: str = "sweep") -> SweepSpec:
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+            more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+            raise SweepError(f"{where}: {loc}: {err['msg']}{more}") from None
+
+
+def point_path(out_dir: Path, arm: str, workload: str, concurrency: int, repeat: int) -> Path:
+    return Path(out_dir) / arm / workload / f"c{concurrency:03d}-r{repeat:02d}.json"
+
+
+def blocks(spec: SweepSpec) -> Iterator[tuple[int, int, Arm]]:
+    """(repeat, position, arm) in run order: A B | B A | A B ..."""
+    for r in range(spec.repeats):
+        order = spec.arms if r % 2 == 0 else list(reversed(spec.arms))
+        for pos, arm in enumerate(order):
+            yield r, pos, arm
+
+
+@dataclass
+class SweepOutcome:
+    out_dir: Path
+    written: list[Path] = field(default_factory=list)
+    skipped: list[Path] = field(default_factory=list)
+    failed: list[Path] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (f"{len(self.written)} points measured, {len(self.skipped)} already done, "
+                f"{len(self.failed)} failed -> {self.out_dir}")
+
+
+def _resolve_model(model: str | None) -> str | None:
+    if model is None:
+        return None
+    p = Path(model)
+    for cand in (p, paths.ROOT / p):
+        if cand.exists():
+            return str(cand.resolve())
+    if p.is_absolute() or model.startswith((".", "models/")):
+        raise SweepError(f"model folder {model!r} does not exist (run `make setup` for the CPU default)")
+    return model  # a hub id or a name the engine resolves itself
+
+
+def prepare(spec: SweepSpec) -> tuple[str | None, dict[str, Workload], dict[str, list[str]]]:
+    """Every check that can fail before a server starts: model, workloads, drafters."""
+    model = _resolve_model(spec.model)
+    try:
+        wls = {w: resolve(w) for w in spec.workloads}
+    except WorkloadError as exc:
+        raise SweepError(str(exc)) from None
+    notes = {}
+    for arm in spec.arms:
+        try:
+            notes[arm.name] = check_drafter(arm, model)
+        except ArmError as exc:
+            raise SweepError(str(exc)) from None
+    return model, wls, notes
+
+
+def _sweep_record(out_dir: Path, spec: SweepSpec, wls: dict[str, Workload]) -> None:
+    ident = spec.identity()
+    ident["workload_hashes"] = {k: w.content_hash for k, w in wls.items()}
+    digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+    path = out_dir / "sweep.json"
+    if path.exists():
+        old = json.loads(path.read_text())
+        if old.get("identity_hash") != digest:
+            raise SweepError(
+                f"{out_dir} holds a sweep with different settings (identity {old.get('identity_hash')} "
+                f"vs {digest}); choose another output folder"
+            )
+        return
+    doc = {"identity_hash": digest, "created_at": utcnow(), "spec": spec.model_dump(),
+           "workloads": {k: w.describe() for k, w in wls.items()}}
+    write_once(path, (json.dumps(doc, indent=2) + "\n").encode())
+
+
+@contextmanager
+def _open_endpoint(spec: SweepSpec, arm: Arm, model: str | None, log_path: Path):
+    if arm.endpoint:
+        yield attach(arm.endpoint, spec.served_model_name), None
+        return
+    env = {**spec.env, **arm.env}
+    srv = VllmServer(
+        model, args=[*spec.server_args, *arm.server_args], speculative_config=arm.speculative_config,
+        served_model_name=spec.served_model_name or Path(model).name, env=env, log_path=log_path,
+        ready_timeout_s=spec.ready_timeout_s,
+    )
+    with srv as ep:
+        yield ep, srv
+
+
+async def _measure(
+    ep: Endpoint, spec: SweepSpec, wl: Workload, concurrency: int, n: int,
+    on_done: Callable[[loadgen.RequestRecord], None] | None,
+) -> tuple[loadgen.PointLoad, metrics.Snapshot, metrics.Snapshot, metrics.GaugeSampler]:
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0),
+        timeout=aiohttp.ClientTimeout(total=spec.request_timeout_s),
+    ) as session:
+        before = await metrics.scrape(session, ep.base_url)
+        sampler = metrics.GaugeSampler(session, ep.base_url, spec.metrics_interval_s)
+        sampler.start()
+        try:
+            pl = await loadgen.run_load(
+                ep.base_url, ep.model, wl.prompts, concurrency, n,
+                spec.sampling.model_dump(), session=session, on_done=on_done,
+            )
+        finally:
+            await sampler.stop()
+        after = await metrics.scrape(session, ep.base_url)
+    return pl, before, after, sampler
+
+
+async def _warmup(ep: Endpoint, spec: SweepSpec, wl: Workload) -> None:
+    if spec.warmup_requests == 0:
+        return
+    k = spec.warmup_requests
+    await loadgen.run_load(
+        ep.base_url, ep.model, wl.prompts, min(k, 4), k, spec.sampling.model_dump(),
+        request_timeout_s=spec.request_timeout_s, prompt_offset=len(wl.prompts) - k,
+    )
+
+
+def _flags(arm: Arm, results: dict[str, Any], sd: dict[str, Any] | None, cache: dict[str, float],
+           reset: bool | None) -> list[str]:
+    flags = []
+    drafts = (sd or {}).get("num_drafts") or 0
+    if arm.speculative and drafts == 0:
+        flags.append("spec_no_drafts")  # speculation silently off: never average this in
+    if not arm.speculative and drafts > 0:
+        flags.append("baseline_has_drafts")
+    if results["num_errors"]:
+        flags.append("request_errors")
+    if reset is False:
+        flags.append("prefix_cache_not_reset")
+    if "chunks" in (results.get("token_count_source") or []):
+        flags.append("token_count_from_chunks")
+    if results.get("steady_window_s") is None:
+        flags.append("no_steady_window")
+    if cache.get("preemptions"):
+        flags.append("preemptions")
+    return flags
+
+
+def run_sweep(
+    spec: SweepSpec,
+    out_dir: str | Path,
+    *,
+    progress: bool = True,
+    echo: Callable[[str], None] | None = None,
+) -> SweepOutcome:
+    """Run (or resume) a sweep into ``out_dir``; returns which ledgers were written."""
+    echo = echo or (lambda s: print(s, file=sys.stderr))
+    out_dir = Path(out_dir)
+    model, wls, notes = prepare(spec)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _sweep_record(out_dir, spec, wls)
+    prov = Provenance(**provenance.collect())
+    outcome = SweepOutcome(out_dir=out_dir)
+
+    plan = list(blocks(spec))
+    total_req = sum(spec.num_requests(c) * len(wls) for c in spec.concurrency) * len(plan)
+    bar = tqdm(total=total_req, unit="req", disable=not progress, dynamic_ncols=True,
+               desc=spec.name, file=sys.stderr)
+
+    def base_kwargs(arm: Arm, wl: Workload, c: int, r: int, pos: int) -> dict[str, Any]:
+        return dict(
+            sweep=spec.name, point_id=f"{arm.name}/{wl.name}/c{c}-r{r}", arm=arm.record(),
+            workload=WorkloadRecord(**{k: v for k, v in wl.describe().items()}),
+            concurrency=c, repeat=r, arm_position=pos, num_requests=spec.num_requests(c),
+            warmup_requests=spec.warmup_requests, sampling=spec.sampling, provenance=prov,
+            parameters=spec.parameters,
+        )
+
+    def fail(arm, wl, c, r, pos, exc: BaseException, server, server_rec, started) -> None:
+        log_tail = getattr(exc, "log_tail", None) or (server.log_tail() if server else None)
+        msg = getattr(exc, "short", None) or str(exc) or type(exc).__name__
+        led = PointLedger(
+            status="failed", server=server_rec, started_at=started, finished_at=utcnow(),
+            failure=Failure(error_type=type(exc).__name__, message=msg[:2000], log_tail=log_tail),
+            flags=["failed"], **base_kwargs(arm, wl, c, r, pos),
+        )
+        p = point_path(out_dir, arm.name, wl.name, c, r)
+        outcome.failed.append(write_ledger(_failed_path(p, led), led))
+        echo(f"FAILED {led.point_id}: {msg.splitlines()[0][:200]}")
+
+    try:
+        for r, pos, arm in plan:
+            pending = []
+            for wl in wls.values():
+                for c in spec.concurrency:
+                    p = point_path(out_dir, arm.name, wl.name, c, r)
+                    if p.exists():
+                        outcome.skipped.append(p)
+                        bar.update(spec.num_requests(c))
+                    else:
+                        pending.append((wl, c))
+            if not pending:
+                continue
+            server_rec = None
+            log_path = out_dir / "logs" / f"{arm.name}-r{r:02d}.log"
+            started = utcnow()
+            bar.set_description(f"{spec.name} r{r} {arm.name}: starting server")
+            try:
+                with _open_endpoint(spec, arm, model, log_path) as (ep, server):
+                    server_rec = ServerRecord(**ep.describe())
+                    asyncio.run(_warmup(ep, spec, next(iter(wls.values()))))
+                    for wl, c in pending:
+                        started = utcnow()
+                        bar.set_description(f"{spec.name} r{r} {arm.name} {wl.name} c={c}")
+                        if server is not None and not server.alive():
+                            fail(arm, wl, c, r, pos, ServerError("server process exited"), server,
+                                 server_rec, started)
+                            bar.update(spec.num_requests(c))
+                            continue
+                        n = spec.num_requests(c)
+                        done = 0
+
+                        def tick(_rec, _bar=bar):
+                            nonlocal done
+                            done += 1
+                            _bar.update(1)
+
+                        try:
+                            reset = ep.reset_prefix_cache() if spec.reset_prefix_cache else None
+                            pl, before, after, sampler = asyncio.run(_measure(ep, spec, wl, c, n, tick))
+                            led, frame = _ledger(spec, arm, wl, c, r, pos, ep, server_rec, reset,
+                                                 pl, before, after, sampler, base_kwargs, started, notes)
+                        except Exception as exc:  # noqa: BLE001 - recorded, sweep goes on
+                            bar.update(n - done)
+                            fail(arm, wl, c, r, pos, exc, server, server_rec, started)
+                            continue
+                        p = point_path(out_dir, arm.name, wl.name, c, r)
+                        if led.status == "ok":
+                            outcome.written.append(write_ledger(p, led, frame))
+                        else:  # every request failed: recorded, and retried on resume
+                            outcome.failed.append(write_ledger(_failed_path(p, led), led, frame))
+                            echo(f"FAILED {led.point_id}: {led.failure.message[:200]}")
+                        res = led.results or {}
+                        mal = led.spec_decode.mean_acceptance_length if led.spec_decode else None
+                        bar.set_postfix_str(
+                            f"{res.get('output_tok_s') or 0:.1f} tok/s"
+                            + (f" MAL {mal:.2f}" if mal else "")
+                            + (f" flags={','.join(led.flags)}" if led.flags else "")
+                        )
+            except (ServerError, OSError, aiohttp.ClientError, metrics.MetricsError) as exc:
+                # The server did not start, or the block broke outside a point (warmup):
+                # every point of this block not yet recorded gets a failure record.
+                for wl, c in pending:
+                    p = point_path(out_dir, arm.name, wl.name, c, r)
+                    if p.exists() or any(q.parent == p.parent and q.name.startswith(p.stem + ".")
+                                         for q in outcome.failed):
+                        continue
+                    fail(arm, wl, c, r, pos, exc, None, server_rec, started)
+                    bar.update(spec.num_requests(c))
+    finally:
+        bar.close()
+    return outcome
+
+
+def _failed_path(p: Path, led: PointLedger) -> Path:
+    """A new name per failure, so failures accumulate and never overwrite each other."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    return p.with_name(f"{p.stem}.failed-{stamp}.json")
+
+
+def _ledger(spec, arm, wl, c, r, pos, ep, server_rec, reset, pl, before, after, sampler,
+            base_kwargs, started, notes) -> tuple[PointLedger, pd.DataFrame]:
+    results = loadgen.summarize(pl)
+    sd = metrics.spec_decode_delta(before, after)
+    cache = metrics.cache_delta(before, after)
+    flags = _flags(arm, results, sd, cache, reset)
+    if cache.get("prompt_tokens_cached") is not None and results["duration_s"] > 0:
+        computed = results["prompt_tokens"] - cache["prompt_tokens_cached"] + results["output_tokens"]
+        results["computed_tok_s_wall"] = computed / results["duration_s"]
+    srv = server_rec.model_copy(update={
+        "cache_config_info": after.info_labels(),
+        "prefix_cache_reset": reset,
+    })
+    params = dict(spec.parameters)
+    if notes.get(arm.name):
+        params["notes"] = notes[arm.name]
+    led = PointLedger(
+        status="ok" if results["num_ok"] > 0 else "failed",
+        server=srv, started_at=started, finished_at=utcnow(), results=results,
+        spec_decode=SpecDecode(**sd) if sd is not None and (arm.speculative or sd["num_drafts"]) else None,
+        server_samples=sampler.summary(), cache=cache, flags=flags,
+        failure=None if results["num_ok"] > 0 else Failure(
+            error_type="AllRequestsFailed", message="; ".join(results["error_examples"])[:2000]),
+        **{**base_kwargs(arm, wl, c, r, pos), "parameters": params},
+    )
+    frame = pd.DataFrame([rec.as_row() for rec in pl.records])
+    return led, frame

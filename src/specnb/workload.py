@@ -1,0 +1,144 @@
+"""Prompt sets: the bundled ones and the user's own JSONL.
+
+A workload is an ordered list of prompts, each with an id, a category and chat
+``messages``. Its ``content_hash`` (sha256 over the canonical JSON of the prompts) goes into
+every ledger, so two points are only paired when they saw the same prompts.
+
+Bundled sets (written for specnb, no downloaded data):
+
+- ``copy``: the answer quotes or edits the prompt (edit code, fix JSON, quote a summary,
+  extract fields, transform a list): the kind of work n-gram drafting lives on.
+- ``freeform``: open chat, creative writing, explanation, reasoning, math.
+
+A JSONL file holds one object per line, either ``{"prompt": "..."}`` or
+``{"messages": [{"role": ..., "content": ...}, ...]}``, with optional ``id`` and
+``category``. Bad lines raise :class:`WorkloadError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Prompt", "Workload", "WorkloadError", "load_jsonl", "bundled", "resolve", "BUNDLED"]
+
+BUNDLED = ("copy", "freeform")
+_ROLES = {"system", "user", "assistant", "developer", "tool"}
+
+
+class WorkloadError(ValueError):
+    """A prompt file or workload name is unusable; the message names the line."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    category: str | None
+    messages: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    prompts: list[Prompt]
+    source: str
+
+    @property
+    def content_hash(self) -> str:
+        canon = json.dumps(
+            [{"id": p.id, "category": p.category, "messages": p.messages} for p in self.prompts],
+            sort_keys=True, ensure_ascii=False, separators=(",", ":"),
+        )
+        return "sha256:" + hashlib.sha256(canon.encode()).hexdigest()
+
+    @property
+    def categories(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for p in self.prompts:
+            key = p.category or "uncategorized"
+            out[key] = out.get(key, 0) + 1
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "source": self.source,
+            "content_hash": self.content_hash,
+            "num_prompts": len(self.prompts),
+            "categories": self.categories,
+        }
+
+
+def _parse_line(obj: Any, where: str, n: int, default_category: str | None) -> Prompt:
+    if not isinstance(obj, dict):
+        raise WorkloadError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    if "messages" in obj:
+        msgs = obj["messages"]
+        if not isinstance(msgs, list) or not msgs:
+            raise WorkloadError(f"{where}: 'messages' must be a non-empty list")
+        for j, m in enumerate(msgs):
+            if not isinstance(m, dict) or m.get("role") not in _ROLES or not isinstance(
+                m.get("content"), (str, list)
+            ):
+                raise WorkloadError(
+                    f"{where}: messages[{j}] needs a 'role' in {sorted(_ROLES)} and a 'content'"
+                )
+        if msgs[-1]["role"] == "assistant":
+            raise WorkloadError(f"{where}: the last message is the assistant's; nothing to answer")
+    elif "prompt" in obj:
+        if not isinstance(obj["prompt"], str) or not obj["prompt"].strip():
+            raise WorkloadError(f"{where}: 'prompt' must be a non-empty string")
+        msgs = [{"role": "user", "content": obj["prompt"]}]
+    else:
+        raise WorkloadError(f"{where}: needs a 'prompt' string or a 'messages' list")
+    category = obj.get("category", default_category)
+    if category is not None and not isinstance(category, str):
+        raise WorkloadError(f"{where}: 'category' must be a string")
+    return Prompt(id=str(obj.get("id", n)), category=category, messages=msgs)
+
+
+def load_jsonl(path: str | Path, name: str | None = None, default_category: str | None = None) -> Workload:
+    path = Path(path)
+    if not path.is_file():
+        raise WorkloadError(f"{path}: no such prompt file")
+    prompts: list[Prompt] = []
+    seen: set[str] = set()
+    with path.open(encoding="utf-8") as fh:
+        for n, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            where = f"{path}:{n}"
+            try:
+                obj = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise WorkloadError(f"{where}: not valid JSON ({exc.msg})") from None
+            p = _parse_line(obj, where, n, default_category)
+            if p.id in seen:
+                raise WorkloadError(f"{where}: duplicate id {p.id!r}")
+            seen.add(p.id)
+            prompts.append(p)
+    if not prompts:
+        raise WorkloadError(f"{path}: no prompts")
+    return Workload(name=name or path.stem, prompts=prompts, source=str(path))
+
+
+def bundled(name: str) -> Workload:
+    if name not in BUNDLED:
+        raise WorkloadError(f"unknown bundled workload {name!r}; choose from {list(BUNDLED)}")
+    ref = resources.files("specnb") / "workloads" / f"{name}.jsonl"
+    with resources.as_file(ref) as path:
+        wl = load_jsonl(path, name=name)
+    return Workload(name=name, prompts=wl.prompts, source=f"specnb:workloads/{name}.jsonl")
+
+
+def resolve(spec: str) -> Workload:
+    """A bundled name (``copy``, ``freeform``) or a path to a JSONL file."""
+    if spec in BUNDLED:
+        return bundled(spec)
+    if spec.endswith(".jsonl") or "/" in spec:
+        return load_jsonl(spec)
+    raise WorkloadError(f"workload {spec!r} is neither a bundled set {list(BUNDLED)} nor a .jsonl path")
