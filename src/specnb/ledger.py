@@ -107,6 +107,11 @@ class SpecDecode(_Model):
     acceptance_rate: float | None
     mean_acceptance_length: float | None
     per_position_acceptance: list[float]
+    accepted_output_share: float | None = Field(
+        None, description="accepted draft tokens / output tokens: how much of the output the "
+        "drafter supplied (n-gram drafts only when it finds a match, so acceptance length alone "
+        "can look high on work it rarely helps)",
+    )
 
 
 class Failure(_Model):
@@ -242,6 +247,7 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
     row["acceptance_rate"] = sd.acceptance_rate if sd else None
     row["mean_acceptance_length"] = sd.mean_acceptance_length if sd else None
     row["num_drafts"] = sd.num_drafts if sd else None
+    row["accepted_output_share"] = sd.accepted_output_share if sd else None
     for k, v in (led.server_samples or {}).items():
         if isinstance(v, (int, float)) or v is None:
             row[k] = v

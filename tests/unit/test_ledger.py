@@ -1,0 +1,88 @@
+"""Ledger schema round trip, write-once files, the exported JSON Schema and load_ledgers."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from specnb import paths
+from specnb.ledger import (
+    SCHEMA_VERSION,
+    PointLedger,
+    load_ledgers,
+    load_requests,
+    read_ledger,
+    schema_json,
+    write_ledger,
+    write_once,
+)
+
+from .factories import ledger
+
+
+def test_round_trip_is_lossless(tmp_path):
+    led = ledger("ngram-k4", mal=2.5, tok_s=123.4)
+    p = write_ledger(tmp_path / "a.json", led)
+    back = read_ledger(p)
+    assert back == led
+    assert back.schema_version == SCHEMA_VERSION
+    assert back.spec_decode.mean_acceptance_length == pytest.approx(2.5)
+
+
+def test_unknown_fields_and_bad_values_are_rejected():
+    data = json.loads(ledger().model_dump_json())
+    data["surprise"] = 1
+    with pytest.raises(ValueError):
+        PointLedger.model_validate(data)
+    data = json.loads(ledger().model_dump_json())
+    data["concurrency"] = 0
+    with pytest.raises(ValueError):
+        PointLedger.model_validate(data)
+    data = json.loads(ledger().model_dump_json())
+    data["schema_version"] = 2
+    with pytest.raises(ValueError):
+        PointLedger.model_validate(data)
+
+
+def test_write_once_never_replaces(tmp_path):
+    p = write_once(tmp_path / "x" / "l.json", b"first")
+    with pytest.raises(FileExistsError):
+        write_once(p, b"second")
+    assert p.read_bytes() == b"first"
+    assert [q.name for q in p.parent.iterdir()] == ["l.json"]  # no temp files left
+
+
+def test_sidecar_written_and_named(tmp_path):
+    frame = pd.DataFrame({"index": [0, 1], "chunk_times_s": [[0.1, 0.2], [0.3]],
+                          "chunk_tokens": [[1, 3], [1]]})
+    p = write_ledger(tmp_path / "c001-r00.json", ledger(), frame)
+    led = read_ledger(p)
+    assert led.requests_file == "c001-r00.requests.parquet"
+    back = load_requests(p)
+    assert list(back["chunk_tokens"].iloc[0]) == [1, 3]
+
+
+def test_committed_schema_matches_the_model():
+    committed = paths.SCHEMAS / f"point-ledger.v{SCHEMA_VERSION}.json"
+    assert committed.read_text() == schema_json(), "run `make schemas` and commit the result"
+
+
+def test_load_ledgers_is_tidy(tmp_path):
+    for r in range(2):
+        for c in (1, 2):
+            write_ledger(tmp_path / "baseline" / f"c{c}-r{r}.json", ledger("baseline", c=c, r=r))
+            write_ledger(tmp_path / "ngram" / f"c{c}-r{r}.json", ledger("ngram-k4", c=c, r=r, mal=3.0))
+    (tmp_path / "sweep.json").write_text("{}")  # the sweep record is not a ledger
+    df = load_ledgers(tmp_path)
+    assert len(df) == 8
+    assert set(df["arm"]) == {"baseline", "ngram-k4"}
+    assert df.loc[df["arm"] == "ngram-k4", "mean_acceptance_length"].eq(3.0).all()
+    assert df.loc[df["arm"] == "baseline", "mean_acceptance_length"].isna().all()
+    assert {"output_tok_s", "concurrency", "repeat", "workload_hash", "kv_cache_tokens"} <= set(df.columns)
+
+
+def test_load_ledgers_missing_path(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load_ledgers(tmp_path / "nope")

@@ -1,0 +1,65 @@
+"""Paired speedups: ratios only within a pair, spread over repeats, refusals."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from specnb.ledger import load_ledgers, write_ledger
+from specnb.report import PairingError, format_table, paired, speedup_table
+
+from .factories import ledger
+
+
+def _frame(tmp_path, ledgers):
+    for i, led in enumerate(ledgers):
+        write_ledger(tmp_path / f"{i:03d}.json", led)
+    return load_ledgers(tmp_path)
+
+
+def test_speedup_is_a_ratio_within_each_repeat(tmp_path):
+    df = _frame(tmp_path, [
+        ledger("baseline", c=1, r=0, tok_s=100), ledger("ngram-k4", c=1, r=0, tok_s=150, mal=3.0),
+        ledger("baseline", c=1, r=1, tok_s=50), ledger("ngram-k4", c=1, r=1, tok_s=100, mal=2.0),
+        ledger("baseline", c=8, r=0, tok_s=400), ledger("ngram-k4", c=8, r=0, tok_s=300, mal=2.5),
+    ])
+    table = speedup_table(df)
+    row1 = table[table["concurrency"] == 1].iloc[0]
+    # mean of per-repeat ratios (1.5, 2.0), not ratio of means (125/75)
+    assert row1["speedup"] == pytest.approx(1.75)
+    assert (row1["speedup_min"], row1["speedup_max"], row1["n"]) == (pytest.approx(1.5), pytest.approx(2.0), 2)
+    assert row1["acceptance_length"] == pytest.approx(2.5)
+    row8 = table[table["concurrency"] == 8].iloc[0]
+    assert row8["speedup"] == pytest.approx(0.75) and row8["n"] == 1
+    text = format_table(table)
+    assert "1.75x" in text and "0.75x" in text and "(1 run)" in text
+
+
+def test_unflagged_only(tmp_path):
+    df = _frame(tmp_path, [
+        ledger("baseline", tok_s=100), ledger("ngram-k4", tok_s=90, mal=None, flags=["spec_no_drafts"]),
+    ])
+    assert paired(df).empty
+
+
+def test_failed_points_never_pair(tmp_path):
+    df = _frame(tmp_path, [ledger("baseline", tok_s=100), ledger("ngram-k4", status="failed")])
+    assert speedup_table(df).empty
+
+
+@pytest.mark.parametrize("field, a, b", [
+    ("content_hash", "sha256:aa", "sha256:bb"),
+    ("engine", "0.32.0", "0.31.0"),
+    ("temperature", 0.0, 1.0),
+])
+def test_refuses_mismatched_pairs(tmp_path, field, a, b):
+    df = _frame(tmp_path, [ledger("baseline", **{field: a}), ledger("ngram-k4", mal=2.0, **{field: b})])
+    with pytest.raises(PairingError):
+        paired(df)
+
+
+def test_needs_one_baseline(tmp_path):
+    df = _frame(tmp_path, [ledger("ngram-k4", mal=2.0)])
+    with pytest.raises(PairingError, match="exactly one arm without a drafter"):
+        paired(df)
+    assert paired(pd.DataFrame()).empty

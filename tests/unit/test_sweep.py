@@ -1,0 +1,116 @@
+"""Sweep planning and every refusal that must happen before a server starts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from specnb.arm import Arm, ArmError, check_drafter
+from specnb.sweep import SweepError, SweepSpec, blocks, point_path, prepare, run_sweep
+
+NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
+
+
+def spec(**kw) -> SweepSpec:
+    base = dict(name="t", model="some/hub-id", concurrency=[4, 1, 2], repeats=3,
+                arms=[{"name": "baseline"}, {"name": "ngram-k4", "speculative_config": NGRAM}])
+    base.update(kw)
+    return SweepSpec.parse(base)
+
+
+def test_arm_order_alternates_between_repeats():
+    order = [(r, a.name) for r, _, a in blocks(spec())]
+    assert order == [(0, "baseline"), (0, "ngram-k4"), (1, "ngram-k4"), (1, "baseline"),
+                     (2, "baseline"), (2, "ngram-k4")]
+    assert [pos for _, pos, _ in blocks(spec())] == [0, 1, 0, 1, 0, 1]
+
+
+def test_levels_sorted_and_request_budget():
+    s = spec(requests_per_user=3, min_requests=6)
+    assert s.concurrency == [1, 2, 4]
+    assert [s.num_requests(c) for c in (1, 2, 4, 8)] == [6, 6, 12, 24]
+
+
+def test_point_paths_are_stable(tmp_path):
+    assert point_path(tmp_path, "ngram-k4", "copy", 8, 1) == tmp_path / "ngram-k4/copy/c008-r01.json"
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"concurrency": [0, 1]}, "concurrency"),
+    ({"concurrency": [1, 1]}, "distinct"),
+    ({"concurrency": []}, "concurrency"),
+    ({"repeats": 0}, "repeats"),
+    ({"arms": [{"name": "a"}, {"name": "a"}]}, "distinct"),
+    ({"arms": [{"name": "bad name"}]}, "arm name"),
+    ({"arms": [{"name": "x", "speculative_config": {"method": "ngram"}}]}, "num_speculative_tokens"),
+    ({"arms": [{"name": "x", "speculative_config": {"method": "magic", "num_speculative_tokens": 2}}]},
+     "unknown speculative method"),
+    ({"arms": [{"name": "x", "server_args": ["--speculative-config", "{}"]}]}, "speculative_config"),
+    ({"model": None}, "'model' is required"),
+    ({"sampling": {"temperature": -1}}, "temperature"),
+    ({"colour": "blue"}, "colour"),
+])
+def test_bad_spec_is_one_line(change, needle):
+    with pytest.raises(SweepError) as exc:
+        spec(**change)
+    assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_missing_local_model_and_workload_fail_before_start(tmp_path):
+    with pytest.raises(SweepError, match="does not exist"):
+        prepare(spec(model=str(tmp_path / "nope")))
+    with pytest.raises(SweepError, match="no such prompt file"):
+        prepare(spec(workloads=[str(tmp_path / "x.jsonl")]))
+
+
+def _model_dir(tmp_path, name, vocab, eos=2):
+    d = tmp_path / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"vocab_size": vocab, "bos_token_id": 1, "eos_token_id": eos}))
+    return d
+
+
+def test_draft_vocabulary_must_match(tmp_path):
+    target = _model_dir(tmp_path, "target", 49152)
+    same = _model_dir(tmp_path, "same", 49152)
+    other = _model_dir(tmp_path, "other", 32000)
+    eos = _model_dir(tmp_path, "eos", 49152, eos=0)
+    ok = Arm(name="d", speculative_config={"model": str(same), "num_speculative_tokens": 3})
+    assert check_drafter(ok, str(target)) == []
+    bad = Arm(name="d", speculative_config={"model": str(other), "num_speculative_tokens": 3})
+    with pytest.raises(ArmError, match="vocabulary"):
+        check_drafter(bad, str(target))
+    with pytest.raises(ArmError, match="special tokens"):
+        check_drafter(Arm(name="d", speculative_config={"model": str(eos), "num_speculative_tokens": 3}),
+                      str(target))
+    remote = Arm(name="d", speculative_config={"model": "org/draft", "num_speculative_tokens": 3})
+    assert "not checked" in check_drafter(remote, str(target))[0]
+    # the sweep refuses it before any server starts
+    with pytest.raises(SweepError, match="vocabulary"):
+        prepare(spec(model=str(target), arms=[{"name": "b"}, bad.model_dump()]))
+
+
+def test_resuming_with_other_settings_is_refused(tmp_path, monkeypatch):
+    import specnb.sweep as sw
+
+    monkeypatch.setattr(sw, "blocks", lambda s: iter(()))  # record the sweep, run nothing
+    run_sweep(spec(), tmp_path, progress=False)
+    run_sweep(spec(concurrency=[1, 2, 4, 8], repeats=5), tmp_path, progress=False)  # may extend
+    with pytest.raises(SweepError, match="different settings"):
+        run_sweep(spec(sampling={"max_tokens": 7}), tmp_path, progress=False)
+
+
+def test_cli_bad_config_is_one_line_exit_2(tmp_path):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text('name = "x"\nmodel = "m"\nconcurrency = [1]\n[[arms]]\nname = "a b"\n')
+    r = subprocess.run([sys.executable, "-m", "specnb.cli", "sweep", str(cfg), "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "arm name" in r.stderr
+    assert not (tmp_path / "o").exists()
+    r = subprocess.run([sys.executable, "-m", "specnb.cli", "sweep", str(tmp_path / "none.toml")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "none.toml" in r.stderr

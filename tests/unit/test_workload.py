@@ -1,0 +1,86 @@
+"""Bundled prompt sets and the JSONL loader's errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specnb.workload import BUNDLED, WorkloadError, bundled, load_jsonl, resolve
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_bundled_sets_load(name):
+    wl = bundled(name)
+    assert len(wl.prompts) >= 40
+    assert len({p.id for p in wl.prompts}) == len(wl.prompts)
+    assert len(wl.categories) >= 5
+    assert all(p.messages[-1]["role"] == "user" and p.messages[-1]["content"].strip() for p in wl.prompts)
+    assert wl.content_hash.startswith("sha256:") and wl.content_hash == bundled(name).content_hash
+
+
+def test_bundled_sets_differ_in_kind():
+    # copy-style prompts carry the material to copy, so they are much longer than free-form ones
+    copy_words = sum(len(p.messages[0]["content"].split()) for p in bundled("copy").prompts)
+    free_words = sum(len(p.messages[0]["content"].split()) for p in bundled("freeform").prompts)
+    assert copy_words > 2 * free_words
+
+
+def _write(tmp_path, lines):
+    p = tmp_path / "w.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def test_prompt_and_messages_forms(tmp_path):
+    p = _write(tmp_path, [
+        json.dumps({"prompt": "hello"}),
+        "",
+        json.dumps({"id": "m", "category": "chat", "messages": [
+            {"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]}),
+    ])
+    wl = load_jsonl(p)
+    assert [x.id for x in wl.prompts] == ["1", "m"]
+    assert wl.prompts[0].messages == [{"role": "user", "content": "hello"}]
+    assert wl.prompts[1].category == "chat" and len(wl.prompts[1].messages) == 2
+    assert resolve(str(p)).content_hash == wl.content_hash
+
+
+def test_hash_changes_with_content(tmp_path):
+    a = load_jsonl(_write(tmp_path, [json.dumps({"prompt": "a"})]))
+    b = load_jsonl(_write(tmp_path, [json.dumps({"prompt": "b"})]))
+    assert a.content_hash != b.content_hash
+
+
+@pytest.mark.parametrize(
+    "line, needle",
+    [
+        ("{not json", "not valid JSON"),
+        (json.dumps([1, 2]), "expected a JSON object"),
+        (json.dumps({"text": "x"}), "needs a 'prompt'"),
+        (json.dumps({"prompt": ""}), "non-empty string"),
+        (json.dumps({"messages": []}), "non-empty list"),
+        (json.dumps({"messages": [{"role": "robot", "content": "x"}]}), "messages[0]"),
+        (json.dumps({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}),
+         "assistant"),
+        (json.dumps({"prompt": "x", "category": 3}), "'category'"),
+    ],
+)
+def test_bad_line_is_named(tmp_path, line, needle):
+    p = _write(tmp_path, [json.dumps({"prompt": "fine"}), line])
+    with pytest.raises(WorkloadError) as exc:
+        load_jsonl(p)
+    msg = str(exc.value)
+    assert f"{p}:2:" in msg and needle in msg
+    assert "\n" not in msg
+
+
+def test_duplicate_ids_and_empty_files(tmp_path):
+    with pytest.raises(WorkloadError, match="duplicate id"):
+        load_jsonl(_write(tmp_path, [json.dumps({"id": "a", "prompt": "x"})] * 2))
+    with pytest.raises(WorkloadError, match="no prompts"):
+        load_jsonl(_write(tmp_path, [""]))
+    with pytest.raises(WorkloadError, match="no such prompt file"):
+        load_jsonl(tmp_path / "missing.jsonl")
+    with pytest.raises(WorkloadError, match="neither a bundled set"):
+        resolve("chatty")
