@@ -118,6 +118,9 @@ class StreamParser:
         except json.JSONDecodeError:
             self.rec.error = f"unparseable SSE data: {payload[:120]!r}"
             return
+        if not isinstance(obj, dict):
+            self.rec.error = f"SSE data is not a JSON object: {payload[:120]!r}"
+            return
         if "error" in obj and not obj.get("choices"):
             err = obj["error"]
             self.rec.error = err.get("message", str(err)) if isinstance(err, dict) else str(err)
@@ -129,33 +132,37 @@ class StreamParser:
                 has_content = True
             if choice.get("finish_reason"):
                 self.rec.finish_reason = choice["finish_reason"]
-        usage = obj.get("usage")
-        n_new = 0
-        if usage and usage.get("completion_tokens") is not None:
-            completion = int(usage["completion_tokens"])
-            if usage.get("prompt_tokens") is not None:
-                self.rec.prompt_tokens = int(usage["prompt_tokens"])
-            details = usage.get("prompt_tokens_details") or {}
-            if details.get("cached_tokens") is not None:
-                self.rec.cached_prompt_tokens = int(details["cached_tokens"])
-            if not obj.get("choices") and not self._usage_seen and self.rec.output_tokens:
-                # Final usage-only chunk from a server without per-chunk usage: keep the
-                # chunk-count timing, but take the server's total as the token count.
-                self.rec.output_tokens = completion
-                self.rec.token_count_source = "chunks"
-                return
+        usage = obj.get("usage") or {}
+        completion = usage.get("completion_tokens")
+        if usage.get("prompt_tokens") is not None:
+            self.rec.prompt_tokens = int(usage["prompt_tokens"])
+        details = usage.get("prompt_tokens_details") or {}
+        if details.get("cached_tokens") is not None:
+            self.rec.cached_prompt_tokens = int(details["cached_tokens"])
+        if completion is not None and (self._usage_seen or self.rec.output_tokens == 0):
+            # Cumulative usage in every chunk (vLLM continuous_usage_stats): exact counts.
             self._usage_seen = True
-            n_new = completion - self._last_completion
-            self._last_completion = completion
-        elif has_content:
-            n_new = 1
+            self._add(t, int(completion) - self._last_completion)
+            self._last_completion = int(completion)
+        elif completion is not None:
+            # Usage arrives only at the end, after chunks were counted one by one: keep the
+            # chunk timing, take the server's total as the token count.
+            if has_content:
+                self._add(t, 1)
+            self.rec.output_tokens = int(completion)
             self.rec.token_count_source = "chunks"
-        if n_new > 0:
-            if self.rec.first_token_s is None:
-                self.rec.first_token_s = t
-            self.rec.chunk_times_s.append(t)
-            self.rec.chunk_tokens.append(n_new)
-            self.rec.output_tokens += n_new
+        elif has_content:
+            self.rec.token_count_source = "chunks"
+            self._add(t, 1)
+
+    def _add(self, t: float, n_new: int) -> None:
+        if n_new <= 0:
+            return
+        if self.rec.first_token_s is None:
+            self.rec.first_token_s = t
+        self.rec.chunk_times_s.append(t)
+        self.rec.chunk_tokens.append(n_new)
+        self.rec.output_tokens += n_new
 
 
 @dataclass

@@ -41,9 +41,9 @@ def paired(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame()
     usable = df[(df["status"] == "ok") & ~df["flags"].fillna("").str.contains("spec_no_drafts")]
-    base_name = _baseline_arm(df, baseline)
     if usable.empty or "output_tok_s" not in usable.columns:
         return pd.DataFrame()
+    base_name = _baseline_arm(usable, baseline)
     base = usable[usable["arm"] == base_name]
     spec = usable[usable["arm"] != base_name]
     cols = KEYS + MUST_MATCH + ["output_tok_s", "per_user_decode_tok_s_mean", "p50_tpot_ms",

@@ -292,6 +292,9 @@ class VllmServer:
         self.env_overrides = dict(env or {})
         self.proc: subprocess.Popen | None = None
         self.endpoint: Endpoint | None = None
+        self._log_offset = 0
+        self._stopped = False
+        self.pid: int | None = None
 
     # argv and env are pure, so they are recorded in ledgers and tested without a server
     def argv(self, port: int) -> list[str]:
@@ -323,12 +326,15 @@ class VllmServer:
         log = open(self.log_path, "ab")
         log.write(f"# specnb: {' '.join(argv)}\n".encode())
         log.flush()
+        self._log_offset = log.tell()  # a reused log holds earlier starts: parse only this one
         t0 = time.monotonic()
         self.proc = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=env, start_new_session=True, cwd=str(paths.ROOT),
         )
         log.close()
+        self.pid = self.proc.pid
+        self._stopped = False
         _LIVE[self.proc.pid] = self
         base_url = f"http://{self.host}:{port}"
         try:
@@ -336,7 +342,9 @@ class VllmServer:
         except BaseException:
             self.stop()
             raise
-        log_text = self.log_path.read_text(errors="replace")
+        with open(self.log_path, "rb") as fh:
+            fh.seek(self._log_offset)
+            log_text = fh.read().decode(errors="replace")
         ep = Endpoint(
             base_url=base_url, model=self.served_model_name, mode="launched",
             argv=argv, env=recorded_environment(env), kv=parse_kv_capacity(log_text),
@@ -384,7 +392,7 @@ class VllmServer:
     def stop(self) -> None:
         """TERM the process group, then KILL it after the grace period. Idempotent."""
         proc = self.proc
-        if proc is None:
+        if proc is None or self._stopped:
             return
         pgid = proc.pid  # start_new_session=True: the leader's pid is the group id
         try:
@@ -408,6 +416,7 @@ class VllmServer:
         except subprocess.TimeoutExpired:
             pass
         _LIVE.pop(proc.pid, None)
+        self._stopped = True  # a later stop() must not signal a group id the OS may have reused
 
     def __enter__(self) -> Endpoint:
         return self.start()

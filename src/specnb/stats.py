@@ -29,6 +29,8 @@ def percentiles(values: Sequence[float], qs: Sequence[float] = (50, 95, 99)) -> 
     arr = np.asarray(values, dtype=float)
     out: dict[str, float | None] = {}
     for q in qs:
+        if not 0 <= q <= 100:
+            raise ValueError(f"percentile must be in [0, 100], got {q}")
         key = f"p{q:g}".replace(".", "_")
         out[key] = float(np.percentile(arr, q)) if arr.size else None
     return out
