@@ -175,6 +175,7 @@ class PointLoad:
     wall_end_s: float
     steady_start_s: float | None
     steady_end_s: float | None
+    client_cpu_util: float | None = None  # CPU seconds of this process per wall second
 
 
 async def _one_request(

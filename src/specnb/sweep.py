@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib.util
 import json
 import sys
+import time
 import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -54,6 +56,9 @@ from specnb.server import Endpoint, ServerError, VllmServer, attach
 from specnb.workload import Workload, WorkloadError, resolve
 
 __all__ = ["SweepSpec", "SweepError", "SweepOutcome", "run_sweep", "point_path", "blocks"]
+
+
+CLIENT_BUSY = 0.8  # share of one core above which the client itself may be the bottleneck
 
 
 class SweepError(ValueError):
@@ -184,6 +189,9 @@ def _resolve_model(model: str | None) -> str | None:
 def prepare(spec: SweepSpec) -> tuple[str | None, dict[str, Workload], dict[str, list[str]]]:
     """Every check that can fail before a server starts: model, workloads, drafters."""
     model = _resolve_model(spec.model)
+    if any(a.endpoint is None for a in spec.arms) and importlib.util.find_spec("vllm") is None:
+        raise SweepError("vLLM is not installed in this environment: run `make setup` "
+                         "(`make setup EXTRA=gpu` on a GPU machine), or attach to running endpoints")
     try:
         wls = {w: resolve(w) for w in spec.workloads}
     except WorkloadError as exc:
@@ -241,6 +249,7 @@ async def _measure(
         before = await metrics.scrape(session, ep.base_url)
         sampler = metrics.GaugeSampler(session, ep.base_url, spec.metrics_interval_s)
         sampler.start()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
         try:
             pl = await loadgen.run_load(
                 ep.base_url, ep.model, wl.prompts, concurrency, n,
@@ -248,6 +257,8 @@ async def _measure(
             )
         finally:
             await sampler.stop()
+        # The client must never be the bottleneck: record how busy its one core was.
+        pl.client_cpu_util = (time.process_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
         after = await metrics.scrape(session, ep.base_url)
     return pl, before, after, sampler
 
@@ -280,6 +291,8 @@ def _flags(arm: Arm, results: dict[str, Any], sd: dict[str, Any] | None, cache: 
         flags.append("no_steady_window")
     if cache.get("preemptions"):
         flags.append("preemptions")
+    if (results.get("client_cpu_util") or 0) > CLIENT_BUSY:
+        flags.append("client_busy")  # the load generator may have limited the measurement
     return flags
 
 
@@ -408,6 +421,7 @@ def _failed_path(p: Path, led: PointLedger) -> Path:
 def _ledger(spec, arm, wl, c, r, pos, ep, server_rec, reset, pl, before, after, sampler,
             base_kwargs, started, notes) -> tuple[PointLedger, pd.DataFrame]:
     results = loadgen.summarize(pl)
+    results["client_cpu_util"] = pl.client_cpu_util
     sd = metrics.spec_decode_delta(before, after)
     if sd is not None and results["output_tokens"]:
         sd["accepted_output_share"] = sd["num_accepted_tokens"] / results["output_tokens"]
@@ -416,9 +430,17 @@ def _ledger(spec, arm, wl, c, r, pos, ep, server_rec, reset, pl, before, after, 
     if cache.get("prompt_tokens_cached") is not None and results["duration_s"] > 0:
         computed = results["prompt_tokens"] - cache["prompt_tokens_cached"] + results["output_tokens"]
         results["computed_tok_s_wall"] = computed / results["duration_s"]
+    info = after.info_labels()
+    kv = dict(server_rec.kv_capacity)
+    if kv.get("total_tokens") is None and info:
+        # attached: no start-up log to read, but the engine publishes its pool as labels
+        per_engine = [int(d["kv_cache_size_tokens"]) for d in info
+                      if d.get("kv_cache_size_tokens", "None").isdigit()]
+        if per_engine:
+            kv.update(source="cache_config_info", tokens_per_engine=per_engine,
+                      total_tokens=sum(per_engine))
     srv = server_rec.model_copy(update={
-        "cache_config_info": after.info_labels(),
-        "prefix_cache_reset": reset,
+        "cache_config_info": info, "prefix_cache_reset": reset, "kv_capacity": kv,
     })
     params = dict(spec.parameters)
     if notes.get(arm.name):

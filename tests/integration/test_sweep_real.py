@@ -185,3 +185,23 @@ def test_ctrl_c_stops_the_server_and_keeps_finished_points(tmp_path):
     assert read_ledger(next(out.rglob("c001-r00.json"))).status == "ok"
     assert not list(out.rglob("c016-r00.json"))
     _assert_servers_gone(_ports_in_logs(out))
+
+
+def test_attach_measures_a_running_server(tmp_path):
+    from specnb.server import VllmServer
+
+    srv = VllmServer(str(MODEL), args=SERVER_ARGS, speculative_config=NGRAM, served_model_name="smol",
+                     log_path=tmp_path / "own.log", ready_timeout_s=300)
+    with srv as ep:
+        spec = _spec(name="attached", concurrency=[2], arms=[{"name": "theirs", "endpoint": ep.base_url}])
+        outcome = run_sweep(spec, tmp_path / "out", progress=False)
+        assert srv.alive()  # attaching never stops a server it did not start
+    assert len(outcome.written) == 1 and not outcome.failed
+    led = read_ledger(outcome.written[0])
+    assert led.server.mode == "attached" and led.server.argv is None
+    assert led.server.engine_version == ep.engine_version
+    assert led.results["output_tok_s"] > 0
+    assert led.server.kv_capacity["total_tokens"] == ep.kv.total_tokens  # from the metrics labels
+    # the arm declared no drafter, but the server drafts: the ledger says so
+    assert "baseline_has_drafts" in led.flags and led.spec_decode.num_drafts > 0
+    assert not srv.alive()

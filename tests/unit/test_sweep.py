@@ -114,3 +114,14 @@ def test_cli_bad_config_is_one_line_exit_2(tmp_path):
     r = subprocess.run([sys.executable, "-m", "specnb.cli", "sweep", str(tmp_path / "none.toml")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "none.toml" in r.stderr
+
+
+def test_missing_engine_is_named_before_start(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "vllm" else real(n, *a))
+    with pytest.raises(SweepError, match="vLLM is not installed"):
+        prepare(spec())
+    # attaching needs no local engine
+    prepare(spec(arms=[{"name": "b", "endpoint": "http://127.0.0.1:9"}]))
