@@ -103,7 +103,7 @@ def test_spec_arm_drafts_and_baseline_does_not(swept):
         assert led.server.engine_version and led.provenance.versions["vllm"]
         if led.arm.speculative:
             sd = led.spec_decode
-            assert sd.num_drafts > 0 and sd.num_draft_tokens == 4 * sd.num_drafts
+            assert sd.num_drafts > 0 and sd.num_drafts <= sd.num_draft_tokens <= 4 * sd.num_drafts
             assert 0 < sd.acceptance_rate <= 1
             assert 1 < sd.mean_acceptance_length <= 5
             assert len(sd.per_position_acceptance) == 4
