@@ -18,7 +18,7 @@ from pathlib import Path
 
 from specnb import paths
 from specnb.ledger import SCHEMA_VERSION, load_ledgers, schema_json
-from specnb.report import PairingError, format_table, speedup_table
+from specnb.report import PairingError, format_crossings, format_table, speedup_table
 from specnb.sweep import SweepError, SweepSpec, run_sweep
 
 __all__ = ["main"]
@@ -44,7 +44,10 @@ def _print_table(out_dir: Path) -> int:
         return 1
     failed = int((df["status"] != "ok").sum())
     try:
-        print(format_table(speedup_table(df)))
+        table = speedup_table(df)
+        print(format_table(table))
+        if not table.empty:
+            print(format_crossings(table))
     except PairingError as exc:
         print(f"specnb: {exc}", file=sys.stderr)
         return 2

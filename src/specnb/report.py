@@ -12,9 +12,11 @@ max of the per-repeat ratios. One repeat is one run; the table says n.
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
-__all__ = ["PairingError", "paired", "speedup_table", "format_table"]
+__all__ = ["PairingError", "paired", "speedup_table", "format_table", "crossing", "format_crossings"]
 
 KEYS = ["sweep", "workload", "concurrency", "repeat"]
 MUST_MATCH = ["workload_hash", "sampling_key", "engine_version"]
@@ -107,4 +109,50 @@ def format_table(table: pd.DataFrame) -> str:
         )
     lines.append("speedup = speculative / baseline output tok/s (steady window), paired per repeat; "
                  "[min, max] over repeats.")
+    return "\n".join(lines)
+
+
+def crossing(concurrency: list[int], speedup: list[float]) -> tuple[str, float | None]:
+    """Where a speedup curve first falls through 1.0, interpolated in log2(concurrency).
+
+    Returns ``("crosses", c)``, ``("rises", c)`` for an upward crossing, or ``("above", None)`` /
+    ``("below", None)`` when the curve stays on one side over the measured range.
+    """
+    pts = [(c, v) for c, v in sorted(zip(concurrency, speedup, strict=True)) if v == v]
+    found: dict[str, float] = {}
+    for (c0, v0), (c1, v1) in zip(pts, pts[1:], strict=False):
+        if (v0 - 1.0) * (v1 - 1.0) < 0 or (v1 == 1.0 and v0 != 1.0):
+            x0, x1 = math.log2(c0), math.log2(c1)
+            found.setdefault("crosses" if v0 > v1 else "rises",
+                             2 ** (x0 + (1.0 - v0) * (x1 - x0) / (v1 - v0)))
+    # the first fall through 1.0 is the threshold, even after a noisy rise below it
+    for kind in ("crosses", "rises"):
+        if kind in found:
+            return kind, found[kind]
+    if not pts:
+        return "below", None
+    return ("above" if pts[0][1] >= 1.0 else "below"), None
+
+
+def format_crossings(table: pd.DataFrame) -> str:
+    """One line per (arm, workload): where the mean curve crosses 1.0, and where the curves
+    through each level's min and max repeat cross it (a spread, not a confidence interval)."""
+    lines = []
+    for (arm, wl), g in table.groupby(["arm", "workload"], sort=True):
+        cs = list(g["concurrency"])
+        lo_c, hi_c = min(cs), max(cs)
+        kind, at = crossing(cs, list(g["speedup"]))
+        spans = [crossing(cs, list(g[col])) for col in ("speedup_min", "speedup_max")]
+        if kind == "crosses":
+            ends = [a for k, a in spans if k == "crosses"]
+            spread = (f" (repeat min/max curves: {min(ends):.1f}-{max(ends):.1f})"
+                      if len(ends) == 2 else " (the min/max curves do not both cross)")
+            text = f"pays below c~{at:.1f}{spread}"
+        elif kind == "rises":
+            text = f"loses below c~{at:.1f} and pays above it"
+        else:
+            text = f"{'pays' if kind == 'above' else 'never pays'} over c={lo_c}..{hi_c}"
+            if any(k != kind for k, _ in spans):
+                text += " (but a repeat's curve crosses 1.0: within the noise)"
+        lines.append(f"{arm} / {wl}: {text}")
     return "\n".join(lines)

@@ -63,3 +63,34 @@ def test_needs_one_baseline(tmp_path):
     with pytest.raises(PairingError, match="exactly one arm without a drafter"):
         paired(df)
     assert paired(pd.DataFrame()).empty
+
+
+def test_crossing_interpolates_in_log2_concurrency():
+    from specnb.report import crossing
+
+    kind, at = crossing([1, 2, 4, 8], [1.4, 1.2, 1.1, 0.8])  # seed 000's INT4 row
+    assert kind == "crosses" and 4 < at < 8
+    assert at == pytest.approx(2 ** (2 + 0.1 / 0.3))
+    assert crossing([1, 2, 4], [1.2, 1.1, 1.05]) == ("above", None)
+    assert crossing([1, 2, 4], [0.9, 0.8, 0.7]) == ("below", None)
+    kind, at = crossing([1, 4], [0.5, 1.5])
+    assert kind == "rises" and at == pytest.approx(2.0)
+
+
+def test_format_crossings_reports_the_spread(tmp_path):
+    from specnb.report import format_crossings
+
+    rows = []
+    for r, (a, b, c) in enumerate([(1.5, 1.2, 0.8), (1.3, 1.0, 0.6)]):
+        for conc, sp in zip((1, 2, 4), (a, b, c), strict=True):
+            rows += [ledger("baseline", c=conc, r=r, tok_s=100), ledger("ngram-k4", c=conc, r=r, tok_s=100 * sp, mal=2.0)]
+    text = format_crossings(speedup_table(_frame(tmp_path, rows)))
+    assert text.startswith("ngram-k4 / copy: pays below c~")
+    assert "repeat min/max curves" in text
+
+
+def test_crossing_prefers_the_fall_after_a_noisy_rise():
+    from specnb.report import crossing
+
+    kind, at = crossing([1, 2, 4, 8], [0.98, 1.02, 0.76, 0.73])
+    assert kind == "crosses" and 2 < at < 4
