@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tomllib
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -53,6 +54,10 @@ def _print_table(out_dir: Path) -> int:
         return 2
     if failed:
         print(f"{failed} failed point record(s) under {out_dir} (status=failed in the ledgers)")
+    flags = Counter(f for cell in df["flags"].fillna("") for f in cell.split(",") if f and f != "failed")
+    if flags:
+        print("flags: " + ", ".join(f"{k} x{v}" for k, v in sorted(flags.items()))
+              + "  (see the ledgers; spec_no_drafts points are left out of the pairs)")
     return 0
 
 
