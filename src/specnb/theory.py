@@ -8,6 +8,9 @@
 - Amdahl (seed 002): end-to-end gain G = 1 / ((1 - f) + f / x) when decode, a fraction f
   of request time, gets x times faster; the decode speedup needed for a target G, and the
   ceiling 1 / (1 - f).
+- KV seats (seed 000): a drafter keeps its own KV cache, so the pool shrinks; concurrent
+  sessions at a context length = pool tokens / context length.
+- Seed 004's rule of thumb on the acceptance rate at the real batch size.
 
 These are simplified models, not performance predictions; their value is in showing which
 way a knob moves the answer and in checking measurements against them.
@@ -25,6 +28,9 @@ __all__ = [
     "amdahl_gain",
     "required_decode_speedup",
     "amdahl_ceiling",
+    "kv_sessions",
+    "drafter_kv_share",
+    "acceptance_verdict",
 ]
 
 
@@ -104,3 +110,29 @@ def required_decode_speedup(f: float, target: float) -> float:
     if rest <= 0:
         return math.inf
     return f / rest
+
+
+def kv_sessions(kv_tokens: float, context_tokens: float) -> float:
+    """Concurrent sessions a KV pool holds at a given context length."""
+    if kv_tokens < 0 or context_tokens <= 0:
+        raise ValueError("kv_tokens must be >= 0 and context_tokens > 0")
+    return kv_tokens / context_tokens
+
+
+def drafter_kv_share(kv_without: float, kv_with: float) -> float:
+    """The share of the KV pool the drafter takes: 1 - pool with drafter / pool without."""
+    if kv_without <= 0 or kv_with < 0:
+        raise ValueError("KV pools must be positive")
+    return 1.0 - kv_with / kv_without
+
+
+def acceptance_verdict(acceptance_rate: float) -> str:
+    """Seed 004: above about 2/3 at the real batch size it is worth it; below 1/2 switch it
+    off; in between, measure per-token latency and throughput together."""
+    if not 0.0 <= acceptance_rate <= 1.0:
+        raise ValueError(f"acceptance rate must be in [0, 1], got {acceptance_rate}")
+    if acceptance_rate > 2 / 3:
+        return "worth it"
+    if acceptance_rate < 1 / 2:
+        return "switch it off"
+    return "measure latency and throughput together"

@@ -77,3 +77,26 @@ def test_amdahl_ceiling():
     assert required_decode_speedup(0.83, 6.0) == math.inf
     assert amdahl_gain(0.83, 1.0) == 1.0
     assert amdahl_ceiling(1.0) == math.inf
+
+
+def test_seed_000_kv_seats():
+    from specnb.theory import drafter_kv_share, kv_sessions
+
+    # seed 000: the pool shrank by about 36 %; 6.7 sessions at 256k became 4.3
+    without = 6.7 * 256_000
+    with_drafter = without * (1 - 0.36)
+    assert drafter_kv_share(without, with_drafter) == pytest.approx(0.36)
+    assert round(kv_sessions(with_drafter, 256_000), 1) == 4.3
+    # measured here: 46,592 tokens alone, 23,296 with a full-size draft model (cpu-engine.md)
+    assert drafter_kv_share(46_592, 23_296) == pytest.approx(0.5)
+    assert round(kv_sessions(46_592, 2_048), 2) == 22.75  # the engine's own "22.75x"
+
+
+def test_seed_004_rule():
+    from specnb.theory import acceptance_verdict
+
+    assert acceptance_verdict(0.8) == "worth it"
+    assert acceptance_verdict(0.4) == "switch it off"
+    assert acceptance_verdict(0.6).startswith("measure")
+    with pytest.raises(ValueError):
+        acceptance_verdict(1.5)
