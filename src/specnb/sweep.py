@@ -296,6 +296,176 @@ def _flags(arm: Arm, results: dict[str, Any], sd: dict[str, Any] | None, cache: 
     return flags
 
 
+@dataclass(frozen=True)
+class _Point:
+    """One point of the plan: an arm's workload at one concurrency in one repeat."""
+
+    arm: Arm
+    workload: Workload
+    concurrency: int
+    repeat: int
+    position: int
+
+    @property
+    def point_id(self) -> str:
+        return f"{self.arm.name}/{self.workload.name}/c{self.concurrency}-r{self.repeat}"
+
+
+class _SweepRun:
+    """Runs the plan block by block (one server per repeat and arm), point by point."""
+
+    def __init__(self, spec: SweepSpec, out_dir: Path, progress: bool, echo: Callable[[str], None]):
+        self.spec, self.out_dir, self.echo = spec, out_dir, echo
+        self.model, self.workloads, self.notes = prepare(spec)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        _sweep_record(out_dir, spec, self.workloads)
+        self.provenance = Provenance(**provenance.collect())
+        self.outcome = SweepOutcome(out_dir=out_dir)
+        self.plan = list(blocks(spec))
+        total = sum(spec.num_requests(c) for c in spec.concurrency) * len(self.workloads) * len(self.plan)
+        self.bar = tqdm(total=total, unit="req", disable=not progress, dynamic_ncols=True,
+                        desc=spec.name, file=sys.stderr)
+
+    def path(self, pt: _Point) -> Path:
+        return point_path(self.out_dir, pt.arm.name, pt.workload.name, pt.concurrency, pt.repeat)
+
+    def run(self) -> SweepOutcome:
+        try:
+            for r, pos, arm in self.plan:
+                points = [_Point(arm, wl, c, r, pos) for wl in self.workloads.values()
+                          for c in self.spec.concurrency]
+                pending = []
+                for pt in points:
+                    if self.path(pt).exists():
+                        self.outcome.skipped.append(self.path(pt))
+                        self.bar.update(self.spec.num_requests(pt.concurrency))
+                    else:
+                        pending.append(pt)
+                if pending:
+                    self.run_block(arm, r, pending)
+        finally:
+            self.bar.close()
+        return self.outcome
+
+    def run_block(self, arm: Arm, repeat: int, pending: list[_Point]) -> None:
+        server_rec: ServerRecord | None = None
+        started = utcnow()
+        self.bar.set_description(f"{self.spec.name} r{repeat} {arm.name}: starting server")
+        log_path = self.out_dir / "logs" / f"{arm.name}-r{repeat:02d}.log"
+        try:
+            with _open_endpoint(self.spec, arm, self.model, log_path) as (ep, server):
+                server_rec = ServerRecord(**ep.describe())
+                asyncio.run(_warmup(ep, self.spec, next(iter(self.workloads.values()))))
+                for pt in pending:
+                    if server is not None and not server.alive():
+                        self.record_failure(pt, ServerError("server process exited"), server_rec,
+                                            utcnow(), server.log_tail())
+                        continue
+                    self.run_point(pt, ep, server, server_rec)
+        except (ServerError, OSError, aiohttp.ClientError, metrics.MetricsError) as exc:
+            # The server did not start, or the block broke outside a point (warmup):
+            # every point of the block not yet recorded gets a failure record.
+            done = {(q.parent, q.name.split(".")[0]) for q in self.outcome.failed}
+            for pt in pending:
+                p = self.path(pt)
+                if not p.exists() and (p.parent, p.stem) not in done:
+                    self.record_failure(pt, exc, server_rec, started)
+
+    def run_point(self, pt: _Point, ep: Endpoint, server: VllmServer | None,
+                  server_rec: ServerRecord) -> None:
+        spec, n = self.spec, self.spec.num_requests(pt.concurrency)
+        started = utcnow()
+        self.bar.set_description(f"{spec.name} r{pt.repeat} {pt.arm.name} {pt.workload.name} c={pt.concurrency}")
+        ticks = 0
+
+        def tick(_rec: loadgen.RequestRecord) -> None:
+            nonlocal ticks
+            ticks += 1
+            self.bar.update(1)
+
+        try:
+            reset = ep.reset_prefix_cache() if spec.reset_prefix_cache else None
+            pl, before, after, sampler = asyncio.run(_measure(ep, spec, pt.workload, pt.concurrency, n, tick))
+            led = self.measured_ledger(pt, server_rec, reset, pl, before, after, sampler, started)
+        except Exception as exc:  # noqa: BLE001 - recorded as a failure, the sweep goes on
+            self.record_failure(pt, exc, server_rec, started, server.log_tail() if server else None,
+                                unticked=n - ticks)
+            return
+        frame = pd.DataFrame([rec.as_row() for rec in pl.records])
+        if led.status == "ok":
+            self.outcome.written.append(write_ledger(self.path(pt), led, frame))
+        else:  # every request failed: recorded, and retried on resume
+            self.outcome.failed.append(write_ledger(_failed_path(self.path(pt)), led, frame))
+            self.echo(f"FAILED {pt.point_id}: {led.failure.message[:200]}")
+        res = led.results or {}
+        mal = led.spec_decode.mean_acceptance_length if led.spec_decode else None
+        self.bar.set_postfix_str(
+            f"{res.get('output_tok_s') or 0:.1f} tok/s" + (f" MAL {mal:.2f}" if mal else "")
+            + (f" flags={','.join(led.flags)}" if led.flags else "")
+        )
+
+    def common(self, pt: _Point) -> dict[str, Any]:
+        """Ledger fields every record of this point carries, measured or failed."""
+        params = dict(self.spec.parameters)
+        if self.notes.get(pt.arm.name):
+            params["notes"] = self.notes[pt.arm.name]
+        return dict(
+            sweep=self.spec.name, point_id=pt.point_id, arm=pt.arm.record(),
+            workload=WorkloadRecord(**pt.workload.describe()), concurrency=pt.concurrency,
+            repeat=pt.repeat, arm_position=pt.position, num_requests=self.spec.num_requests(pt.concurrency),
+            warmup_requests=self.spec.warmup_requests, sampling=self.spec.sampling,
+            provenance=self.provenance, parameters=params,
+        )
+
+    def record_failure(self, pt: _Point, exc: BaseException, server_rec: ServerRecord | None,
+                       started: str, log_tail: str | None = None, unticked: int | None = None) -> None:
+        msg = getattr(exc, "short", None) or str(exc) or type(exc).__name__
+        led = PointLedger(
+            status="failed", server=server_rec, started_at=started, finished_at=utcnow(), flags=["failed"],
+            failure=Failure(error_type=type(exc).__name__, message=msg[:2000],
+                            log_tail=getattr(exc, "log_tail", None) or log_tail),
+            **self.common(pt),
+        )
+        self.outcome.failed.append(write_ledger(_failed_path(self.path(pt)), led))
+        self.bar.update(self.spec.num_requests(pt.concurrency) if unticked is None else unticked)
+        self.echo(f"FAILED {pt.point_id}: {msg.splitlines()[0][:200] if msg else ''}")
+
+    def measured_ledger(self, pt: _Point, server_rec: ServerRecord, reset: bool | None,
+                        pl: loadgen.PointLoad, before: metrics.Snapshot, after: metrics.Snapshot,
+                        sampler: metrics.GaugeSampler, started: str) -> PointLedger:
+        results = loadgen.summarize(pl)
+        results["client_cpu_util"] = pl.client_cpu_util
+        sd = metrics.spec_decode_delta(before, after)
+        if sd is not None and results["output_tokens"]:
+            sd["accepted_output_share"] = sd["num_accepted_tokens"] / results["output_tokens"]
+        cache = metrics.cache_delta(before, after)
+        if results["duration_s"] > 0:
+            # seed 002: count computed tokens only (uncached prompt + output)
+            computed = results["prompt_tokens"] - cache["prompt_tokens_cached"] + results["output_tokens"]
+            results["computed_tok_s_wall"] = computed / results["duration_s"]
+        info = after.info_labels()
+        kv = dict(server_rec.kv_capacity)
+        if kv.get("total_tokens") is None and info:
+            # attached: no start-up log to read, but the engine publishes its pool as labels
+            per_engine = [int(d["kv_cache_size_tokens"]) for d in info
+                          if d.get("kv_cache_size_tokens", "None").isdigit()]
+            if per_engine:
+                kv.update(source="cache_config_info", tokens_per_engine=per_engine,
+                          total_tokens=sum(per_engine))
+        ok = results["num_ok"] > 0
+        return PointLedger(
+            status="ok" if ok else "failed", started_at=started, finished_at=utcnow(),
+            server=server_rec.model_copy(update={
+                "cache_config_info": info, "prefix_cache_reset": reset, "kv_capacity": kv}),
+            results=results, server_samples=sampler.summary(), cache=cache,
+            spec_decode=SpecDecode(**sd) if sd and (pt.arm.speculative or sd["num_drafts"]) else None,
+            flags=_flags(pt.arm, results, sd, cache, reset),
+            failure=None if ok else Failure(error_type="AllRequestsFailed",
+                                            message="; ".join(results["error_examples"])[:2000]),
+            **self.common(pt),
+        )
+
+
 def run_sweep(
     spec: SweepSpec,
     out_dir: str | Path,
@@ -303,156 +473,15 @@ def run_sweep(
     progress: bool = True,
     echo: Callable[[str], None] | None = None,
 ) -> SweepOutcome:
-    """Run (or resume) a sweep into ``out_dir``; returns which ledgers were written."""
+    """Run (or resume) a sweep into ``out_dir``; returns which ledgers were written.
+
+    Every check that can fail on bad input runs before the first server starts.
+    """
     echo = echo or (lambda s: print(s, file=sys.stderr))
-    out_dir = Path(out_dir)
-    model, wls, notes = prepare(spec)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    _sweep_record(out_dir, spec, wls)
-    prov = Provenance(**provenance.collect())
-    outcome = SweepOutcome(out_dir=out_dir)
-
-    plan = list(blocks(spec))
-    total_req = sum(spec.num_requests(c) * len(wls) for c in spec.concurrency) * len(plan)
-    bar = tqdm(total=total_req, unit="req", disable=not progress, dynamic_ncols=True,
-               desc=spec.name, file=sys.stderr)
-
-    def base_kwargs(arm: Arm, wl: Workload, c: int, r: int, pos: int) -> dict[str, Any]:
-        return dict(
-            sweep=spec.name, point_id=f"{arm.name}/{wl.name}/c{c}-r{r}", arm=arm.record(),
-            workload=WorkloadRecord(**{k: v for k, v in wl.describe().items()}),
-            concurrency=c, repeat=r, arm_position=pos, num_requests=spec.num_requests(c),
-            warmup_requests=spec.warmup_requests, sampling=spec.sampling, provenance=prov,
-            parameters=spec.parameters,
-        )
-
-    def fail(arm, wl, c, r, pos, exc: BaseException, server, server_rec, started) -> None:
-        log_tail = getattr(exc, "log_tail", None) or (server.log_tail() if server else None)
-        msg = getattr(exc, "short", None) or str(exc) or type(exc).__name__
-        led = PointLedger(
-            status="failed", server=server_rec, started_at=started, finished_at=utcnow(),
-            failure=Failure(error_type=type(exc).__name__, message=msg[:2000], log_tail=log_tail),
-            flags=["failed"], **base_kwargs(arm, wl, c, r, pos),
-        )
-        p = point_path(out_dir, arm.name, wl.name, c, r)
-        outcome.failed.append(write_ledger(_failed_path(p, led), led))
-        echo(f"FAILED {led.point_id}: {msg.splitlines()[0][:200]}")
-
-    try:
-        for r, pos, arm in plan:
-            pending = []
-            for wl in wls.values():
-                for c in spec.concurrency:
-                    p = point_path(out_dir, arm.name, wl.name, c, r)
-                    if p.exists():
-                        outcome.skipped.append(p)
-                        bar.update(spec.num_requests(c))
-                    else:
-                        pending.append((wl, c))
-            if not pending:
-                continue
-            server_rec = None
-            log_path = out_dir / "logs" / f"{arm.name}-r{r:02d}.log"
-            started = utcnow()
-            bar.set_description(f"{spec.name} r{r} {arm.name}: starting server")
-            try:
-                with _open_endpoint(spec, arm, model, log_path) as (ep, server):
-                    server_rec = ServerRecord(**ep.describe())
-                    asyncio.run(_warmup(ep, spec, next(iter(wls.values()))))
-                    for wl, c in pending:
-                        started = utcnow()
-                        bar.set_description(f"{spec.name} r{r} {arm.name} {wl.name} c={c}")
-                        if server is not None and not server.alive():
-                            fail(arm, wl, c, r, pos, ServerError("server process exited"), server,
-                                 server_rec, started)
-                            bar.update(spec.num_requests(c))
-                            continue
-                        n = spec.num_requests(c)
-                        done = 0
-
-                        def tick(_rec, _bar=bar):
-                            nonlocal done
-                            done += 1
-                            _bar.update(1)
-
-                        try:
-                            reset = ep.reset_prefix_cache() if spec.reset_prefix_cache else None
-                            pl, before, after, sampler = asyncio.run(_measure(ep, spec, wl, c, n, tick))
-                            led, frame = _ledger(spec, arm, wl, c, r, pos, ep, server_rec, reset,
-                                                 pl, before, after, sampler, base_kwargs, started, notes)
-                        except Exception as exc:  # noqa: BLE001 - recorded, sweep goes on
-                            bar.update(n - done)
-                            fail(arm, wl, c, r, pos, exc, server, server_rec, started)
-                            continue
-                        p = point_path(out_dir, arm.name, wl.name, c, r)
-                        if led.status == "ok":
-                            outcome.written.append(write_ledger(p, led, frame))
-                        else:  # every request failed: recorded, and retried on resume
-                            outcome.failed.append(write_ledger(_failed_path(p, led), led, frame))
-                            echo(f"FAILED {led.point_id}: {led.failure.message[:200]}")
-                        res = led.results or {}
-                        mal = led.spec_decode.mean_acceptance_length if led.spec_decode else None
-                        bar.set_postfix_str(
-                            f"{res.get('output_tok_s') or 0:.1f} tok/s"
-                            + (f" MAL {mal:.2f}" if mal else "")
-                            + (f" flags={','.join(led.flags)}" if led.flags else "")
-                        )
-            except (ServerError, OSError, aiohttp.ClientError, metrics.MetricsError) as exc:
-                # The server did not start, or the block broke outside a point (warmup):
-                # every point of this block not yet recorded gets a failure record.
-                for wl, c in pending:
-                    p = point_path(out_dir, arm.name, wl.name, c, r)
-                    if p.exists() or any(q.parent == p.parent and q.name.startswith(p.stem + ".")
-                                         for q in outcome.failed):
-                        continue
-                    fail(arm, wl, c, r, pos, exc, None, server_rec, started)
-                    bar.update(spec.num_requests(c))
-    finally:
-        bar.close()
-    return outcome
+    return _SweepRun(spec, Path(out_dir), progress, echo).run()
 
 
-def _failed_path(p: Path, led: PointLedger) -> Path:
+def _failed_path(p: Path) -> Path:
     """A new name per failure, so failures accumulate and never overwrite each other."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     return p.with_name(f"{p.stem}.failed-{stamp}.json")
-
-
-def _ledger(spec, arm, wl, c, r, pos, ep, server_rec, reset, pl, before, after, sampler,
-            base_kwargs, started, notes) -> tuple[PointLedger, pd.DataFrame]:
-    results = loadgen.summarize(pl)
-    results["client_cpu_util"] = pl.client_cpu_util
-    sd = metrics.spec_decode_delta(before, after)
-    if sd is not None and results["output_tokens"]:
-        sd["accepted_output_share"] = sd["num_accepted_tokens"] / results["output_tokens"]
-    cache = metrics.cache_delta(before, after)
-    flags = _flags(arm, results, sd, cache, reset)
-    if cache.get("prompt_tokens_cached") is not None and results["duration_s"] > 0:
-        computed = results["prompt_tokens"] - cache["prompt_tokens_cached"] + results["output_tokens"]
-        results["computed_tok_s_wall"] = computed / results["duration_s"]
-    info = after.info_labels()
-    kv = dict(server_rec.kv_capacity)
-    if kv.get("total_tokens") is None and info:
-        # attached: no start-up log to read, but the engine publishes its pool as labels
-        per_engine = [int(d["kv_cache_size_tokens"]) for d in info
-                      if d.get("kv_cache_size_tokens", "None").isdigit()]
-        if per_engine:
-            kv.update(source="cache_config_info", tokens_per_engine=per_engine,
-                      total_tokens=sum(per_engine))
-    srv = server_rec.model_copy(update={
-        "cache_config_info": info, "prefix_cache_reset": reset, "kv_capacity": kv,
-    })
-    params = dict(spec.parameters)
-    if notes.get(arm.name):
-        params["notes"] = notes[arm.name]
-    led = PointLedger(
-        status="ok" if results["num_ok"] > 0 else "failed",
-        server=srv, started_at=started, finished_at=utcnow(), results=results,
-        spec_decode=SpecDecode(**sd) if sd is not None and (arm.speculative or sd["num_drafts"]) else None,
-        server_samples=sampler.summary(), cache=cache, flags=flags,
-        failure=None if results["num_ok"] > 0 else Failure(
-            error_type="AllRequestsFailed", message="; ".join(results["error_examples"])[:2000]),
-        **{**base_kwargs(arm, wl, c, r, pos), "parameters": params},
-    )
-    frame = pd.DataFrame([rec.as_row() for rec in pl.records])
-    return led, frame
