@@ -1,0 +1,115 @@
+"""Failure records and resumption, against a fake OpenAI-compatible endpoint (no vLLM).
+
+The fake serves /v1/models, /version, /metrics and streaming chat completions; a switch
+makes every completion fail with HTTP 500, so the error paths of a sweep can be driven.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+
+import pytest
+from aiohttp import web
+
+from specnb.ledger import load_ledgers, read_ledger
+from specnb.sweep import SweepSpec, run_sweep
+
+METRICS = """# HELP vllm:num_requests_running Running.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="fake"} 0.0
+"""
+
+
+class FakeServer:
+    def __init__(self):
+        self.fail = True
+        self.url = None
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+        assert self._ready.wait(10)
+
+    async def chat(self, request):
+        if self.fail:
+            return web.Response(status=500, text="engine on fire")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(1, 5):
+            chunk = {"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}],
+                     "usage": {"prompt_tokens": 5, "completion_tokens": i}}
+            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            await asyncio.sleep(0.005)
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    def _run(self):
+        asyncio.set_event_loop(self._loop)
+        def fixed(make):
+            async def handler(request):
+                return make()
+            return handler
+
+        app = web.Application()
+        app.router.add_get("/v1/models", fixed(lambda: web.json_response({"data": [{"id": "fake"}]})))
+        app.router.add_get("/version", fixed(lambda: web.json_response({"version": "0.0-fake"})))
+        app.router.add_get("/metrics", fixed(lambda: web.Response(text=METRICS)))
+        app.router.add_post("/reset_prefix_cache", fixed(lambda: web.json_response({})))
+        app.router.add_post("/v1/chat/completions", self.chat)
+        runner = web.AppRunner(app)
+        self._loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        self._ready.set()
+        self._loop.run_forever()
+
+
+@pytest.fixture(scope="module")
+def fake():
+    return FakeServer()
+
+
+def _spec(url):
+    return SweepSpec.parse(dict(
+        name="f", workloads=["freeform"], concurrency=[1, 2], repeats=1, min_requests=2,
+        requests_per_user=1, warmup_requests=0, request_timeout_s=10, metrics_interval_s=0.05,
+        arms=[{"name": "theirs", "endpoint": url}],
+    ))
+
+
+def test_failed_points_are_recorded_kept_and_retried(fake, tmp_path):
+    fake.fail = True
+    first = run_sweep(_spec(fake.url), tmp_path, progress=False, echo=lambda s: None)
+    assert not first.written and len(first.failed) == 2
+    led = read_ledger(first.failed[0])
+    assert led.status == "failed" and led.failure.error_type == "AllRequestsFailed"
+    assert "HTTP 500" in led.failure.message and "engine on fire" in led.failure.message
+    assert led.requests_file  # the failed requests are kept too
+
+    second = run_sweep(_spec(fake.url), tmp_path, progress=False, echo=lambda s: None)
+    assert len(second.failed) == 2 and not second.skipped  # failures are retried on resume
+    assert len(list(tmp_path.rglob("*.failed-*.json"))) == 4  # and never overwritten
+
+    fake.fail = False
+    third = run_sweep(_spec(fake.url), tmp_path, progress=False, echo=lambda s: None)
+    assert len(third.written) == 2 and not third.failed
+    df = load_ledgers(tmp_path)
+    assert (df["status"] == "ok").sum() == 2 and (df["status"] == "failed").sum() == 4
+    ok = df[df["status"] == "ok"]
+    assert (ok["output_tokens"] == 4 * ok["num_ok"]).all()
+    assert set(ok["server_mode"]) == {"attached"}
+
+    fourth = run_sweep(_spec(fake.url), tmp_path, progress=False, echo=lambda s: None)
+    assert len(fourth.skipped) == 2 and not fourth.written and not fourth.failed
+
+
+def test_unreachable_endpoint_fails_every_point_and_goes_on(tmp_path):
+    spec = SweepSpec.parse(dict(
+        name="u", workloads=["freeform"], concurrency=[1, 2], repeats=2, warmup_requests=0,
+        arms=[{"name": "gone", "endpoint": "http://127.0.0.1:9"}],
+    ))
+    out = run_sweep(spec, tmp_path, progress=False, echo=lambda s: None)
+    assert len(out.failed) == 4  # 2 levels x 2 repeats, none lost, none raised
+    assert {read_ledger(p).failure.error_type for p in out.failed} == {"ServerError"}
