@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import tempfile
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -173,11 +174,18 @@ def write_ledger(path: Path, ledger: PointLedger, requests: pd.DataFrame | None 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if requests is not None and len(requests):
-        side = path.with_name(path.name.removesuffix(".json") + ".requests.parquet")
-        tmp = side.with_name(f".{side.name}.tmp")
+        stem = path.name.removesuffix(".json")
+        tmp = path.with_name(f".{stem}.requests.parquet.tmp")
         requests.to_parquet(tmp, index=False)
         try:
-            os.link(tmp, side)
+            side = path.with_name(f"{stem}.requests.parquet")
+            try:
+                os.link(tmp, side)
+            except FileExistsError:
+                # An earlier attempt died between its sidecar and its JSON: that orphan is
+                # left as it is, and this ledger names a sidecar of its own.
+                side = path.with_name(f"{stem}.requests-{secrets.token_hex(4)}.parquet")
+                os.link(tmp, side)
         finally:
             os.unlink(tmp)
         ledger = ledger.model_copy(update={"requests_file": side.name})

@@ -86,3 +86,14 @@ def test_load_ledgers_is_tidy(tmp_path):
 def test_load_ledgers_missing_path(tmp_path):
     with pytest.raises(FileNotFoundError):
         load_ledgers(tmp_path / "nope")
+
+
+def test_orphan_sidecar_from_an_interrupted_write_does_not_block_the_point(tmp_path):
+    frame = pd.DataFrame({"index": [0], "chunk_tokens": [[2]]})
+    orphan = tmp_path / "c001-r00.requests.parquet"
+    orphan.write_bytes(b"half written")
+    p = write_ledger(tmp_path / "c001-r00.json", ledger(), frame)
+    led = read_ledger(p)
+    assert led.requests_file != orphan.name and led.requests_file.endswith(".parquet")
+    assert list(load_requests(p)["chunk_tokens"].iloc[0]) == [2]
+    assert orphan.read_bytes() == b"half written"
