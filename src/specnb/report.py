@@ -98,14 +98,16 @@ def format_table(table: pd.DataFrame) -> str:
     head = (f"{'arm':<12} {'workload':<10} {'c':>3} {'n':>2} {'base tok/s':>10} {'spec tok/s':>10} "
             f"{'speedup':>8} {'[min, max]':>15} {'per-user':>8} {'accept len':>10} {'accept %':>8}")
     lines = [head, "-" * len(head)]
+    def f(v, spec=".2f"):
+        return "-" if v is None or pd.isna(v) else format(v, spec)
+
     for row in table.itertuples(index=False):
-        def f(v, spec=".2f"):
-            return "-" if v is None or pd.isna(v) else format(v, spec)
         rng = f"[{f(row.speedup_min)}, {f(row.speedup_max)}]" if row.n > 1 else "(1 run)"
+        rate = None if pd.isna(row.acceptance_rate) else 100 * row.acceptance_rate
         lines.append(
             f"{row.arm:<12} {row.workload:<10} {row.concurrency:>3} {row.n:>2} {f(row.base_tok_s, '.1f'):>10} "
             f"{f(row.spec_tok_s, '.1f'):>10} {f(row.speedup):>7}x {rng:>15} {f(row.per_user_speedup):>7}x "
-            f"{f(row.acceptance_length):>10} {f(row.acceptance_rate * 100 if row.acceptance_rate == row.acceptance_rate and row.acceptance_rate is not None else None, '.0f'):>8}"
+            f"{f(row.acceptance_length):>10} {f(rate, '.0f'):>8}"
         )
     lines.append("speedup = speculative / baseline output tok/s (steady window), paired per repeat; "
                  "[min, max] over repeats.")
