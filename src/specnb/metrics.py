@@ -26,12 +26,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from specnb import stats
 
 __all__ = [
-    "Snapshot",
-    "parse_metrics",
-    "spec_decode_delta",
-    "counter_delta",
-    "GaugeSampler",
     "SPEC_DRAFTS",
+    "GaugeSampler",
+    "MetricsError",
+    "Snapshot",
+    "cache_delta",
+    "counter_delta",
+    "parse_metrics",
+    "scrape",
+    "spec_decode_delta",
 ]
 
 SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
