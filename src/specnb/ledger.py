@@ -222,8 +222,13 @@ def _ledger_files(sources: Iterable[Path | str] | Path | str) -> list[Path]:
 
 def _row(led: PointLedger, path: Path) -> dict[str, Any]:
     spec = led.arm.speculative_config or {}
+    params = led.parameters or {}
     row: dict[str, Any] = {
         "sweep": led.sweep,
+        # set by specnb.study; a plain sweep is one condition of its own
+        "axis": params.get("axis"),
+        "study": params.get("study"),
+        "condition": params.get("condition", "default"),
         "point_id": led.point_id,
         "status": led.status,
         "arm": led.arm.name,

@@ -115,4 +115,59 @@ def execute(
         )
     finally:
         tmp.unlink(missing_ok=True)
+        if output.exists():
+            _stabilise(output)
     return output
+
+
+def _stabilise(path: Path) -> None:
+    """Drop papermill's timings and kernel noise so a re-run on the same data diffs clean."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    pm_meta = nb.metadata.get("papermill", {})
+    for key in ("start_time", "end_time", "duration", "input_path", "output_path", "environment_variables"):
+        pm_meta.pop(key, None)
+    for cell in nb.cells:
+        cell.metadata.pop("papermill", None)
+        cell.metadata.pop("execution", None)
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs
+                            if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
+    nbformat.write(nb, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m specnb.notebook SOURCE OUT [-f PARAMS.yaml] [-p NAME VALUE]...``"""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m specnb.notebook",
+                                description="Execute a jupytext notebook under papermill.")
+    p.add_argument("source", type=Path)
+    p.add_argument("output", type=Path)
+    p.add_argument("-f", "--params-file", type=Path)
+    p.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                   help="a parameter, value in YAML syntax (e.g. -p measure true)")
+    p.add_argument("--progress", action="store_true")
+    a = p.parse_args(argv)
+    try:
+        params = {k: yaml.safe_load(v) for k, v in a.param}
+        execute(a.source, a.output, params, params_file=a.params_file, progress=a.progress)
+    except NotebookError as exc:
+        print(f"specnb: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("specnb: interrupted; finished points are kept, rerun with the same run to resume",
+              file=sys.stderr)
+        return 130
+    except Exception as exc:  # papermill's PapermillExecutionError names the failing cell
+        first = str(exc).strip().splitlines()
+        print(f"specnb: {a.source.name} failed: {first[-1] if first else type(exc).__name__} "
+              f"(executed copy with the traceback: {a.output})", file=sys.stderr)
+        return 1
+    print(a.output)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
