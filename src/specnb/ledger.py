@@ -202,6 +202,15 @@ def schema_json() -> str:
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
 
+def _is_published(path: Path) -> bool:
+    """True for a number transcribed from a write-up (``specnb.published``), not measured here."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False  # not ours to judge: read_ledger reports what is wrong with it
+    return isinstance(data, dict) and data.get("kind") == "published"
+
+
 def _ledger_files(sources: Iterable[Path | str] | Path | str) -> list[Path]:
     if isinstance(sources, (str, Path)):
         sources = [sources]
@@ -209,11 +218,18 @@ def _ledger_files(sources: Iterable[Path | str] | Path | str) -> list[Path]:
     for src in sources:
         src = Path(src)
         if src.is_dir():
+            # Published ledgers may sit in the same tree (ledgers/published/): measured and
+            # published numbers must never share a frame, so a folder walk leaves them out.
             files += [
                 p for p in sorted(src.rglob("*.json"))
-                if p.name != "sweep.json" and not p.name.startswith(".")
+                if p.name != "sweep.json" and not p.name.startswith(".") and not _is_published(p)
             ]
         elif src.is_file():
+            if _is_published(src):
+                raise ValueError(
+                    f"{src} is a published ledger (transcribed from a write-up), not a measurement: "
+                    "read it with specnb.published.load_published"
+                )
             files.append(src)
         else:
             raise FileNotFoundError(f"no ledger file or folder at {src}")
@@ -270,7 +286,11 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
 
 
 def load_ledgers(sources: Iterable[Path | str] | Path | str) -> pd.DataFrame:
-    """Every ledger under the given files/folders as a tidy frame, one row per point and repeat."""
+    """Every ledger under the given files/folders as a tidy frame, one row per point and repeat.
+
+    Published ledgers (numbers transcribed from a write-up, ``kind = "published"``) are left
+    out of a folder walk and refused when named: read them with ``specnb.published``.
+    """
     rows = [_row(read_ledger(p), p) for p in _ledger_files(sources)]
     df = pd.DataFrame(rows)
     if len(df):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -97,3 +98,25 @@ def test_orphan_sidecar_from_an_interrupted_write_does_not_block_the_point(tmp_p
     assert led.requests_file != orphan.name and led.requests_file.endswith(".parquet")
     assert list(load_requests(p)["chunk_tokens"].iloc[0]) == [2]
     assert orphan.read_bytes() == b"half written"
+
+
+def _published(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"schema_version": 1, "kind": "published", "id": path.stem, "rows": []}))
+    return path
+
+
+def test_load_ledgers_leaves_published_ledgers_out(tmp_path):
+    write_ledger(tmp_path / "run" / "baseline" / "c1-r0.json", ledger("baseline"))
+    pub = _published(tmp_path / "published" / "someone-table.json")
+    df = load_ledgers(tmp_path)
+    assert df["path"].tolist() == [str(tmp_path / "run" / "baseline" / "c1-r0.json")]
+    with pytest.raises(ValueError, match="published ledger"):
+        load_ledgers(pub)
+
+
+def test_load_ledgers_reads_the_whole_committed_tree():
+    # ledgers/ holds measured runs and ledgers/published/ side by side
+    df = load_ledgers(paths.LEDGERS)
+    tops = {Path(p).relative_to(paths.LEDGERS).parts[0] for p in df["path"]}
+    assert len(df) and "published" not in tops
