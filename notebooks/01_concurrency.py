@@ -122,6 +122,41 @@ figures.save_figure(fig, "concurrency-throughput-acceptance", [folder], out_dir=
                             "and the share of output tokens the drafter supplied.")
 
 # %% [markdown]
+# ## What the seeds published (separate panels)
+#
+# Transcribed from the write-ups (`ledgers/published/`), never drawn on the axes above: each
+# series ran a different serving configuration, and the seeds themselves warn against
+# comparing absolute values across them. Compare where the curves cross 1.0, not their height.
+
+# %%
+from specnb.published import load_published
+
+t0 = load_published("thakicloud-concurrency-speedup")
+t0 = t0[(t0.metric == "speedup_x") & t0.condition.isin(["NVFP4-GPTQ, 131k, batch 256", "KV fp8, 256k, edge budget",
+                                                        "INT4, 256k, edge budget"])].dropna(subset=["value"])
+t2 = load_published("primalabs-crossover")
+fig, axes = plots.new_figure(ncols=2, width=4.4)
+pcol = figures.arm_colors(t0.condition)
+for cond, g in t0.groupby("condition"):
+    axes[0][0].plot(g.concurrency.astype(int), g.value, color=pcol[cond], label=cond, **figures.PUBLISHED_STYLE)
+axes[0][0].axhline(1.0, color="0.3", lw=0.9, ls=":")
+plots.concurrency_axis(axes[0][0], t0.concurrency.astype(int))
+axes[0][0].set(ylabel="speedup (on / off)", title="seed 000: one drafter, three checkpoints")
+axes[0][0].legend(loc="lower left", fontsize=7)
+for metric, lab in [("aggregate_throughput_x", "aggregate"), ("aggregate_computed_throughput_x", "computed tokens only"),
+                    ("per_user_decode_speed_x", "per user")]:
+    g = t2[t2.metric == metric]
+    axes[0][1].plot(g.concurrency.astype(int), g.value, label=lab, **figures.PUBLISHED_STYLE)
+axes[0][1].axhline(1.0, color="0.3", lw=0.9, ls=":")
+axes[0][1].set(xlabel="concurrent requests", ylabel="speedup (on / off)", title="seed 002: block drafter, K=7",
+               xticks=[10, 16])
+axes[0][1].legend(loc="upper right", fontsize=7)
+plots.published_note(axes[0][0], "published: seed 000 (ThakiCloud), single runs, B200")
+plots.published_note(axes[0][1], "published: seed 002 (PrimaLabs), B200, MoE, agentic trace")
+figures.save_figure(fig, "concurrency-published-seeds", sorted(set(t0.path) | set(t2.path)), out_dir=figures_dir,
+                    notebook=NB, caption="The seeds' concurrency results, transcribed (not measured here).")
+
+# %% [markdown]
 # ## How to read this run
 #
 # Every ratio above is within a pair. The interval is the spread over repeats, each a fresh

@@ -102,15 +102,15 @@ table[["condition_label", "arm", "concurrency", "n", "base_tok_s", "spec_tok_s",
 # %%
 from specnb.published import load_published
 
-pub = load_published("seed000-temperature")
+pub = load_published("thakicloud-temperature")
 fig, axes = plots.new_figure(width=4.0)
 ax = axes[0][0]
 for i, r in enumerate(pub.itertuples()):
     ax.plot([r.temperature, r.temperature], [r.low, r.high], lw=6, alpha=0.6, color="#D55E00", solid_capstyle="butt")
 ax.axhline(1.0, color="0.3", lw=0.9, ls=":")
 ax.set(xlabel="temperature", ylabel="speedup range", title="seed 000: n-gram-like drafter, math", xlim=(-0.3, 1.3))
-plots.published_note(ax, "published (seed 000, ThakiCloud); ranges, B200")
-figures.save_figure(fig, "temperature-published-seed000", [pub.attrs["path"]], out_dir=figures_dir,
+plots.published_note(ax, "published: seed 000 (ThakiCloud); ranges, B200")
+figures.save_figure(fig, "temperature-published-seed000", sorted(set(pub.path)), out_dir=figures_dir,
                     notebook=NB, caption="Seed 000's temperature ranges, transcribed.")
 
 # %% [markdown]

@@ -131,8 +131,8 @@ agg.round(2)
 # %%
 from specnb.published import load_published
 
-pub = load_published("seed000-kv")
-display(pub)
+pub = load_published("thakicloud-kv-capacity")
+pub[["condition", "arm", "metric", "value", "context_length", "text"]]
 
 # %% [markdown]
 # ## How to read this

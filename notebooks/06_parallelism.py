@@ -118,16 +118,16 @@ table[["condition_label", "arm", "concurrency", "n", "base_tok_s", "spec_tok_s",
 # %%
 from specnb.published import load_published
 
-pub = load_published("seed002-parallelism")
+pub = load_published("primalabs-parallelism")
 fig, axes = plots.new_figure(width=4.6)
 ax = axes[0][0]
 for i, r in enumerate(pub.itertuples()):
     ax.plot([r.low, r.high], [i, i], lw=7, alpha=0.6, color="#009E73", solid_capstyle="butt")
-ax.set_yticks(range(len(pub)), list(pub.comparison))
+ax.set_yticks(range(len(pub)), [c.replace(", either", "\n(either") + ")" for c in pub.condition])
 ax.set(xlabel="advantage, %", title="seed 002: layout vs drafter (2x H100, K=3)")
 ax.set_xlim(0, max(pub.high) * 1.3)
-plots.published_note(ax, "published (seed 002, PrimaLabs); ranges only")
-figures.save_figure(fig, "parallelism-published-seed002", [pub.attrs["path"]], out_dir=figures_dir,
+plots.published_note(ax, "published: seed 002 (PrimaLabs); ranges only")
+figures.save_figure(fig, "parallelism-published-seed002", sorted(set(pub.path)), out_dir=figures_dir,
                     notebook=NB, caption="Seed 002's parallelism comparison, transcribed as ranges.")
 
 # %% [markdown]

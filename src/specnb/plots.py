@@ -191,7 +191,7 @@ def grouped_bars(ax: Axes, table: pd.DataFrame, *, group: str, hue: str, y: str,
 
 def published_note(ax: Axes, text: str) -> None:
     """Label a panel as transcribed published data (never drawn on a measured axis)."""
-    ax.text(0.01, 0.01, text, transform=ax.transAxes, fontsize=7, color="0.35", va="bottom", ha="left",
+    ax.text(0.01, 0.99, text, transform=ax.transAxes, fontsize=7, color="0.35", va="top", ha="left",
             style="italic")
 
 

@@ -19,6 +19,7 @@ whether that worked. A speculative arm whose draft counter did not move is flagg
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import importlib.util
 import json
@@ -355,7 +356,7 @@ class _SweepRun:
         try:
             with _open_endpoint(self.spec, arm, self.model, log_path) as (ep, server):
                 server_rec = ServerRecord(**ep.describe())
-                asyncio.run(_warmup(ep, self.spec, next(iter(self.workloads.values()))))
+                _run_async(_warmup(ep, self.spec, next(iter(self.workloads.values()))))
                 for pt in pending:
                     if server is not None and not server.alive():
                         self.record_failure(pt, ServerError("server process exited"), server_rec,
@@ -385,7 +386,7 @@ class _SweepRun:
 
         try:
             reset = ep.reset_prefix_cache() if spec.reset_prefix_cache else None
-            pl, before, after, sampler = asyncio.run(_measure(ep, spec, pt.workload, pt.concurrency, n, tick))
+            pl, before, after, sampler = _run_async(_measure(ep, spec, pt.workload, pt.concurrency, n, tick))
             led = self.measured_ledger(pt, server_rec, reset, pl, before, after, sampler, started)
         except Exception as exc:  # noqa: BLE001 - recorded as a failure, the sweep goes on
             self.record_failure(pt, exc, server_rec, started, server.log_tail() if server else None,
@@ -479,6 +480,17 @@ def run_sweep(
     """
     echo = echo or (lambda s: print(s, file=sys.stderr))
     return _SweepRun(spec, Path(out_dir), progress, echo).run()
+
+
+def _run_async(coro: Any) -> Any:
+    """``asyncio.run``, also from inside a running event loop (a Jupyter kernel has one):
+    there the coroutine runs on a loop of its own in a worker thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="specnb-load") as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def _failed_path(p: Path) -> Path:

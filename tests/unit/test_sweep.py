@@ -125,3 +125,20 @@ def test_missing_engine_is_named_before_start(monkeypatch):
         prepare(spec())
     # attaching needs no local engine
     prepare(spec(arms=[{"name": "b", "endpoint": "http://127.0.0.1:9"}]))
+
+
+def test_run_async_works_inside_a_running_event_loop():
+    """Notebooks run the sweep inside ipykernel's event loop, where asyncio.run refuses."""
+    import asyncio
+
+    from specnb.sweep import _run_async
+
+    async def value():
+        await asyncio.sleep(0)
+        return 42
+
+    async def outer():
+        return _run_async(value())
+
+    assert _run_async(value()) == 42
+    assert asyncio.run(outer()) == 42
