@@ -20,7 +20,7 @@ RUN       ?=
 nb_of      = $(filter %_$(1),$(NOTEBOOKS))
 axis_of    = $(word 2,$(subst _, ,$(1)))
 # which ledgers a notebook draws from (the calculator marks the concurrency run's acceptance)
-ledger_dirs = $(if $(filter calculator,$(1)),concurrency,$(if $(filter index,$(1)),,$(1)))
+ledger_dirs = $(if $(filter calculator,$(1)),concurrency,$(if $(filter index,$(1)),.,$(1)))
 ledgers_of  = $(shell find $(addprefix ledgers/,$(call ledger_dirs,$(1))) ledgers/published -type f \
                  ! -path '*/logs/*' 2>/dev/null | sed 's/ /\\ /g')
 

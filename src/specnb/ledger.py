@@ -163,6 +163,7 @@ def write_once(path: Path, data: bytes) -> Path:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; ledgers are meant to be read by anyone
         os.link(tmp, path)  # fails if path exists: ledgers are never replaced
     finally:
         os.unlink(tmp)

@@ -110,7 +110,7 @@ def execute(
     try:
         pm.execute_notebook(
             str(tmp), str(output), parameters=params, cwd=str(cwd or paths.ROOT),
-            kernel_name="python3", progress_bar=progress, log_output=False,
+            kernel_name="python3", progress_bar=progress, log_output=progress,
             execution_timeout=timeout_s, stdout_file=None, stderr_file=sys.stderr if progress else None,
         )
     finally:
