@@ -3,6 +3,7 @@
     specnb sweep configs/cpu-demo.toml --out ledgers/cpu-demo/run1
     specnb sweep configs/cpu-demo.toml --set repeats=1 --set 'concurrency=[1,2]'
     specnb report ledgers/cpu-demo/run1
+    specnb report ledgers/cpu-demo/run1 --n-boot 5000 --seed 1 --context 2048
     specnb schema --out schemas/
 
 Bad input fails with one line on stderr and exit code 2, before any server starts.
@@ -18,8 +19,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from specnb import paths
+from specnb.analysis import DEFAULT_N_BOOT, DEFAULT_SEED, AnalysisError, format_report
 from specnb.ledger import SCHEMA_VERSION, load_ledgers, schema_json
-from specnb.report import PairingError, format_crossings, format_table, speedup_table
+from specnb.report import PairingError
 from specnb.sweep import SweepError, SweepSpec, run_sweep
 
 __all__ = ["main"]
@@ -38,18 +40,16 @@ def _overrides(items: list[str]) -> dict:
     return out
 
 
-def _print_table(out_dir: Path) -> int:
+def _print_table(out_dir: Path, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED,
+                 context_tokens: int | None = None) -> int:
     df = load_ledgers(out_dir)
     if df.empty:
         print(f"no ledgers under {out_dir}", file=sys.stderr)
         return 1
     failed = int((df["status"] != "ok").sum())
     try:
-        table = speedup_table(df)
-        print(format_table(table))
-        if not table.empty:
-            print(format_crossings(table))
-    except PairingError as exc:
+        print(format_report(df, n_boot=n_boot, seed=seed, context_tokens=context_tokens))
+    except (PairingError, AnalysisError) as exc:
         print(f"specnb: {exc}", file=sys.stderr)
         return 2
     if failed:
@@ -71,8 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a top-level setting, value in TOML syntax")
     s.add_argument("--no-progress", action="store_true")
-    r = sub.add_parser("report", help="print the paired table of a ledger folder")
+    r = sub.add_parser("report", help="print the paired table of a ledger folder, with bootstrap "
+                       "intervals, where each curve crosses 1.0, and whether to attach the drafter")
     r.add_argument("folder", type=Path)
+    r.add_argument("--n-boot", type=int, default=DEFAULT_N_BOOT, help="bootstrap replicates")
+    r.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
+    r.add_argument("--context", type=int, default=None, metavar="TOKENS",
+                   help="also report concurrent sessions the KV pool holds at this context length")
     sc = sub.add_parser("schema", help="write the ledger JSON Schema")
     sc.add_argument("--out", type=Path, default=paths.SCHEMAS)
     a = p.parse_args(argv)
@@ -86,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             print(outcome.summary(), file=sys.stderr)
             return _print_table(out)
         if a.cmd == "report":
-            return _print_table(a.folder)
+            return _print_table(a.folder, a.n_boot, a.seed, a.context)
         if a.cmd == "schema":
             a.out.mkdir(parents=True, exist_ok=True)
             path = a.out / f"point-ledger.v{SCHEMA_VERSION}.json"

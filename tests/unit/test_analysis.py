@@ -348,3 +348,14 @@ def test_report_text_on_the_demo(demo):
     assert "ngram-k4 / copy: attach the drafter below c~" in text
     assert "ngram-k4 / freeform: leave the drafter off" in text
     assert "the drafter takes 0%" in text  # n-gram keeps no KV cache of its own
+
+
+def test_cli_report_prints_intervals_thresholds_and_decisions(capsys):
+    from specnb.cli import main
+
+    assert main(["report", str(DEMO), "--n-boot", "200", "--context", "2048"]) == 0
+    out = capsys.readouterr().out
+    assert "speedup [95% CI]" in out and "where the speedup crosses 1.0" in out and "decision:" in out
+    assert "2,048-token context" in out
+    assert main(["report", str(DEMO), "--n-boot", "0"]) == 2  # one line on stderr, no traceback
+    assert "n_boot must be a positive integer" in capsys.readouterr().err
