@@ -78,7 +78,7 @@ display(Markdown(f"Run **{folder.name}** ({len(df)} point ledgers, {int((df.stat
 # reads high on work it rarely helps.
 
 # %%
-cols = ["condition_label", "arm", "workload", "concurrency", "n", "base_tok_s", "spec_tok_s", "speedup",
+cols = ["condition_label", "arm", "workload", "concurrency", "n_repeats", "base_tok_s", "spec_tok_s", "speedup",
         "speedup_lo", "speedup_hi", "per_user_speedup", "acceptance_length", "accepted_output_share"]
 table[cols].round(3)
 
@@ -97,7 +97,7 @@ for ax, ((cond, wl), g) in zip(axes[0], panels):
                          label_suffix=" (per user)")
     lines += plots.crossings(ax, g, title, colors=colors)
 axes[0][0].legend(loc="best")
-fig.suptitle(f"Paired speedup vs concurrency ({table.n.max()} repeats; band = spread over repeats)")
+fig.suptitle(f"Paired speedup vs concurrency ({table.n_repeats.max()} repeats; band = 95 % bootstrap interval over server starts and prompts)")
 figures.save_figure(fig, "concurrency-speedup", [folder], out_dir=figures_dir, notebook=NB,
                     caption="Aggregate (solid) and per-user (dashed) paired speedup vs concurrency; "
                             "triangle = crossing of 1.0 with its interval.")

@@ -102,7 +102,7 @@ figures.save_figure(fig, "quantization-multiplier-vs-absolute", [folder], out_di
 display(Markdown("\n".join(notes)))
 
 # %%
-table[["condition_label", "arm", "concurrency", "n", "base_tok_s", "spec_tok_s", "speedup", "speedup_lo",
+table[["condition_label", "arm", "concurrency", "n_repeats", "base_tok_s", "spec_tok_s", "speedup", "speedup_lo",
        "speedup_hi", "acceptance_length", "accepted_output_share"]].round(3)
 
 # %% [markdown]

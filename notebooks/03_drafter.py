@@ -82,7 +82,7 @@ for i, c in enumerate(levels):
                   center=None, cmap="viridis", title=f"mean acceptance length, c={c}", cbar_label="tokens/step")
 figures.save_figure(fig, "drafter-heatmap", [folder], out_dir=figures_dir, notebook=NB,
                     caption="Paired speedup (left) and mean acceptance length (right) per drafter and workload.")
-table[["arm", "workload", "concurrency", "n", "base_tok_s", "spec_tok_s", "speedup", "speedup_lo", "speedup_hi",
+table[["arm", "workload", "concurrency", "n_repeats", "base_tok_s", "spec_tok_s", "speedup", "speedup_lo", "speedup_hi",
        "acceptance_length", "acceptance_rate", "accepted_output_share"]].round(3)
 
 # %% [markdown]

@@ -91,7 +91,7 @@ figures.save_figure(fig, "temperature-speedup-acceptance", [folder], out_dir=fig
                     caption="Paired speedup, acceptance rate and acceptance length vs sampling temperature.")
 
 # %%
-table[["condition_label", "arm", "concurrency", "n", "base_tok_s", "spec_tok_s", "speedup", "speedup_lo",
+table[["condition_label", "arm", "concurrency", "n_repeats", "base_tok_s", "spec_tok_s", "speedup", "speedup_lo",
        "speedup_hi", "acceptance_rate", "acceptance_length"]].round(3)
 
 # %% [markdown]

@@ -107,7 +107,7 @@ figures.save_figure(fig, "parallelism-relative-throughput", [folder], out_dir=fi
                             "concurrency; error bars = repeats.")
 
 # %%
-table[["condition_label", "arm", "concurrency", "n", "base_tok_s", "spec_tok_s", "speedup", "speedup_lo",
+table[["condition_label", "arm", "concurrency", "n_repeats", "base_tok_s", "spec_tok_s", "speedup", "speedup_lo",
        "speedup_hi", "acceptance_length"]].round(3)
 
 # %% [markdown]

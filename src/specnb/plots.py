@@ -77,29 +77,32 @@ def mark_crossing(ax: Axes, at: float | None, lo: float | None = None, hi: float
 
 
 def crossings(ax: Axes | None, table: pd.DataFrame, title: str, *, hue: str = "arm",
-              colors: dict[str, str] | None = None) -> list[str]:
-    """Mark each curve's crossing of 1.0 (with the crossings of its lo/hi curves as the interval)
-    and return one markdown line per curve saying where the drafter pays."""
-    from specnb.report import crossing
+              colors: dict[str, str] | None = None, metric: str = "speedup") -> list[str]:
+    """Mark where each curve of ``table`` crosses 1.0, with the bootstrap interval of the
+    crossing itself (``specnb.analysis.thresholds``), and return one markdown line per curve.
 
+    ``table`` is (a slice of) :func:`specnb.study.summarize`'s table, which carries its
+    bootstrap in ``attrs``.
+    """
+    from specnb.analysis import format_threshold, thresholds
+
+    boot = table.attrs.get("bootstrap")
+    if boot is None:
+        raise ValueError("table has no bootstrap attached: build it with specnb.study.summarize")
     colors = colors or arm_colors(table[hue])
+    keys = [k for k in boot.group_keys if k in table]
+    wanted = {tuple(r) for r in table[keys].drop_duplicates().itertuples(index=False)}
     lines = []
-    for key, h in table.sort_values("concurrency").groupby(hue, sort=True):
-        cs = list(h["concurrency"])
-        kind, at = crossing(cs, list(h["speedup"]))
-        ends = sorted(a for k, a in (crossing(cs, list(h[c])) for c in ("speedup_lo", "speedup_hi"))
-                      if k == "crosses")
-        if kind == "crosses":
-            if ax is not None:
-                plots_lo_hi = ends if len(ends) == 2 else (None, None)
-                mark_crossing(ax, at, *plots_lo_hi, color=colors.get(key, "k"))
-            interval = f" (interval {ends[0]:.1f}–{ends[1]:.1f})" if len(ends) == 2 else \
-                " (the interval's curves do not both cross)"
-            lines.append(f"- **{key} / {title}**: pays below c ≈ {at:.1f}{interval}")
-        else:
-            rng = f"c = {min(cs)}..{max(cs)}"
-            what = {"above": "pays over", "below": "never pays over", "rises": "loses, then pays, in"}[kind]
-            lines.append(f"- **{key} / {title}**: {what} {rng}")
+    for th in thresholds(boot, metric):
+        if tuple(th.group.get(k) for k in keys) not in wanted:
+            continue
+        key = th.group.get(hue)
+        if ax is not None and th.kind == "crosses":
+            lo = max(th.lo, th.c_min) if th.lo is not None else None
+            hi = min(th.hi, th.c_max) if th.hi is not None else None
+            mark_crossing(ax, th.concurrency, lo, hi, color=colors.get(key, "k"))
+        text = format_threshold(th, omit=tuple(k for k in th.group if k != hue))
+        lines.append(f"- **{title}**: {text}")
     return lines
 
 

@@ -224,9 +224,10 @@ class Study(BaseModel):
             df["condition_label"] = [self.label(c) for c in df["condition"]]
         return df
 
-    def summarize(self, df: pd.DataFrame) -> pd.DataFrame:
-        """Paired speedups per condition, arm, workload and concurrency (see :func:`summarize`)."""
-        return summarize(df, labels={c: self.label(c) for c in self.condition_names()})
+    def summarize(self, df: pd.DataFrame, **bootstrap: Any) -> pd.DataFrame:
+        """Paired speedups per condition, arm, workload and concurrency (see :func:`summarize`);
+        the bootstrap behind the intervals is kept in ``table.attrs["bootstrap"]``."""
+        return summarize(df, labels={c: self.label(c) for c in self.condition_names()}, **bootstrap)
 
 
 def absolute(df: pd.DataFrame, value: str = "output_tok_s") -> pd.DataFrame:
@@ -280,27 +281,23 @@ def by_category(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def summarize(df: pd.DataFrame, labels: dict[str, str] | None = None) -> pd.DataFrame:
-    """Paired speedup table per condition; never forms a ratio across conditions.
+def summarize(df: pd.DataFrame, labels: dict[str, str] | None = None, **bootstrap: Any) -> pd.DataFrame:
+    """Paired speedup table per condition, arm, workload and concurrency, with the bootstrap
+    intervals of :func:`specnb.analysis.bootstrap_speedups` (over server starts and prompts);
+    never forms a ratio across conditions. ``speedup_min``/``speedup_max`` keep the plain
+    spread over repeats."""
+    from specnb.analysis import bootstrap_speedups
 
-    ``speedup_lo``/``speedup_hi`` are the interval of :mod:`specnb.analysis` when it is
-    available for the frame, else the min and max over repeats.
-    """
-    from specnb.report import speedup_table
-
-    parts = []
-    for cond, g in df.groupby("condition", sort=False):
-        t = speedup_table(g)
-        if t.empty:
-            continue
-        t.insert(0, "condition", cond)
-        t.insert(1, "condition_label", (labels or {}).get(cond, cond))
-        extra = (g[g["speculative"].astype(bool)].groupby(["arm", "workload", "concurrency"])
-                 ["accepted_output_share"].mean().rename("accepted_output_share"))
-        t = t.merge(extra.reset_index(), on=["arm", "workload", "concurrency"], how="left")
-        t["speedup_lo"], t["speedup_hi"] = t["speedup_min"], t["speedup_max"]
-        parts.append(t)
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    boot = bootstrap_speedups(df, **bootstrap)
+    t = boot.table.copy()
+    if t.empty:
+        return t
+    if "condition" not in t:
+        t.insert(0, "condition", "default")
+    t.insert(list(t.columns).index("condition") + 1, "condition_label",
+             [(labels or {}).get(c, c) for c in t["condition"]])
+    t.attrs["bootstrap"] = boot
+    return t
 
 
 def _local_paths(cfg: dict[str, Any]) -> dict[str, Any]:
