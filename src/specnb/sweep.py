@@ -35,6 +35,7 @@ from typing import Any
 
 import aiohttp
 import pandas as pd
+import psutil
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from tqdm.auto import tqdm
 
@@ -60,6 +61,52 @@ __all__ = ["SweepSpec", "SweepError", "SweepOutcome", "run_sweep", "point_path",
 
 
 CLIENT_BUSY = 0.8  # share of one core above which the client itself may be the bottleneck
+# CPU (in cores) used by processes that are neither the server nor the client, above which a
+# point is flagged: on a shared machine a noisy neighbour moves one arm and not the other.
+HOST_BUSY = 0.3
+
+
+class HostLoad:
+    """CPU used during a point by everything except the server's process tree and this
+    process: the noisy neighbour a paired measurement cannot cancel if it comes and goes."""
+
+    def __init__(self, server_pid: int | None):
+        self.server_pid = server_pid
+        self._t0 = time.perf_counter()
+        self._busy0 = self._busy()
+        self._srv0 = self._tree(server_pid)
+        self._own0 = time.process_time()
+
+    @staticmethod
+    def _busy() -> float:
+        t = psutil.cpu_times()
+        return sum(getattr(t, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal"))
+
+    @staticmethod
+    def _tree(pid: int | None) -> float | None:
+        if pid is None:
+            return None
+        total = 0.0
+        try:
+            root = psutil.Process(pid)
+            for proc in [root, *root.children(recursive=True)]:
+                try:
+                    ct = proc.cpu_times()
+                    total += ct.user + ct.system
+                except psutil.Error:
+                    pass
+        except psutil.Error:
+            return None
+        return total
+
+    def other_cores(self) -> float | None:
+        """Average cores used by other processes since construction (None if unknown)."""
+        srv = self._tree(self.server_pid)
+        if srv is None or self._srv0 is None:
+            return None
+        wall = max(time.perf_counter() - self._t0, 1e-9)
+        other = (self._busy() - self._busy0) - (srv - self._srv0) - (time.process_time() - self._own0)
+        return max(other, 0.0) / wall
 
 
 class SweepError(ValueError):
@@ -294,6 +341,8 @@ def _flags(arm: Arm, results: dict[str, Any], sd: dict[str, Any] | None, cache: 
         flags.append("preemptions")
     if (results.get("client_cpu_util") or 0) > CLIENT_BUSY:
         flags.append("client_busy")  # the load generator may have limited the measurement
+    if (results.get("host_other_cpu_cores") or 0) > HOST_BUSY:
+        flags.append("host_busy")  # another process competed for the CPU during this point
     return flags
 
 
@@ -386,7 +435,9 @@ class _SweepRun:
 
         try:
             reset = ep.reset_prefix_cache() if spec.reset_prefix_cache else None
+            host = HostLoad(server.pid if server is not None else None)
             pl, before, after, sampler = _run_async(_measure(ep, spec, pt.workload, pt.concurrency, n, tick))
+            pl.host_other_cpu_cores = host.other_cores()
             led = self.measured_ledger(pt, server_rec, reset, pl, before, after, sampler, started)
         except Exception as exc:  # noqa: BLE001 - recorded as a failure, the sweep goes on
             self.record_failure(pt, exc, server_rec, started, server.log_tail() if server else None,
@@ -436,6 +487,7 @@ class _SweepRun:
                         sampler: metrics.GaugeSampler, started: str) -> PointLedger:
         results = loadgen.summarize(pl)
         results["client_cpu_util"] = pl.client_cpu_util
+        results["host_other_cpu_cores"] = pl.host_other_cpu_cores
         sd = metrics.spec_decode_delta(before, after)
         if sd is not None and results["output_tokens"]:
             sd["accepted_output_share"] = sd["num_accepted_tokens"] / results["output_tokens"]
