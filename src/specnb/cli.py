@@ -1,9 +1,9 @@
 """``specnb``: run a sweep from a TOML file, print the paired table, export the schema.
 
-    specnb sweep configs/cpu-demo.toml --out ledgers/cpu-demo/run1
+    specnb sweep configs/cpu-demo.toml --out ledgers/mine/run1
     specnb sweep configs/cpu-demo.toml --set repeats=1 --set 'concurrency=[1,2]'
-    specnb report ledgers/cpu-demo/run1
-    specnb report ledgers/cpu-demo/run1 --n-boot 5000 --seed 1 --context 2048
+    specnb report ledgers/mine/run1
+    specnb report ledgers/mine/run1 --n-boot 5000 --seed 1 --context 2048
     specnb schema --out schemas/
 
 Bad input fails with one line on stderr and exit code 2, before any server starts.
