@@ -212,7 +212,7 @@ def _is_published(path: Path) -> bool:
     return isinstance(data, dict) and data.get("kind") == "published"
 
 
-def _ledger_files(sources: Iterable[Path | str] | Path | str) -> list[Path]:
+def _ledger_files(sources: Iterable[Path | str] | Path | str, superseded: bool = False) -> list[Path]:
     if isinstance(sources, (str, Path)):
         sources = [sources]
     files: list[Path] = []
@@ -224,6 +224,7 @@ def _ledger_files(sources: Iterable[Path | str] | Path | str) -> list[Path]:
             files += [
                 p for p in sorted(src.rglob("*.json"))
                 if p.name != "sweep.json" and not p.name.startswith(".") and not _is_published(p)
+                and (superseded or ".superseded-" not in p.name)
             ]
         elif src.is_file():
             if _is_published(src):
@@ -286,13 +287,17 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
     return row
 
 
-def load_ledgers(sources: Iterable[Path | str] | Path | str) -> pd.DataFrame:
+def load_ledgers(sources: Iterable[Path | str] | Path | str, *, superseded: bool = False) -> pd.DataFrame:
     """Every ledger under the given files/folders as a tidy frame, one row per point and repeat.
+
+    A measurement that another process disturbed and that was measured again
+    (``*.superseded-<time>.json``) is a record, not a point: it is left out of a folder walk
+    unless ``superseded=True``, so it can never enter a pair twice.
 
     Published ledgers (numbers transcribed from a write-up, ``kind = "published"``) are left
     out of a folder walk and refused when named: read them with ``specnb.published``.
     """
-    rows = [_row(read_ledger(p), p) for p in _ledger_files(sources)]
+    rows = [_row(read_ledger(p), p) for p in _ledger_files(sources, superseded)]
     df = pd.DataFrame(rows)
     if len(df):
         df = df.sort_values(["sweep", "workload", "concurrency", "repeat", "arm"]).reset_index(drop=True)

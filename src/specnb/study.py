@@ -196,6 +196,7 @@ class Study(BaseModel):
                 else:
                     prev.written += o.written
                     prev.failed += o.failed
+                    prev.superseded += o.superseded
         return folder, list(outcomes.values())
 
     def open_run(self, measure: bool, run: str = "", root: Path | str | None = None, *,

@@ -135,6 +135,8 @@ class SweepSpec(BaseModel):
     request_timeout_s: float = Field(600.0, gt=0)
     metrics_interval_s: float = Field(1.0, gt=0)
     reset_prefix_cache: bool = True
+    busy_retries: int = Field(2, ge=0, description="re-measure a point disturbed by another process "
+                              "(host_busy) up to this many times; each attempt is kept")
     parameters: dict[str, Any] = Field(default_factory=dict, description="caller parameters, recorded")
 
     @field_validator("concurrency")
@@ -216,10 +218,12 @@ class SweepOutcome:
     written: list[Path] = field(default_factory=list)
     skipped: list[Path] = field(default_factory=list)
     failed: list[Path] = field(default_factory=list)
+    superseded: list[Path] = field(default_factory=list)
 
     def summary(self) -> str:
+        busy = f", {len(self.superseded)} re-measured for a busy host" if self.superseded else ""
         return (f"{len(self.written)} points measured, {len(self.skipped)} already done, "
-                f"{len(self.failed)} failed -> {self.out_dir}")
+                f"{len(self.failed)} failed{busy} -> {self.out_dir}")
 
 
 def _resolve_model(model: str | None) -> str | None:
@@ -423,6 +427,19 @@ class _SweepRun:
 
     def run_point(self, pt: _Point, ep: Endpoint, server: VllmServer | None,
                   server_rec: ServerRecord) -> None:
+        """Measure one point; a measurement disturbed by another process (``host_busy``) is
+        kept as a superseded record and measured again, up to ``busy_retries`` times."""
+        for attempt in range(self.spec.busy_retries + 1):
+            busy = self.attempt_point(pt, ep, server, server_rec, last=attempt == self.spec.busy_retries)
+            if not busy:
+                return
+            self.echo(f"{pt.point_id}: another process used the CPU during the point "
+                      f"(attempt {attempt + 1}); kept as superseded, measuring again")
+            _wait_for_quiet(server.pid if server is not None else None)
+
+    def attempt_point(self, pt: _Point, ep: Endpoint, server: VllmServer | None,
+                      server_rec: ServerRecord, last: bool = True) -> bool:
+        """One measurement of a point; True when it was superseded for a busy host."""
         spec, n = self.spec, self.spec.num_requests(pt.concurrency)
         started = utcnow()
         self.bar.set_description(f"{spec.name} r{pt.repeat} {pt.arm.name} {pt.workload.name} c={pt.concurrency}")
@@ -442,8 +459,12 @@ class _SweepRun:
         except Exception as exc:  # noqa: BLE001 - recorded as a failure, the sweep goes on
             self.record_failure(pt, exc, server_rec, started, server.log_tail() if server else None,
                                 unticked=n - ticks)
-            return
+            return False
         frame = pd.DataFrame([rec.as_row() for rec in pl.records])
+        if led.status == "ok" and "host_busy" in led.flags and not last:
+            led = led.model_copy(update={"flags": [*led.flags, "superseded"]})
+            self.outcome.superseded.append(write_ledger(_superseded_path(self.path(pt)), led, frame))
+            return True
         if led.status == "ok":
             self.outcome.written.append(write_ledger(self.path(pt), led, frame))
         else:  # every request failed: recorded, and retried on resume
@@ -455,6 +476,7 @@ class _SweepRun:
             f"{res.get('output_tok_s') or 0:.1f} tok/s" + (f" MAL {mal:.2f}" if mal else "")
             + (f" flags={','.join(led.flags)}" if led.flags else "")
         )
+        return False
 
     def common(self, pt: _Point) -> dict[str, Any]:
         """Ledger fields every record of this point carries, measured or failed."""
@@ -543,6 +565,25 @@ def _run_async(coro: Any) -> Any:
         return asyncio.run(coro)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="specnb-load") as pool:
         return pool.submit(asyncio.run, coro).result()
+
+
+def _wait_for_quiet(server_pid: int | None, timeout_s: float = 120.0, window_s: float = 3.0) -> None:
+    """Wait (bounded) until other processes leave the CPU alone for one window."""
+    if server_pid is None:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        probe = HostLoad(server_pid)
+        time.sleep(window_s)
+        other = probe.other_cores()
+        if other is None or other < HOST_BUSY:
+            return
+
+
+def _superseded_path(p: Path) -> Path:
+    """A measurement disturbed by another process: kept, never paired."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    return p.with_name(f"{p.stem}.superseded-{stamp}.json")
 
 
 def _failed_path(p: Path) -> Path:
