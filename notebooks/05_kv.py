@@ -65,7 +65,7 @@ folder = st.open_run(measure, run, ledger_root)
 df = st.load(folder)
 table = st.summarize(df)
 failed = df[df.status != "ok"]
-display(Markdown(f"Run **{folder.name}**: {len(df)} point ledgers, {len(failed)} failure records; "
+display(Markdown(f"Run **{folder.name}**: {len(df) - len(failed)} measured points, {len(failed)} failure records; "
                  f"conditions: {', '.join(st.label(c) for c in st.condition_names())}."))
 
 # %% [markdown]

@@ -63,7 +63,7 @@ folder = st.open_run(measure, run, ledger_root)
 df = st.load(folder)
 table = st.summarize(df)
 failed = df[df.status != "ok"]
-display(Markdown(f"Run **{folder.name}**: {len(df)} point ledgers, {len(failed)} failure records; "
+display(Markdown(f"Run **{folder.name}**: {len(df) - len(failed)} measured points, {len(failed)} failure records; "
                  f"conditions: {', '.join(st.label(c) for c in st.condition_names())}."))
 
 # %% [markdown]
@@ -79,7 +79,8 @@ if len(failed):
         from specnb.ledger import read_ledger
         p = failed[failed.condition.map(st.label) == label].path.iloc[0]
         tail = (read_ledger(p).failure.log_tail or read_ledger(p).failure.message or "").strip().splitlines()
-        why = next((ln for ln in reversed(tail) if "Error" in ln or "error" in ln), tail[-1] if tail else "")
+        why = next((ln for ln in reversed(tail) if ("Error" in ln or "error" in ln)
+                    and "For further information" not in ln), tail[-1] if tail else "")
         display(Markdown(f"- **{label}** failed ({err}): `{why.strip()[:300]}`"))
 else:
     display(Markdown("Every layout ran."))
