@@ -5,6 +5,18 @@ arm-only server arguments and environment, or an ``endpoint`` to attach to inste
 launching a server. Before any server starts, a draft model is checked against the target:
 a different vocabulary makes every proposal a rejection (seed 004's tokenizer gotcha), so
 such an arm is refused with a clear error rather than measured.
+
+A *ceiling* arm (seed 002: "measure the ceiling before training a drafter") is a
+speculative arm whose ``speculative_config`` says ``rejection_sample_method = "synthetic"``:
+vLLM then accepts each draft position with a forced probability instead of checking it
+against the target, so the run shows what a drafter with that acceptance would buy on this
+stack, verification and drafting costs included. The drafter still runs and its tokens
+become the output (use ``ngram`` or a draft ``model``; on CPU those are the ones that run),
+so the output text is meaningless and its acceptance is not a drafter's: ledgers flag it
+``synthetic_acceptance``. Its fields follow vLLM's rules and are checked here, one line
+per mistake: exactly one of ``synthetic_acceptance_rates`` (per-position *unconditional*
+rates, the chance that the first i+1 drafts are all accepted: k numbers in [0, 1],
+non-increasing) or ``synthetic_acceptance_length`` (mean acceptance length in [1, k+1]).
 """
 
 from __future__ import annotations
@@ -18,11 +30,66 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from specnb.ledger import ArmRecord
 
-__all__ = ["Arm", "ArmError", "check_drafter"]
+__all__ = ["Arm", "ArmError", "check_drafter", "synthetic_rates"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _DRAFT_METHODS = {"ngram", "draft_model", "eagle", "eagle3", "mtp", "medusa", "mlp_speculator",
                   "suffix", "dflash", "ngram_gpu"}
+_REJECTION_METHODS = {"standard", "synthetic", "block"}
+_SYNTHETIC_KEYS = ("synthetic_acceptance_rates", "synthetic_acceptance_length")
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _check_synthetic(v: dict[str, Any], k: int) -> None:
+    """vLLM's own rules for a synthetic config, as one-line errors before anything starts."""
+    method = v.get("rejection_sample_method", "standard")
+    if method not in _REJECTION_METHODS:
+        raise ValueError(f"unknown rejection_sample_method {method!r}; known: {sorted(_REJECTION_METHODS)}")
+    given = [key for key in _SYNTHETIC_KEYS if v.get(key) is not None]
+    if method != "synthetic":
+        if given:
+            raise ValueError(f"{given[0]} needs rejection_sample_method = 'synthetic'")
+        return
+    if len(given) != 1:
+        raise ValueError("a synthetic (ceiling) arm needs exactly one of synthetic_acceptance_rates "
+                         "or synthetic_acceptance_length")
+    rates = v.get("synthetic_acceptance_rates")
+    if rates is not None:
+        if not isinstance(rates, list) or not all(_is_number(r) for r in rates):
+            raise ValueError("synthetic_acceptance_rates must be a list of numbers")
+        if len(rates) != k:
+            raise ValueError(f"synthetic_acceptance_rates has {len(rates)} entries; "
+                             f"num_speculative_tokens is {k}: give one rate per draft position")
+        if not all(0.0 <= r <= 1.0 for r in rates):
+            raise ValueError(f"synthetic_acceptance_rates entries must be in [0, 1], got {rates}")
+        if any(b > a for a, b in zip(rates, rates[1:], strict=False)):
+            raise ValueError(f"synthetic_acceptance_rates must be non-increasing (rate i is the chance that "
+                             f"the first i+1 drafts are all accepted), got {rates}")
+        return
+    length = v["synthetic_acceptance_length"]
+    if not _is_number(length) or not 1.0 <= length <= k + 1:
+        raise ValueError(f"synthetic_acceptance_length must be a number in [1, {k + 1}] "
+                         f"(num_speculative_tokens + 1), got {length!r}")
+
+
+def synthetic_rates(speculative_config: dict[str, Any] | None) -> list[float] | None:
+    """The per-position unconditional acceptance a ceiling arm asks for; None for any other arm.
+
+    A mean acceptance length L becomes vLLM's minimum-variance schedule: floor(L-1) positions
+    at 1, then the fraction, then zeros (``SpeculativeConfig._acceptance_length_to_rates``).
+    Measured per-position acceptance (accepted at position i / drafts) should match these.
+    """
+    v = speculative_config or {}
+    if v.get("rejection_sample_method") != "synthetic":
+        return None
+    if v.get("synthetic_acceptance_rates") is not None:
+        return [float(r) for r in v["synthetic_acceptance_rates"]]
+    k, extra = v["num_speculative_tokens"], float(v["synthetic_acceptance_length"]) - 1.0
+    full = int(extra)
+    return ([1.0] * full + [extra - full] + [0.0] * (k - full - 1))[:k]
 
 
 class ArmError(ValueError):
@@ -61,6 +128,7 @@ class Arm(BaseModel):
             raise ValueError(f"unknown speculative method {v['method']!r}; known: {sorted(_DRAFT_METHODS)}")
         if v.get("method") == "ngram" and "model" in v:
             raise ValueError("an ngram arm takes no draft 'model'")
+        _check_synthetic(v, k)
         return v
 
     @field_validator("server_args")
@@ -73,6 +141,11 @@ class Arm(BaseModel):
     @property
     def speculative(self) -> bool:
         return self.speculative_config is not None
+
+    @property
+    def ceiling(self) -> bool:
+        """True for a synthetic-acceptance arm: forced acceptance, not a drafter's."""
+        return synthetic_rates(self.speculative_config) is not None
 
     def record(self) -> ArmRecord:
         return ArmRecord(

