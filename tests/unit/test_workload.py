@@ -84,3 +84,33 @@ def test_duplicate_ids_and_empty_files(tmp_path):
         load_jsonl(tmp_path / "missing.jsonl")
     with pytest.raises(WorkloadError, match="neither a bundled set"):
         resolve("chatty")
+
+
+def test_one_category_is_a_workload_of_its_own():
+    whole = bundled("copy")
+    cat = next(iter(whole.categories))
+    wl = resolve(f"copy:{cat}")
+    assert wl.name == f"copy:{cat}" and wl.category == cat and wl.parent_hash == whole.content_hash
+    assert [p.id for p in wl.prompts] == [p.id for p in whole.prompts if p.category == cat]
+    assert wl.categories == {cat: whole.categories[cat]}
+    assert wl.content_hash != whole.content_hash
+    d = wl.describe()
+    assert d["category"] == cat and d["parent_hash"] == whole.content_hash and d["imported"] is None
+    with pytest.raises(WorkloadError, match="has no category 'poetry'"):
+        resolve("copy:poetry")
+
+
+def test_category_of_a_prompt_file(tmp_path):
+    p = _write(tmp_path, [json.dumps({"prompt": "a", "category": "x"}), json.dumps({"prompt": "b"})])
+    assert [q.id for q in resolve(f"{p}:x").prompts] == ["1"]
+    assert [q.id for q in resolve(f"{p}:uncategorized").prompts] == ["2"]
+
+
+def test_tool_call_turns_are_valid_messages(tmp_path):
+    msgs = [{"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function"}]},
+            {"role": "tool", "tool_call_id": "1", "content": "rain"}]
+    assert load_jsonl(_write(tmp_path, [json.dumps({"messages": msgs})])).prompts[0].messages == msgs
+    bad = [{"role": "user", "content": None}]
+    with pytest.raises(WorkloadError, match=r"messages\[0\]"):
+        load_jsonl(_write(tmp_path, [json.dumps({"messages": bad})]))
