@@ -20,9 +20,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from specnb import paths
-from specnb.ledger import SCHEMA_VERSION, load_ledgers, schema_json
+from specnb.ledger import SCHEMA_VERSION, load_ledgers, load_spec_by_category, schema_json
 from specnb.mix import MixError, category_speedups, expected_speedup, format_mix, load_tokenizer, measure_mix
-from specnb.report import PairingError, format_crossings, format_table, paired, speedup_table
+from specnb.report import (
+    PairingError,
+    format_category_acceptance,
+    format_crossings,
+    format_table,
+    paired,
+    speedup_table,
+)
 from specnb.sweep import SweepError, SweepSpec, run_sweep
 from specnb.traffic import load_traffic
 from specnb.workload import WorkloadError
@@ -57,6 +64,10 @@ def _print_table(out_dir: Path) -> int:
     except PairingError as exc:
         print(f"specnb: {exc}", file=sys.stderr)
         return 2
+    cats = load_spec_by_category(out_dir)
+    if not cats.empty:
+        print()
+        print(format_category_acceptance(cats))
     if failed:
         print(f"{failed} failed point record(s) under {out_dir} (status=failed in the ledgers)")
     flags = Counter(f for cell in df["flags"].fillna("") for f in cell.split(",") if f and f != "failed")

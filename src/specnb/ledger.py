@@ -6,8 +6,12 @@ environment, engine version, KV capacity, hardware, git state), and what came ou
 summary, speculative-decoding counters, sampled gauges, flags). A failed point is a
 ledger too, with ``status = "failed"`` and the reason; it is never overwritten.
 
-Per-request records (every chunk's time and token count) go in a Parquet sidecar next to
-the JSON. Files are written to a temporary name and hard-linked into place, so a reader
+Per-request records (every chunk's time and token count, and the request's own acceptance
+counts when the server reports them) go in a Parquet sidecar next to the JSON; those
+acceptance counts, pooled per prompt category, are also in the ledger
+(``spec_decode_by_category``), so copy-style and free-form acceptance are seen apart within
+one point. A workload imported from real traffic records what was dropped and sampled
+(``workload.imported``). Files are written to a temporary name and hard-linked into place, so a reader
 never sees half a file and an existing ledger is never replaced.
 
 :func:`load_ledgers` turns a folder of ledgers into a tidy DataFrame, one row per point
