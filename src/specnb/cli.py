@@ -1,8 +1,9 @@
 """``specnb``: run a sweep from a TOML file, print the paired table, export the schema.
 
-    specnb sweep configs/cpu-demo.toml --out ledgers/cpu-demo/run1
+    specnb sweep configs/cpu-demo.toml --out ledgers/mine/run1
     specnb sweep configs/cpu-demo.toml --set repeats=1 --set 'concurrency=[1,2]'
-    specnb report ledgers/cpu-demo/run1
+    specnb report ledgers/mine/run1
+    specnb report ledgers/mine/run1 --n-boot 5000 --seed 1 --context 2048
     specnb schema --out schemas/
     specnb mix traffic.jsonl --tokenizer models/SmolLM2-135M-Instruct
     specnb mix traffic.jsonl --ledgers ledgers/cpu-demo/run1 --arm ngram-k4 --concurrency 1
@@ -20,16 +21,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from specnb import paths
+from specnb.analysis import DEFAULT_N_BOOT, DEFAULT_SEED, AnalysisError, format_report
 from specnb.ledger import SCHEMA_VERSION, load_ledgers, load_spec_by_category, schema_json
 from specnb.mix import MixError, category_speedups, expected_speedup, format_mix, load_tokenizer, measure_mix
-from specnb.report import (
-    PairingError,
-    format_category_acceptance,
-    format_crossings,
-    format_table,
-    paired,
-    speedup_table,
-)
+from specnb.report import PairingError, format_category_acceptance, paired
 from specnb.sweep import SweepError, SweepSpec, run_sweep
 from specnb.traffic import load_traffic
 from specnb.workload import WorkloadError
@@ -50,18 +45,16 @@ def _overrides(items: list[str]) -> dict:
     return out
 
 
-def _print_table(out_dir: Path) -> int:
+def _print_table(out_dir: Path, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED,
+                 context_tokens: int | None = None) -> int:
     df = load_ledgers(out_dir)
     if df.empty:
         print(f"no ledgers under {out_dir}", file=sys.stderr)
         return 1
     failed = int((df["status"] != "ok").sum())
     try:
-        table = speedup_table(df)
-        print(format_table(table))
-        if not table.empty:
-            print(format_crossings(table))
-    except PairingError as exc:
+        print(format_report(df, n_boot=n_boot, seed=seed, context_tokens=context_tokens))
+    except (PairingError, AnalysisError) as exc:
         print(f"specnb: {exc}", file=sys.stderr)
         return 2
     cats = load_spec_by_category(out_dir)
@@ -110,8 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a top-level setting, value in TOML syntax")
     s.add_argument("--no-progress", action="store_true")
-    r = sub.add_parser("report", help="print the paired table of a ledger folder")
+    r = sub.add_parser("report", help="print the paired table of a ledger folder, with bootstrap "
+                       "intervals, where each curve crosses 1.0, and whether to attach the drafter")
     r.add_argument("folder", type=Path)
+    r.add_argument("--n-boot", type=int, default=DEFAULT_N_BOOT, help="bootstrap replicates")
+    r.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
+    r.add_argument("--context", type=int, default=None, metavar="TOKENS",
+                   help="also report concurrent sessions the KV pool holds at this context length")
     sc = sub.add_parser("schema", help="write the ledger JSON Schema")
     sc.add_argument("--out", type=Path, default=paths.SCHEMAS)
     m = sub.add_parser("mix", help="copy share and copy-style / free-form mix of a traffic log with responses")
@@ -139,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             print(outcome.summary(), file=sys.stderr)
             return _print_table(out)
         if a.cmd == "report":
-            return _print_table(a.folder)
+            return _print_table(a.folder, a.n_boot, a.seed, a.context)
         if a.cmd == "mix":
             return _mix(a)
         if a.cmd == "schema":

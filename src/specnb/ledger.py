@@ -227,6 +227,7 @@ def write_once(path: Path, data: bytes) -> Path:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; ledgers are meant to be read by anyone
         os.link(tmp, path)  # fails if path exists: ledgers are never replaced
     finally:
         os.unlink(tmp)
@@ -266,18 +267,35 @@ def schema_json() -> str:
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
 
-def _ledger_files(sources: Iterable[Path | str] | Path | str) -> list[Path]:
+def _is_published(path: Path) -> bool:
+    """True for a number transcribed from a write-up (``specnb.published``), not measured here."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False  # not ours to judge: read_ledger reports what is wrong with it
+    return isinstance(data, dict) and data.get("kind") == "published"
+
+
+def _ledger_files(sources: Iterable[Path | str] | Path | str, superseded: bool = False) -> list[Path]:
     if isinstance(sources, (str, Path)):
         sources = [sources]
     files: list[Path] = []
     for src in sources:
         src = Path(src)
         if src.is_dir():
+            # Published ledgers may sit in the same tree (ledgers/published/): measured and
+            # published numbers must never share a frame, so a folder walk leaves them out.
             files += [
                 p for p in sorted(src.rglob("*.json"))
-                if p.name != "sweep.json" and not p.name.startswith(".")
+                if p.name != "sweep.json" and not p.name.startswith(".") and not _is_published(p)
+                and (superseded or ".superseded-" not in p.name)
             ]
         elif src.is_file():
+            if _is_published(src):
+                raise ValueError(
+                    f"{src} is a published ledger (transcribed from a write-up), not a measurement: "
+                    "read it with specnb.published.load_published"
+                )
             files.append(src)
         else:
             raise FileNotFoundError(f"no ledger file or folder at {src}")
@@ -286,8 +304,13 @@ def _ledger_files(sources: Iterable[Path | str] | Path | str) -> list[Path]:
 
 def _row(led: PointLedger, path: Path) -> dict[str, Any]:
     spec = led.arm.speculative_config or {}
+    params = led.parameters or {}
     row: dict[str, Any] = {
         "sweep": led.sweep,
+        # set by specnb.study; a plain sweep is one condition of its own
+        "axis": params.get("axis"),
+        "study": params.get("study"),
+        "condition": params.get("condition", "default"),
         "point_id": led.point_id,
         "status": led.status,
         "arm": led.arm.name,
@@ -329,9 +352,17 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
     return row
 
 
-def load_ledgers(sources: Iterable[Path | str] | Path | str) -> pd.DataFrame:
-    """Every ledger under the given files/folders as a tidy frame, one row per point and repeat."""
-    rows = [_row(read_ledger(p), p) for p in _ledger_files(sources)]
+def load_ledgers(sources: Iterable[Path | str] | Path | str, *, superseded: bool = False) -> pd.DataFrame:
+    """Every ledger under the given files/folders as a tidy frame, one row per point and repeat.
+
+    A measurement that another process disturbed and that was measured again
+    (``*.superseded-<time>.json``) is a record, not a point: it is left out of a folder walk
+    unless ``superseded=True``, so it can never enter a pair twice.
+
+    Published ledgers (numbers transcribed from a write-up, ``kind = "published"``) are left
+    out of a folder walk and refused when named: read them with ``specnb.published``.
+    """
+    rows = [_row(read_ledger(p), p) for p in _ledger_files(sources, superseded)]
     df = pd.DataFrame(rows)
     if len(df):
         df = df.sort_values(["sweep", "workload", "concurrency", "repeat", "arm"]).reset_index(drop=True)

@@ -215,6 +215,7 @@ class PointLoad:
     steady_start_s: float | None
     steady_end_s: float | None
     client_cpu_util: float | None = None  # CPU seconds of this process per wall second
+    host_other_cpu_cores: float | None = None  # cores used by other processes (sweep.HostLoad)
 
 
 async def _one_request(

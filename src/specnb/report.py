@@ -16,10 +16,12 @@ import math
 
 import pandas as pd
 
-__all__ = ["PairingError", "paired", "speedup_table", "format_table", "crossing", "format_crossings",
+__all__ = ["PairingError", "pair_keys", "paired", "speedup_table", "format_table", "crossing", "format_crossings",
            "format_category_acceptance"]
 
 KEYS = ["sweep", "workload", "concurrency", "repeat"]
+# Present only in some frames (study notebooks): a pair never crosses a study or a condition.
+OPTIONAL_KEYS = ["study", "condition"]
 MUST_MATCH = ["workload_hash", "sampling_key", "engine_version"]
 
 
@@ -39,8 +41,19 @@ def _baseline_arm(df: pd.DataFrame, baseline: str | None) -> str:
     return bases[0]
 
 
+def pair_keys(df: pd.DataFrame) -> list[str]:
+    """The columns two points must share to form a pair: sweep, workload, concurrency, repeat,
+    and study / condition where the frame has them."""
+    return KEYS + [k for k in OPTIONAL_KEYS if k in df.columns]
+
+
 def paired(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
-    """One row per (speculative arm, workload, concurrency, repeat) with its paired ratios."""
+    """One row per (speculative arm, workload, concurrency, repeat) with its paired ratios.
+
+    Baseline columns carry a ``_base`` suffix (``output_tok_s_base``, ``path_base``, ...).
+    Ratios: ``speedup`` (steady-window output tok/s), ``per_user_speedup`` (mean per-user
+    decode tok/s) and ``computed_speedup`` (uncached prompt + output tokens per wall second).
+    """
     if df.empty:
         return pd.DataFrame()
     usable = df[(df["status"] == "ok") & ~df["flags"].fillna("").str.contains("spec_no_drafts")]
@@ -49,10 +62,12 @@ def paired(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
     base_name = _baseline_arm(usable, baseline)
     base = usable[usable["arm"] == base_name]
     spec = usable[usable["arm"] != base_name]
-    cols = KEYS + MUST_MATCH + ["output_tok_s", "per_user_decode_tok_s_mean", "p50_tpot_ms",
-                                "p50_ttft_ms"]
+    keys = pair_keys(usable)
+    cols = keys + MUST_MATCH + ["output_tok_s", "per_user_decode_tok_s_mean", "computed_tok_s_wall",
+                                "p50_tpot_ms", "p50_ttft_ms", "path"]
     cols = [c for c in cols if c in usable.columns]
-    merged = spec.merge(base[cols], on=KEYS, suffixes=("", "_base"), how="inner")
+    # pandas matches null keys with each other: a condition that is None in both arms still pairs
+    merged = spec.merge(base[cols], on=keys, suffixes=("", "_base"), how="inner")
     for col in MUST_MATCH:
         if col not in merged.columns:
             continue
@@ -69,6 +84,8 @@ def paired(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
     if "per_user_decode_tok_s_mean" in merged.columns:
         merged["per_user_speedup"] = (merged["per_user_decode_tok_s_mean"]
                                       / merged["per_user_decode_tok_s_mean_base"])
+    if "computed_tok_s_wall" in merged.columns:
+        merged["computed_speedup"] = merged["computed_tok_s_wall"] / merged["computed_tok_s_wall_base"]
     return merged
 
 
@@ -141,7 +158,9 @@ def format_crossings(table: pd.DataFrame) -> str:
     """One line per (arm, workload): where the mean curve crosses 1.0, and where the curves
     through each level's min and max repeat cross it (a spread, not a confidence interval)."""
     lines = []
-    for (arm, wl), g in table.groupby(["arm", "workload"], sort=True):
+    by = [k for k in OPTIONAL_KEYS if k in table.columns] + ["arm", "workload"]
+    for key, g in table.groupby(by, sort=True, dropna=False):
+        label = " / ".join(str(v) for v in key if not pd.isna(v))
         cs = list(g["concurrency"])
         lo_c, hi_c = min(cs), max(cs)
         kind, at = crossing(cs, list(g["speedup"]))
@@ -157,7 +176,7 @@ def format_crossings(table: pd.DataFrame) -> str:
             text = f"{'pays' if kind == 'above' else 'never pays'} over c={lo_c}..{hi_c}"
             if any(k != kind for k, _ in spans):
                 text += " (but a repeat's curve crosses 1.0: within the noise)"
-        lines.append(f"{arm} / {wl}: {text}")
+        lines.append(f"{label}: {text}")
     return "\n".join(lines)
 
 

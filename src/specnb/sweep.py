@@ -25,6 +25,7 @@ a drafter. An engine without the flag is launched as before; the field stays emp
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import importlib.util
 import json
@@ -40,6 +41,7 @@ from typing import Any
 
 import aiohttp
 import pandas as pd
+import psutil
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from tqdm.auto import tqdm
 
@@ -67,6 +69,52 @@ __all__ = ["SweepSpec", "SweepError", "SweepOutcome", "run_sweep", "point_path",
 
 
 CLIENT_BUSY = 0.8  # share of one core above which the client itself may be the bottleneck
+# CPU (in cores) used by processes that are neither the server nor the client, above which a
+# point is flagged: on a shared machine a noisy neighbour moves one arm and not the other.
+HOST_BUSY = 0.3
+
+
+class HostLoad:
+    """CPU used during a point by everything except the server's process tree and this
+    process: the noisy neighbour a paired measurement cannot cancel if it comes and goes."""
+
+    def __init__(self, server_pid: int | None):
+        self.server_pid = server_pid
+        self._t0 = time.perf_counter()
+        self._busy0 = self._busy()
+        self._srv0 = self._tree(server_pid)
+        self._own0 = time.process_time()
+
+    @staticmethod
+    def _busy() -> float:
+        t = psutil.cpu_times()
+        return sum(getattr(t, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal"))
+
+    @staticmethod
+    def _tree(pid: int | None) -> float | None:
+        if pid is None:
+            return None
+        total = 0.0
+        try:
+            root = psutil.Process(pid)
+            for proc in [root, *root.children(recursive=True)]:
+                try:
+                    ct = proc.cpu_times()
+                    total += ct.user + ct.system
+                except psutil.Error:
+                    pass
+        except psutil.Error:
+            return None
+        return total
+
+    def other_cores(self) -> float | None:
+        """Average cores used by other processes since construction (None if unknown)."""
+        srv = self._tree(self.server_pid)
+        if srv is None or self._srv0 is None:
+            return None
+        wall = max(time.perf_counter() - self._t0, 1e-9)
+        other = (self._busy() - self._busy0) - (srv - self._srv0) - (time.process_time() - self._own0)
+        return max(other, 0.0) / wall
 
 
 class SweepError(ValueError):
@@ -99,6 +147,8 @@ class SweepSpec(BaseModel):
     request_timeout_s: float = Field(600.0, gt=0)
     metrics_interval_s: float = Field(1.0, gt=0)
     reset_prefix_cache: bool = True
+    busy_retries: int = Field(2, ge=0, description="re-measure a point disturbed by another process "
+                              "(host_busy) up to this many times; each attempt is kept")
     per_request_spec_metrics: bool = Field(
         True, description="add --per-request-spec-decode-metrics summary to launched speculative arms "
         "when the engine has it (per-category acceptance in the ledgers)",
@@ -185,10 +235,12 @@ class SweepOutcome:
     written: list[Path] = field(default_factory=list)
     skipped: list[Path] = field(default_factory=list)
     failed: list[Path] = field(default_factory=list)
+    superseded: list[Path] = field(default_factory=list)
 
     def summary(self) -> str:
+        busy = f", {len(self.superseded)} re-measured for a busy host" if self.superseded else ""
         return (f"{len(self.written)} points measured, {len(self.skipped)} already done, "
-                f"{len(self.failed)} failed -> {self.out_dir}")
+                f"{len(self.failed)} failed{busy} -> {self.out_dir}")
 
 
 def _resolve_model(model: str | None) -> str | None:
@@ -329,6 +381,8 @@ def _flags(arm: Arm, results: dict[str, Any], sd: dict[str, Any] | None, cache: 
         flags.append("preemptions")
     if (results.get("client_cpu_util") or 0) > CLIENT_BUSY:
         flags.append("client_busy")  # the load generator may have limited the measurement
+    if (results.get("host_other_cpu_cores") or 0) > HOST_BUSY:
+        flags.append("host_busy")  # another process competed for the CPU during this point
     return flags
 
 
@@ -391,7 +445,7 @@ class _SweepRun:
         try:
             with _open_endpoint(self.spec, arm, self.model, log_path) as (ep, server):
                 server_rec = ServerRecord(**ep.describe())
-                asyncio.run(_warmup(ep, self.spec, next(iter(self.workloads.values()))))
+                _run_async(_warmup(ep, self.spec, next(iter(self.workloads.values()))))
                 for pt in pending:
                     if server is not None and not server.alive():
                         self.record_failure(pt, ServerError("server process exited"), server_rec,
@@ -409,6 +463,19 @@ class _SweepRun:
 
     def run_point(self, pt: _Point, ep: Endpoint, server: VllmServer | None,
                   server_rec: ServerRecord) -> None:
+        """Measure one point; a measurement disturbed by another process (``host_busy``) is
+        kept as a superseded record and measured again, up to ``busy_retries`` times."""
+        for attempt in range(self.spec.busy_retries + 1):
+            busy = self.attempt_point(pt, ep, server, server_rec, last=attempt == self.spec.busy_retries)
+            if not busy:
+                return
+            self.echo(f"{pt.point_id}: another process used the CPU during the point "
+                      f"(attempt {attempt + 1}); kept as superseded, measuring again")
+            _wait_for_quiet(server.pid if server is not None else None)
+
+    def attempt_point(self, pt: _Point, ep: Endpoint, server: VllmServer | None,
+                      server_rec: ServerRecord, last: bool = True) -> bool:
+        """One measurement of a point; True when it was superseded for a busy host."""
         spec, n = self.spec, self.spec.num_requests(pt.concurrency)
         started = utcnow()
         self.bar.set_description(f"{spec.name} r{pt.repeat} {pt.arm.name} {pt.workload.name} c={pt.concurrency}")
@@ -421,13 +488,19 @@ class _SweepRun:
 
         try:
             reset = ep.reset_prefix_cache() if spec.reset_prefix_cache else None
-            pl, before, after, sampler = asyncio.run(_measure(ep, spec, pt.workload, pt.concurrency, n, tick))
+            host = HostLoad(server.pid if server is not None else None)
+            pl, before, after, sampler = _run_async(_measure(ep, spec, pt.workload, pt.concurrency, n, tick))
+            pl.host_other_cpu_cores = host.other_cores()
             led = self.measured_ledger(pt, server_rec, reset, pl, before, after, sampler, started)
         except Exception as exc:  # noqa: BLE001 - recorded as a failure, the sweep goes on
             self.record_failure(pt, exc, server_rec, started, server.log_tail() if server else None,
                                 unticked=n - ticks)
-            return
+            return False
         frame = pd.DataFrame([rec.as_row() for rec in pl.records])
+        if led.status == "ok" and "host_busy" in led.flags and not last:
+            led = led.model_copy(update={"flags": [*led.flags, "superseded"]})
+            self.outcome.superseded.append(write_ledger(_superseded_path(self.path(pt)), led, frame))
+            return True
         if led.status == "ok":
             self.outcome.written.append(write_ledger(self.path(pt), led, frame))
         else:  # every request failed: recorded, and retried on resume
@@ -439,6 +512,7 @@ class _SweepRun:
             f"{res.get('output_tok_s') or 0:.1f} tok/s" + (f" MAL {mal:.2f}" if mal else "")
             + (f" flags={','.join(led.flags)}" if led.flags else "")
         )
+        return False
 
     def common(self, pt: _Point) -> dict[str, Any]:
         """Ledger fields every record of this point carries, measured or failed."""
@@ -471,6 +545,7 @@ class _SweepRun:
                         sampler: metrics.GaugeSampler, started: str) -> PointLedger:
         results = loadgen.summarize(pl)
         results["client_cpu_util"] = pl.client_cpu_util
+        results["host_other_cpu_cores"] = pl.host_other_cpu_cores
         sd = metrics.spec_decode_delta(before, after)
         if sd is not None and results["output_tokens"]:
             sd["accepted_output_share"] = sd["num_accepted_tokens"] / results["output_tokens"]
@@ -516,6 +591,36 @@ def run_sweep(
     """
     echo = echo or (lambda s: print(s, file=sys.stderr))
     return _SweepRun(spec, Path(out_dir), progress, echo).run()
+
+
+def _run_async(coro: Any) -> Any:
+    """``asyncio.run``, also from inside a running event loop (a Jupyter kernel has one):
+    there the coroutine runs on a loop of its own in a worker thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="specnb-load") as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _wait_for_quiet(server_pid: int | None, timeout_s: float = 120.0, window_s: float = 3.0) -> None:
+    """Wait (bounded) until other processes leave the CPU alone for one window."""
+    if server_pid is None:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        probe = HostLoad(server_pid)
+        time.sleep(window_s)
+        other = probe.other_cores()
+        if other is None or other < HOST_BUSY:
+            return
+
+
+def _superseded_path(p: Path) -> Path:
+    """A measurement disturbed by another process: kept, never paired."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    return p.with_name(f"{p.stem}.superseded-{stamp}.json")
 
 
 def _failed_path(p: Path) -> Path:

@@ -16,7 +16,8 @@ SPEC = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
 
 
 def ledger(arm="baseline", workload="copy", c=1, r=0, tok_s=100.0, mal=None, status="ok",
-           flags=(), content_hash="sha256:aa", engine="0.32.0", temperature=0.0, sweep="t") -> PointLedger:
+           flags=(), content_hash="sha256:aa", engine="0.32.0", temperature=0.0, sweep="t",
+           kv_tokens=46592, share=None, per_user=None, computed_tok_s=None) -> PointLedger:
     spec = SPEC if arm != "baseline" else None
     sd = None
     if spec is not None and mal is not None:
@@ -24,7 +25,8 @@ def ledger(arm="baseline", workload="copy", c=1, r=0, tok_s=100.0, mal=None, sta
         accepted = (mal - 1.0) * drafts
         sd = SpecDecode(num_drafts=drafts, num_draft_tokens=400.0, num_accepted_tokens=accepted,
                         accepted_per_position=[drafts] * 4, acceptance_rate=accepted / 400.0,
-                        mean_acceptance_length=mal, per_position_acceptance=[1.0] * 4)
+                        mean_acceptance_length=mal, per_position_acceptance=[1.0] * 4,
+                        accepted_output_share=share)
     return PointLedger(
         status=status, sweep=sweep, point_id=f"{arm}/{workload}/c{c}-r{r}",
         arm=ArmRecord(name=arm, speculative_config=spec),
@@ -34,13 +36,15 @@ def ledger(arm="baseline", workload="copy", c=1, r=0, tok_s=100.0, mal=None, sta
         sampling=Sampling(temperature=temperature),
         server=ServerRecord(mode="launched", base_url="http://127.0.0.1:1", model="m",
                             engine_version=engine, argv=["x"], env={},
-                            kv_capacity={"total_tokens": 46592}, ready_s=20.0),
+                            kv_capacity={"total_tokens": kv_tokens}, ready_s=20.0),
         provenance=Provenance(git_sha="abc", git_dirty=False, versions={"vllm": engine},
                               hardware={"cpu_model": "test"}),
         started_at="2026-11-29T00:00:00+00:00", finished_at="2026-11-29T00:00:01+00:00",
         results=None if status != "ok" else {
             "num_requests": 8, "num_ok": 8, "num_errors": 0, "output_tok_s": tok_s,
-            "per_user_decode_tok_s_mean": tok_s / c, "p50_tpot_ms": 1000.0 * c / tok_s,
+            "per_user_decode_tok_s_mean": tok_s / c if per_user is None else per_user,
+            "p50_tpot_ms": 1000.0 * c / tok_s,
+            **({} if computed_tok_s is None else {"computed_tok_s_wall": computed_tok_s}),
         },
         spec_decode=sd, flags=list(flags),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -108,3 +109,25 @@ def test_committed_ledgers_still_read_and_carry_no_new_blocks():
         led = read_ledger(p)
         assert led.spec_decode_by_category is None and led.workload.imported is None
     assert load_spec_by_category(files[:4]).empty
+
+
+def _published(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"schema_version": 1, "kind": "published", "id": path.stem, "rows": []}))
+    return path
+
+
+def test_load_ledgers_leaves_published_ledgers_out(tmp_path):
+    write_ledger(tmp_path / "run" / "baseline" / "c1-r0.json", ledger("baseline"))
+    pub = _published(tmp_path / "published" / "someone-table.json")
+    df = load_ledgers(tmp_path)
+    assert df["path"].tolist() == [str(tmp_path / "run" / "baseline" / "c1-r0.json")]
+    with pytest.raises(ValueError, match="published ledger"):
+        load_ledgers(pub)
+
+
+def test_load_ledgers_reads_the_whole_committed_tree():
+    # ledgers/ holds measured runs and ledgers/published/ side by side
+    df = load_ledgers(paths.LEDGERS)
+    tops = {Path(p).relative_to(paths.LEDGERS).parts[0] for p in df["path"]}
+    assert len(df) and "published" not in tops

@@ -391,3 +391,46 @@ def test_attach_to_non_json_models_raises(http_server):
     url = http_server({"/v1/models": b"<html>not an API</html>"})
     with pytest.raises(ServerError):
         attach(url)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_server_dies_with_a_sigkilled_parent(tmp_path):
+    """atexit and signal handlers do not run on SIGKILL (a killed notebook kernel): the
+    server must still go, by the death signal asked for before exec."""
+    import subprocess
+
+    pid_file = tmp_path / "server.pid"
+    parent = tmp_path / "parent.py"
+    parent.write_text(
+        "import sys, time\n"
+        "from specnb.server import VllmServer\n"
+        f"srv = VllmServer('/m', served_model_name='smol', python={str(fake_vllm(tmp_path))!r},\n"
+        f"                 log_path={str(tmp_path / 's.log')!r}, ready_timeout_s=30)\n"
+        "srv.start()\n"
+        f"open({str(pid_file)!r}, 'w').write(str(srv.pid))\n"
+        "time.sleep(300)\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(parent)])
+    try:
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline and proc.poll() is None, "parent did not start the server"
+            time.sleep(0.1)
+        server_pid = int(pid_file.read_text())
+        assert psutil.pid_exists(server_pid)
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                if psutil.Process(server_pid).status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.1)
+        else:
+            os.killpg(server_pid, signal.SIGKILL)
+            pytest.fail("the server outlived its SIGKILLed parent")
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -182,3 +182,43 @@ def test_traffic_and_category_workloads_in_a_sweep(tmp_path):
     with pytest.raises(SweepError, match="has no category"):
         prepare(spec(workloads=["copy:poetry"]))
     prepare(spec(workloads=[{"traffic": str(log)}, {"traffic": str(log), "sample": 3, "name": "chat-3"}]))
+
+
+def test_run_async_works_inside_a_running_event_loop():
+    """Notebooks run the sweep inside ipykernel's event loop, where asyncio.run refuses."""
+    import asyncio
+
+    from specnb.sweep import _run_async
+
+    async def value():
+        await asyncio.sleep(0)
+        return 42
+
+    async def outer():
+        return _run_async(value())
+
+    assert _run_async(value()) == 42
+    assert asyncio.run(outer()) == 42
+
+
+def test_host_load_sees_a_noisy_neighbour_but_not_the_server():
+    """Two views of the same second, so background load on the machine cancels: counting
+    the burner as the server must see about one core less than counting an idle process."""
+    import subprocess
+    import sys
+    import time
+
+    from specnb.sweep import HostLoad
+
+    burner = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<2: pass"])
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"])
+    try:
+        time.sleep(0.2)
+        as_server, as_neighbour = HostLoad(burner.pid), HostLoad(idle.pid)
+        time.sleep(1.0)
+        excluded, included = as_server.other_cores(), as_neighbour.other_cores()
+        assert included - excluded > 0.5
+    finally:
+        burner.wait()
+        idle.kill()
+    assert HostLoad(None).other_cores() is None

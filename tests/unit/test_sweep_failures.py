@@ -158,3 +158,30 @@ def test_per_request_acceptance_lands_per_category(fake, tmp_path, monkeypatch):
     table = load_spec_by_category(tmp_path / "out")
     assert sorted(table["category"]) == ["creative", "fix-json", "uncategorized"]
     assert table.set_index("category").loc["fix-json", "requests"] == 4
+
+
+def test_a_point_disturbed_by_another_process_is_kept_and_measured_again(fake, tmp_path, monkeypatch):
+    from specnb import sweep
+
+    readings = iter([1.2, 0.0, 1.5, 1.4, 1.3])  # c=1: busy then quiet; c=2: busy three times
+
+    class FakeHostLoad:
+        def __init__(self, pid):
+            pass
+
+        def other_cores(self):
+            return next(readings)
+
+    monkeypatch.setattr(sweep, "HostLoad", FakeHostLoad)
+    monkeypatch.setattr(sweep, "_wait_for_quiet", lambda pid: None)
+    fake.fail = False
+    out = run_sweep(_spec(fake.url), tmp_path, progress=False, echo=lambda s: None)
+    assert len(out.written) == 2 and len(out.superseded) == 3
+    assert all(".superseded-" in p.name for p in out.superseded)
+    assert all("superseded" in read_ledger(p).flags for p in out.superseded)
+    df = load_ledgers(tmp_path)  # superseded records never enter the frame of points
+    assert len(df) == 2
+    c2 = df[df["concurrency"] == 2].iloc[0]
+    assert "host_busy" in c2["flags"]  # retries ran out: the last attempt stands, flagged
+    assert "host_busy" not in df[df["concurrency"] == 1].iloc[0]["flags"]
+    assert len(load_ledgers(tmp_path, superseded=True)) == 5

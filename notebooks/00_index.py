@@ -1,0 +1,69 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # specnb notebooks: which one answers which question
+#
+# Speculative decoding is a trade: a drafter spends spare compute (and KV cache) to emit
+# several tokens per step of the target. Whether it pays depends on conditions, not on the
+# feature. Each notebook measures one axis on a real vLLM server, with the drafter-on and
+# drafter-off arms paired inside one run, and finds where the speedup crosses 1.0.
+#
+# | notebook | question | seed |
+# | --- | --- | --- |
+# | `01_concurrency` | Below which concurrency does the drafter pay (threshold concurrency, with its interval)? | 000, 002 |
+# | `02_quantization` | Does a quantized checkpoint keep the gain? Judge on final throughput, not the multiplier. | 000 |
+# | `03_drafter` | n-gram or a trained drafter, on which kind of prompts (per category)? | 000, 004 |
+# | `04_temperature` | Does the drafter still pay at the temperature the service samples at? | 000 |
+# | `05_kv` | How many KV seats does the drafter take; what happens under a small pool? | 000, 002 |
+# | `06_parallelism` | Tensor vs data parallel x drafter: which lever is worth more? | 002 |
+# | `07_calculator` | The seeds' formulas: acceptance length, best K, Amdahl, KV sessions, a step-cost model. | 000, 002, 004 |
+#
+# Every axis notebook has one `parameters` cell. `measure = False` (the default) reads the
+# newest committed run under `ledgers/<axis>/<study>/`; `make measure-<axis>` runs it with
+# `measure = True` and the CPU parameters (`notebooks/params/cpu/<axis>.yaml`), or with
+# `PARAMS=notebooks/params/gpu/<axis>.yaml` on a GPU machine. `make figures` re-executes all of
+# them on the committed ledgers and writes `figures/` and `notebooks/executed/`.
+#
+# Published numbers from the seeds are in `ledgers/published/` and are drawn in separate
+# panels, never on the axes of a measurement.
+
+# %% tags=["parameters"]
+ledger_root = "ledgers"  # folder holding the <axis>/<study>/<run> tree
+
+# %% [markdown]
+# ## The runs the notebooks read now
+
+# %%
+from pathlib import Path
+
+import pandas as pd
+
+from specnb.ledger import load_ledgers
+from specnb.published import list_published
+from specnb.study import AXES
+
+rows = []
+for axis in AXES:
+    for study_dir in sorted(p for p in (Path(ledger_root) / axis).glob("*") if p.is_dir()):
+        runs = sorted(p for p in study_dir.iterdir() if p.is_dir())
+        if not runs:
+            continue
+        df = load_ledgers(runs[-1])
+        rows.append({"axis": axis, "study": study_dir.name, "newest run": runs[-1].name, "runs": len(runs),
+                     "points": int((df.status == "ok").sum()) if len(df) else 0,
+                     "failure records": int((df.status != "ok").sum()) if len(df) else 0,
+                     "engine": df.engine_version.dropna().iloc[0] if len(df) and df.engine_version.notna().any() else None})
+pd.DataFrame(rows)
+
+# %%
+pd.DataFrame({"published ledger": list_published()})

@@ -1,0 +1,115 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 3 · Drafter type: which drafter, on which kind of work?
+#
+# An n-gram (prompt-lookup) drafter proposes a continuation it finds in the prompt: free, and
+# very good when the answer quotes its input, useless when it does not. A trained drafter
+# (a small draft model, EAGLE/EAGLE-3, MTP heads, DFlash) predicts from the model's own state
+# and helps on free-form text too, at the price of its own compute and KV cache. Seed 000
+# (ThakiCloud) found its board-reading drafter slower than baseline on free-form generation on
+# every quantized checkpoint, and measured acceptance lengths of 3.1 on copy-style work vs 2.2
+# on free-form; seed 004 says: try n-gram first, it tells you about your workload.
+#
+# Rows are drafters, columns are workloads and their prompt categories. Every cell is a pair
+# (same prompts, same server build, same sampling).
+#
+# On the CPU build: n-gram and a draft model run. The draft model is the target with seeded
+# Gaussian noise (sigma 0.05 of each weight's std; `make setup` builds it): a drafter whose
+# acceptance is set by construction, as large as the target, so it is slow; EAGLE, MTP and
+# DFlash need GPU checkpoints (see the GPU parameter file).
+
+# %% tags=["parameters"]
+measure = False  # True: start vLLM and measure a new run before the analysis (minutes)
+study = "cpu"  # ledgers/drafter/<study>/<run>/
+run = ""  # empty: the newest run (or a new time-stamped one when measuring); a run name reads or resumes it
+ledger_root = "ledgers"  # folder holding the <axis>/<study>/<run> tree
+figures_dir = "figures"  # where figures are written (SVG + PNG + sidecar)
+model = "models/SmolLM2-135M-Instruct"  # target checkpoint: local folder or hub id
+served_model_name = "smollm2-135m"  # name the server answers to
+endpoint = ""  # URL of a running server to attach to instead of launching (empty: launch)
+server_args = ["--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "2048"]  # every launch
+env = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # environment for every launch (CPU KV pool in GiB)
+drafters = {"ngram-k4": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}, "draft-noise0.05": {"model": "models/SmolLM2-135M-Instruct-noise0.05", "num_speculative_tokens": 3}}  # arm -> --speculative-config
+conditions = {}  # condition name -> what it changes; empty: one condition
+workloads = ["copy", "freeform"]  # bundled prompt sets (categories inside) or JSONL files
+concurrency = [1, 4]  # concurrency levels (requests in flight)
+repeats = 2  # server restarts per arm; arm order alternates
+requests_per_user = 3  # requests per point: concurrency x this ...
+min_requests = 6  # ... but at least this many
+warmup_requests = 2  # per server start, not measured
+max_tokens = 64  # output tokens per request
+temperature = 0.0  # sampling temperature (0 is greedy)
+seed = 0  # sampling seed (per request: seed + prompt index)
+
+# %%
+import pandas as pd
+from IPython.display import Markdown, display
+
+from specnb import figures, plots
+from specnb.study import Study, absolute
+
+AXIS, NB = "drafter", "03_drafter"
+st = Study.from_namespace(AXIS, globals())
+folder = st.open_run(measure, run, ledger_root)
+df = st.load(folder)
+table = st.summarize(df)
+failed = df[df.status != "ok"]
+display(Markdown(f"Run **{folder.name}**: {len(df) - len(failed)} measured points, {len(failed)} failure records; "
+                 f"conditions: {', '.join(st.label(c) for c in st.condition_names())}."))
+
+# %% [markdown]
+# ## Speedup and acceptance length per drafter and workload
+
+# %%
+levels = sorted(table.concurrency.unique())
+fig, axes = plots.new_figure(ncols=2, nrows=len(levels), width=4.3, height=2.4)
+for i, c in enumerate(levels):
+    t = table[table.concurrency == c]
+    plots.heatmap(axes[i][0], t.pivot(index="arm", columns="workload", values="speedup"),
+                  title=f"paired speedup, c={c}", cbar_label="on / off")
+    plots.heatmap(axes[i][1], t.pivot(index="arm", columns="workload", values="acceptance_length"),
+                  center=None, cmap="viridis", title=f"mean acceptance length, c={c}", cbar_label="tokens/step")
+figures.save_figure(fig, "drafter-heatmap", [folder], out_dir=figures_dir, notebook=NB,
+                    caption="Paired speedup (left) and mean acceptance length (right) per drafter and workload.")
+table[["arm", "workload", "concurrency", "n_repeats", "base_tok_s", "spec_tok_s", "speedup", "speedup_lo", "speedup_hi",
+       "acceptance_length", "acceptance_rate", "accepted_output_share"]].round(3)
+
+# %% [markdown]
+# ## Per prompt category: the benchmark column is not your column
+#
+# Categories share every batch, so a per-category *aggregate* speedup would need one workload
+# per category; the per-user decode speedup (1 / time per output token, per request) splits
+# cleanly by category. Interval: min-max over repeats. Seed 000: public benchmarks lean
+# copy-style; 93.5 % of its own real tokens were free-form.
+
+# %%
+from specnb.study import by_category
+
+cat = by_category(df)
+c0 = min(levels)
+cc = cat[cat.concurrency == c0]
+fig, axes = plots.new_figure(width=max(5.0, 0.55 * cc.category.nunique() + 2), height=2.8)
+plots.heatmap(axes[0][0], cc.pivot_table(index="arm", columns="category", values="per_user_speedup", sort=False),
+              title=f"per-user decode speedup by prompt category, c={c0}", cbar_label="on / off")
+figures.save_figure(fig, "drafter-by-category", [folder], out_dir=figures_dir, notebook=NB,
+                    caption="Per-user decode speedup per prompt category and drafter (paired per repeat).")
+cc.round(2)
+
+# %% [markdown]
+# ## How to read this
+#
+# The n-gram drafter's acceptance length counts only steps where it found a match, so read it
+# with the share of output it supplied. The noise-perturbed draft model shows what a trained
+# drafter's acceptance buys when drafting costs as much as the target's own step: on this CPU
+# that cost usually outweighs the gain, which is the point of measuring instead of assuming.

