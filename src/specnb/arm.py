@@ -4,7 +4,11 @@ An arm is a name plus vLLM's ``--speculative-config`` (``None`` for the baseline
 arm-only server arguments and environment, or an ``endpoint`` to attach to instead of
 launching a server. Before any server starts, a draft model is checked against the target:
 a different vocabulary makes every proposal a rejection (seed 004's tokenizer gotcha), so
-such an arm is refused with a clear error rather than measured.
+such an arm is refused with a clear error rather than measured. Checked, when both are
+local folders: ``vocab_size`` (config.json), the special token ids (bos, eos, pad, unk from
+config.json and generation_config.json), the special token strings (tokenizer_config.json),
+and the vocabulary itself (every token and id of tokenizer.json, or the bytes of a
+SentencePiece tokenizer.model): two tokenizers of the same size can still disagree.
 
 A *ceiling* arm (seed 002: "measure the ceiling before training a drafter") is a
 speculative arm whose ``speculative_config`` says ``rejection_sample_method = "synthetic"``:
@@ -21,6 +25,7 @@ non-increasing) or ``synthetic_acceptance_length`` (mean acceptance length in [1
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -165,7 +170,7 @@ def _read_config(model_dir: Path) -> dict[str, Any]:
 
 
 def _special_ids(model_dir: Path, cfg: dict[str, Any]) -> dict[str, Any]:
-    ids = {k: cfg.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    ids = {k: cfg.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id")}
     gen = model_dir / "generation_config.json"
     if gen.exists():
         try:
@@ -175,6 +180,75 @@ def _special_ids(model_dir: Path, cfg: dict[str, Any]) -> dict[str, Any]:
         except ValueError:
             pass
     return ids
+
+
+_SPECIAL_STRINGS = ("bos_token", "eos_token", "unk_token", "pad_token")
+
+
+def _special_strings(model_dir: Path) -> dict[str, Any]:
+    """bos/eos/unk/pad token strings from tokenizer_config.json ({} when absent or unreadable)."""
+    try:
+        cfg = json.loads((model_dir / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for k in _SPECIAL_STRINGS:
+        v = cfg.get(k)
+        out[k] = v.get("content") if isinstance(v, dict) else v  # AddedToken dicts in older files
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _vocabulary(model_dir: Path) -> tuple[str, dict[int, str]] | None:
+    """(kind, id -> token) from tokenizer.json, ("sentencepiece", {}) keyed by the model file's
+    digest, or None when the folder has neither."""
+    tj = model_dir / "tokenizer.json"
+    if tj.exists():
+        try:
+            data = json.loads(tj.read_text())
+        except (OSError, ValueError) as exc:
+            raise ArmError(f"cannot read {tj}: {exc}") from exc
+        vocab = (data.get("model") or {}).get("vocab")
+        ids: dict[int, str] = {}
+        if isinstance(vocab, dict):
+            ids = {int(i): t for t, i in vocab.items()}
+        elif isinstance(vocab, list):  # Unigram: [[piece, score], ...], id = position
+            ids = {i: (p[0] if isinstance(p, list) else p) for i, p in enumerate(vocab)}
+        for tok in data.get("added_tokens") or []:
+            ids[int(tok["id"])] = tok["content"]
+        return "tokenizer.json", ids
+    sp = model_dir / "tokenizer.model"
+    if sp.exists():
+        return "sentencepiece:" + hashlib.sha256(sp.read_bytes()).hexdigest(), {}
+    return None
+
+
+def _compare_tokenizers(arm: Arm, draft_dir: Path, target_dir: Path) -> list[str]:
+    d_str, t_str = _special_strings(draft_dir), _special_strings(target_dir)
+    diff = {k: (d_str[k], t_str[k]) for k in d_str.keys() & t_str.keys() if d_str[k] != t_str[k]}
+    if diff:
+        raise ArmError(f"arm {arm.name!r}: draft and target special tokens differ "
+                       + ", ".join(f"{k} {a!r} vs {b!r}" for k, (a, b) in sorted(diff.items())))
+    d_voc, t_voc = _vocabulary(draft_dir), _vocabulary(target_dir)
+    not_compared = ["draft or target has no tokenizer.json / tokenizer.model to compare: vocabulary contents "
+                    "not checked (sizes and special tokens were)"]
+    if d_voc is None or t_voc is None:
+        return not_compared
+    (d_kind, d_ids), (t_kind, t_ids) = d_voc, t_voc
+    if d_kind.startswith("sentencepiece:") and t_kind.startswith("sentencepiece:"):
+        if d_kind != t_kind:
+            raise ArmError(f"arm {arm.name!r}: draft and target tokenizer.model files differ")
+        return []
+    if d_kind != t_kind:  # one tokenizer.json, one SentencePiece file: no common ground
+        return not_compared
+    if d_ids != t_ids:
+        bad = sorted(i for i in d_ids.keys() | t_ids.keys() if d_ids.get(i) != t_ids.get(i))
+        i = bad[0]
+        raise ArmError(
+            f"arm {arm.name!r}: draft and target tokenizers differ in {len(bad)} token(s), e.g. id {i} is "
+            f"{d_ids.get(i)!r} in the draft and {t_ids.get(i)!r} in the target (proposals are token ids: they would "
+            "be rejected)"
+        )
+    return []
 
 
 def check_drafter(arm: Arm, target_model: str | None) -> list[str]:
@@ -213,4 +287,5 @@ def check_drafter(arm: Arm, target_model: str | None) -> list[str]:
                 f"arm {arm.name!r}: draft and target special tokens differ "
                 + ", ".join(f"{k} {a} vs {b}" for k, (a, b) in diff.items())
             )
+        notes += _compare_tokenizers(arm, draft_dir, target_dir)
     return notes

@@ -5,6 +5,8 @@
     specnb report ledgers/mine/run1
     specnb report ledgers/mine/run1 --n-boot 5000 --seed 1 --context 2048
     specnb schema --out schemas/
+    specnb mix traffic.jsonl --tokenizer models/SmolLM2-135M-Instruct
+    specnb mix traffic.jsonl --ledgers ledgers/cpu-demo/run1 --arm ngram-k4 --concurrency 1
 
 Bad input fails with one line on stderr and exit code 2, before any server starts.
 """
@@ -20,9 +22,12 @@ from pathlib import Path
 
 from specnb import paths
 from specnb.analysis import DEFAULT_N_BOOT, DEFAULT_SEED, AnalysisError, format_report
-from specnb.ledger import SCHEMA_VERSION, load_ledgers, schema_json
-from specnb.report import PairingError
+from specnb.ledger import SCHEMA_VERSION, load_ledgers, load_spec_by_category, schema_json
+from specnb.mix import MixError, category_speedups, expected_speedup, format_mix, load_tokenizer, measure_mix
+from specnb.report import PairingError, format_category_acceptance, paired
 from specnb.sweep import SweepError, SweepSpec, run_sweep
+from specnb.traffic import load_traffic
+from specnb.workload import WorkloadError
 
 __all__ = ["main"]
 
@@ -52,12 +57,39 @@ def _print_table(out_dir: Path, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAUL
     except (PairingError, AnalysisError) as exc:
         print(f"specnb: {exc}", file=sys.stderr)
         return 2
+    cats = load_spec_by_category(out_dir)
+    if not cats.empty:
+        print()
+        print(format_category_acceptance(cats))
     if failed:
         print(f"{failed} failed point record(s) under {out_dir} (status=failed in the ledgers)")
     flags = Counter(f for cell in df["flags"].fillna("") for f in cell.split(",") if f and f != "failed")
     if flags:
         print("flags: " + ", ".join(f"{k} x{v}" for k, v in sorted(flags.items()))
               + "  (see the ledgers; spec_no_drafts points are left out of the pairs)")
+    return 0
+
+
+def _mix(a: argparse.Namespace) -> int:
+    wl = load_traffic(a.traffic, sample=a.sample, seed=a.seed)
+    kw = {} if a.threshold is None else {"threshold": a.threshold}
+    rep = measure_mix(wl, load_tokenizer(a.tokenizer), n_min=a.ngram_min, n_max=a.ngram_max,
+                      context=a.context, **kw)
+    print(format_mix(rep))
+    dropped = wl.imported["dropped"]
+    if dropped:
+        print("dropped on import: " + ", ".join(f"{k} x{v}" for k, v in dropped.items()))
+    if a.csv:
+        rep.requests.to_csv(a.csv, index=False)
+        print(f"per-request copy shares: {a.csv}")
+    if a.ledgers:
+        if not a.arm or a.concurrency is None:
+            raise MixError("--ledgers needs --arm and --concurrency")
+        frame = category_speedups(paired(load_ledgers(a.ledgers)), arm=a.arm, concurrency=a.concurrency)
+        est = expected_speedup(frame, rep.mix("tokens"))
+        print(f"\nexpected speedup of {a.arm} at c={a.concurrency} on this mix (by output tokens): {est}")
+        print("  from " + ", ".join(f"{c} x{w:.3f}" for c, w in est.weights.items())
+              + " (time-weighted; see specnb.mix)")
     return 0
 
 
@@ -80,6 +112,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="also report concurrent sessions the KV pool holds at this context length")
     sc = sub.add_parser("schema", help="write the ledger JSON Schema")
     sc.add_argument("--out", type=Path, default=paths.SCHEMAS)
+    m = sub.add_parser("mix", help="copy share and copy-style / free-form mix of a traffic log with responses")
+    m.add_argument("traffic", type=Path, help="JSONL: {prompt, response} or {messages} ending with the answer")
+    m.add_argument("--tokenizer", type=Path, help="local model folder (default: count words)")
+    m.add_argument("--ngram-min", type=int, help="prompt_lookup_min (vLLM default: 5, or --ngram-max)")
+    m.add_argument("--ngram-max", type=int, help="prompt_lookup_max (vLLM default: 5, or --ngram-min)")
+    m.add_argument("--context", choices=["prompt+response", "prompt"], default="prompt+response",
+                   help="where a copied n-gram may come from (default: as vLLM's n-gram drafter looks)")
+    m.add_argument("--threshold", type=float, default=None, help="copy share at which a request is copy-style")
+    m.add_argument("--sample", type=int, help="measure a seeded sample of N requests")
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--csv", type=Path, help="write the per-request copy shares here")
+    m.add_argument("--ledgers", type=Path, help="a sweep folder: estimate the speedup on this mix")
+    m.add_argument("--arm", help="with --ledgers: the speculative arm")
+    m.add_argument("--concurrency", type=int, help="with --ledgers: the concurrency level")
     a = p.parse_args(argv)
 
     try:
@@ -92,13 +138,15 @@ def main(argv: list[str] | None = None) -> int:
             return _print_table(out)
         if a.cmd == "report":
             return _print_table(a.folder, a.n_boot, a.seed, a.context)
+        if a.cmd == "mix":
+            return _mix(a)
         if a.cmd == "schema":
             a.out.mkdir(parents=True, exist_ok=True)
             path = a.out / f"point-ledger.v{SCHEMA_VERSION}.json"
             path.write_text(schema_json())
             print(path)
             return 0
-    except (SweepError, FileNotFoundError) as exc:
+    except (SweepError, WorkloadError, MixError, FileNotFoundError) as exc:
         print(f"specnb: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

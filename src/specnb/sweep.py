@@ -18,6 +18,12 @@ acceptance) is flagged ``synthetic_acceptance`` on every point, so its acceptanc
 averaged with a real drafter's; on the CPU build it needs specnb's vLLM plugin, and
 :func:`prepare` refuses the sweep when vLLM would not load it, instead of letting the
 engine die at its first speculative step.
+
+A launched speculative arm gets ``--per-request-spec-decode-metrics summary`` when the
+installed vLLM knows that flag (and the arm's arguments do not set it already), so every
+response carries its own acceptance counts and the ledger can split acceptance by prompt
+category (``spec_decode_by_category``). A baseline never gets it: vLLM refuses it without
+a drafter. An engine without the flag is launched as before; the field stays empty.
 """
 
 from __future__ import annotations
@@ -60,10 +66,12 @@ from specnb.ledger import (
     write_once,
 )
 from specnb.plugins import ENTRY_POINT_GROUP, synthetic_cpu
-from specnb.server import Endpoint, ServerError, VllmServer, attach, installed_vllm
+from specnb.server import Endpoint, ServerError, VllmServer, attach, engine_supports_flag, installed_vllm
+from specnb.traffic import TrafficSource
 from specnb.workload import Workload, WorkloadError, resolve
 
-__all__ = ["SweepSpec", "SweepError", "SweepOutcome", "run_sweep", "point_path", "blocks"]
+__all__ = ["SweepSpec", "SweepError", "SweepOutcome", "run_sweep", "point_path", "blocks", "server_args_for",
+           "PER_REQUEST_SPEC_FLAG"]
 
 
 CLIENT_BUSY = 0.8  # share of one core above which the client itself may be the bottleneck
@@ -130,7 +138,11 @@ class SweepSpec(BaseModel):
     server_args: list[str] = Field(default_factory=list, description="args for every launched arm")
     env: dict[str, str] = Field(default_factory=dict, description="environment for every launched arm")
     arms: list[Arm] = Field(min_length=1)
-    workloads: list[str] = Field(default_factory=lambda: ["copy", "freeform"])
+    workloads: list[str | TrafficSource] = Field(
+        default_factory=lambda: ["copy", "freeform"],
+        description="bundled sets ('copy'), '<set>:<category>', .jsonl paths, or traffic imports "
+        "({traffic = 'log.jsonl', sample = 200, seed = 0})",
+    )
     concurrency: list[int] = Field(min_length=1)
     repeats: int = Field(2, ge=1, description="server restarts per arm; arm order alternates")
     requests_per_user: int = Field(4, ge=1, description="requests per point = concurrency x this")
@@ -143,6 +155,10 @@ class SweepSpec(BaseModel):
     reset_prefix_cache: bool = True
     busy_retries: int = Field(2, ge=0, description="re-measure a point disturbed by another process "
                               "(host_busy) up to this many times; each attempt is kept")
+    per_request_spec_metrics: bool = Field(
+        True, description="add --per-request-spec-decode-metrics summary to launched speculative arms "
+        "when the engine has it (per-category acceptance in the ledgers)",
+    )
     parameters: dict[str, Any] = Field(default_factory=dict, description="caller parameters, recorded")
 
     @field_validator("concurrency")
@@ -168,7 +184,8 @@ class SweepSpec(BaseModel):
             raise ValueError(f"arm names must be distinct: {names}")
         if any(a.endpoint is None for a in self.arms) and not self.model:
             raise ValueError("'model' is required unless every arm attaches to an endpoint")
-        if len(set(self.workloads)) != len(self.workloads) or not self.workloads:
+        keys = [w if isinstance(w, str) else w.model_dump_json() for w in self.workloads]
+        if len(set(keys)) != len(keys) or not keys:
             raise ValueError("workloads must be a non-empty list of distinct names")
         return self
 
@@ -250,8 +267,13 @@ def prepare(spec: SweepSpec) -> tuple[str | None, dict[str, Workload], dict[str,
     if any(a.endpoint is None for a in spec.arms) and importlib.util.find_spec("vllm") is None:
         raise SweepError("vLLM is not installed in this environment: run `make setup` "
                          "(`make setup EXTRA=gpu` on a GPU machine), or attach to running endpoints")
+    wls: dict[str, Workload] = {}
     try:
-        wls = {w: resolve(w) for w in spec.workloads}
+        for w in spec.workloads:
+            wl = resolve(w)
+            if wl.name in wls:  # point files are named after the workload: they would collide
+                raise SweepError(f"two workloads are both named {wl.name!r}; give traffic imports a 'name'")
+            wls[wl.name] = wl
     except WorkloadError as exc:
         raise SweepError(str(exc)) from None
     notes = {}
@@ -328,6 +350,20 @@ def _sweep_record(out_dir: Path, spec: SweepSpec, wls: dict[str, Workload]) -> N
     write_once(path, (json.dumps(doc, indent=2) + "\n").encode())
 
 
+PER_REQUEST_SPEC_FLAG = "--per-request-spec-decode-metrics"
+
+
+def server_args_for(spec: SweepSpec, arm: Arm) -> list[str]:
+    """The launched server's arguments: the sweep's, the arm's, and the per-request acceptance
+    flag for a speculative arm when the engine has it and nobody set it already."""
+    args = [*spec.server_args, *arm.server_args]
+    already = any(a == PER_REQUEST_SPEC_FLAG or a.startswith(PER_REQUEST_SPEC_FLAG + "=") for a in args)
+    if (arm.speculative and spec.per_request_spec_metrics and not already
+            and engine_supports_flag(PER_REQUEST_SPEC_FLAG)):
+        args += [PER_REQUEST_SPEC_FLAG, "summary"]
+    return args
+
+
 @contextmanager
 def _open_endpoint(spec: SweepSpec, arm: Arm, model: str | None, log_path: Path):
     if arm.endpoint:
@@ -335,7 +371,7 @@ def _open_endpoint(spec: SweepSpec, arm: Arm, model: str | None, log_path: Path)
         return
     env = {**spec.env, **arm.env}
     srv = VllmServer(
-        model, args=[*spec.server_args, *arm.server_args], speculative_config=arm.speculative_config,
+        model, args=server_args_for(spec, arm), speculative_config=arm.speculative_config,
         served_model_name=spec.served_model_name or Path(model).name, env=env, log_path=log_path,
         ready_timeout_s=spec.ready_timeout_s,
     )
@@ -590,6 +626,7 @@ class _SweepRun:
                 "cache_config_info": info, "prefix_cache_reset": reset, "kv_capacity": kv}),
             results=results, server_samples=sampler.summary(), cache=cache,
             spec_decode=SpecDecode(**sd) if sd and (pt.arm.speculative or sd["num_drafts"]) else None,
+            spec_decode_by_category=loadgen.spec_decode_by_category(pl.records),
             flags=_flags(pt.arm, results, sd, cache, reset),
             failure=None if ok else Failure(error_type="AllRequestsFailed",
                                             message="; ".join(results["error_examples"])[:2000]),

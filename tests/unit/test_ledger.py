@@ -14,6 +14,7 @@ from specnb.ledger import (
     PointLedger,
     load_ledgers,
     load_requests,
+    load_spec_by_category,
     read_ledger,
     schema_json,
     write_ledger,
@@ -98,6 +99,16 @@ def test_orphan_sidecar_from_an_interrupted_write_does_not_block_the_point(tmp_p
     assert led.requests_file != orphan.name and led.requests_file.endswith(".parquet")
     assert list(load_requests(p)["chunk_tokens"].iloc[0]) == [2]
     assert orphan.read_bytes() == b"half written"
+
+
+def test_committed_ledgers_still_read_and_carry_no_new_blocks():
+    # ledgers written before the per-category and traffic fields existed stay valid
+    files = sorted((paths.LEDGERS).rglob("c*-r*.json"))
+    assert files
+    for p in files[:4]:
+        led = read_ledger(p)
+        assert led.spec_decode_by_category is None and led.workload.imported is None
+    assert load_spec_by_category(files[:4]).empty
 
 
 def _published(path):

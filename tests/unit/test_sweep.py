@@ -79,7 +79,7 @@ def test_draft_vocabulary_must_match(tmp_path):
     other = _model_dir(tmp_path, "other", 32000)
     eos = _model_dir(tmp_path, "eos", 49152, eos=0)
     ok = Arm(name="d", speculative_config={"model": str(same), "num_speculative_tokens": 3})
-    assert check_drafter(ok, str(target)) == []
+    assert "vocabulary contents not checked" in check_drafter(ok, str(target))[0]  # no tokenizer files here
     bad = Arm(name="d", speculative_config={"model": str(other), "num_speculative_tokens": 3})
     with pytest.raises(ArmError, match="vocabulary"):
         check_drafter(bad, str(target))
@@ -125,6 +125,63 @@ def test_missing_engine_is_named_before_start(monkeypatch):
         prepare(spec())
     # attaching needs no local engine
     prepare(spec(arms=[{"name": "b", "endpoint": "http://127.0.0.1:9"}]))
+
+
+def test_per_request_acceptance_flag_only_for_launched_speculative_arms(monkeypatch):
+    import specnb.sweep as sw
+    from specnb.sweep import PER_REQUEST_SPEC_FLAG, server_args_for
+
+    monkeypatch.setattr(sw, "engine_supports_flag", lambda flag: flag == PER_REQUEST_SPEC_FLAG)
+    s = spec(server_args=["--enforce-eager"])
+    base, ngram = s.arms
+    assert server_args_for(s, base) == ["--enforce-eager"]  # vLLM refuses the flag without a drafter
+    assert server_args_for(s, ngram) == ["--enforce-eager", PER_REQUEST_SPEC_FLAG, "summary"]
+    own = Arm(name="own", speculative_config=NGRAM, server_args=[f"{PER_REQUEST_SPEC_FLAG}=detailed"])
+    assert server_args_for(s, own) == ["--enforce-eager", f"{PER_REQUEST_SPEC_FLAG}=detailed"]
+    assert server_args_for(spec(per_request_spec_metrics=False), ngram) == []
+    monkeypatch.setattr(sw, "engine_supports_flag", lambda flag: False)  # an older engine
+    assert server_args_for(s, ngram) == ["--enforce-eager"]
+
+
+def test_engine_flag_detection_reads_the_installed_arg_parser(tmp_path, monkeypatch):
+    import importlib.machinery
+    import importlib.util
+
+    from specnb.server import engine_supports_flag
+
+    pkg = tmp_path / "vllm"
+    (pkg / "engine").mkdir(parents=True)
+    (pkg / "engine" / "arg_utils.py").write_text(
+        'class EngineArgs:\n    enforce_eager: bool = False\n\n'
+        'parser.add_argument("--per-request-spec-decode-metrics", choices=["none", "summary"])\n')
+    fake = importlib.machinery.ModuleSpec("vllm", None, is_package=True)
+    fake.submodule_search_locations = [str(pkg)]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: fake if n == "vllm" else real(n, *a))
+    assert engine_supports_flag("--per-request-spec-decode-metrics")
+    assert engine_supports_flag("--enforce-eager")  # an EngineArgs field is a flag
+    assert not engine_supports_flag("--speculative-metrics-per-request")
+    (pkg / "engine" / "arg_utils.py").unlink()
+    assert not engine_supports_flag("--per-request-spec-decode-metrics")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "vllm" else real(n, *a))
+    assert not engine_supports_flag("--per-request-spec-decode-metrics")
+
+
+def test_traffic_and_category_workloads_in_a_sweep(tmp_path):
+    log = tmp_path / "chat.jsonl"
+    log.write_text("\n".join(json.dumps({"prompt": f"q{i}", "response": "a"}) for i in range(20)) + "\n")
+    s = spec(workloads=["copy:fix-json", {"traffic": str(log), "sample": 5, "seed": 2}])
+    _, wls, _ = prepare(s)
+    assert list(wls) == ["copy:fix-json", "chat"]
+    assert wls["chat"].imported["sample"] == 5 and len(wls["chat"].prompts) == 5
+    assert "chat" in json.dumps(s.identity())
+    with pytest.raises(SweepError, match="both named 'chat'"):
+        prepare(spec(workloads=[{"traffic": str(log)}, {"traffic": str(log), "sample": 3}]))
+    with pytest.raises(SweepError, match="distinct"):
+        spec(workloads=[{"traffic": str(log)}, {"traffic": str(log)}])
+    with pytest.raises(SweepError, match="has no category"):
+        prepare(spec(workloads=["copy:poetry"]))
+    prepare(spec(workloads=[{"traffic": str(log)}, {"traffic": str(log), "sample": 3, "name": "chat-3"}]))
 
 
 def test_run_async_works_inside_a_running_event_loop():

@@ -13,7 +13,7 @@ import threading
 import pytest
 from aiohttp import web
 
-from specnb.ledger import load_ledgers, read_ledger
+from specnb.ledger import load_ledgers, load_requests, load_spec_by_category, read_ledger
 from specnb.sweep import SweepSpec, run_sweep
 
 METRICS = """# HELP vllm:num_requests_running Running.
@@ -25,6 +25,7 @@ vllm:num_requests_running{engine="0",model_name="fake"} 0.0
 class FakeServer:
     def __init__(self):
         self.fail = True
+        self.spec = False  # send vLLM's per-request metrics.speculative_decoding at the end
         self.url = None
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -41,6 +42,17 @@ class FakeServer:
                      "usage": {"prompt_tokens": 5, "completion_tokens": i}}
             await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
             await asyncio.sleep(0.005)
+        if self.spec:
+            body = await request.json()
+            copying = "fix" in body["messages"][-1]["content"].lower()
+            hist = [0, 0, 1] if copying else [1, 0, 0]  # 1 step: 2 accepted, or 0 accepted
+            sd = {"mean_acceptance_length": 3.0 if copying else 1.0,
+                  "draft_acceptance_rate": 1.0 if copying else 0.0, "acceptance_histogram": hist,
+                  "num_spec_steps": 1, "num_accepted_draft_tokens": 2 if copying else 0,
+                  "num_draft_tokens": 2, "num_spec_tokens": 2}
+            last = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 4},
+                    "metrics": {"speculative_decoding": sd}}
+            await resp.write(f"data: {json.dumps(last)}\n\n".encode())
         await resp.write(b"data: [DONE]\n\n")
         return resp
 
@@ -113,6 +125,39 @@ def test_unreachable_endpoint_fails_every_point_and_goes_on(tmp_path):
     out = run_sweep(spec, tmp_path, progress=False, echo=lambda s: None)
     assert len(out.failed) == 4  # 2 levels x 2 repeats, none lost, none raised
     assert {read_ledger(p).failure.error_type for p in out.failed} == {"ServerError"}
+
+
+def test_per_request_acceptance_lands_per_category(fake, tmp_path, monkeypatch):
+    fake.fail = False
+    monkeypatch.setattr(fake, "spec", True)
+    prompts = tmp_path / "mixed.jsonl"
+    prompts.write_text("\n".join(json.dumps(x) for x in [
+        {"prompt": "Fix this JSON: {a:1}", "category": "fix-json"},
+        {"prompt": "Tell me a story", "category": "creative"},
+        {"prompt": "Fix the typo: teh", "category": "fix-json"},
+        {"prompt": "No category here"},
+    ]) + "\n")
+    spec = SweepSpec.parse(dict(
+        name="s", workloads=[str(prompts)], concurrency=[2], repeats=1, min_requests=8,
+        requests_per_user=1, warmup_requests=0, request_timeout_s=10, metrics_interval_s=0.05,
+        arms=[{"name": "theirs", "endpoint": fake.url}],
+    ))
+    out = run_sweep(spec, tmp_path / "out", progress=False, echo=lambda s: None)
+    assert len(out.written) == 1
+    led = read_ledger(out.written[0])
+    by = led.spec_decode_by_category
+    assert set(by) == {"fix-json", "creative", "uncategorized"}
+    fj, cr = by["fix-json"], by["creative"]
+    assert fj.requests == 4 and fj.num_spec_steps == 4 and fj.num_accepted_draft_tokens == 8
+    assert fj.mean_acceptance_length == pytest.approx(3.0) and fj.acceptance_histogram == [0, 0, 4]
+    assert fj.accepted_output_share == pytest.approx(8 / 16)
+    assert cr.requests == 2 and cr.mean_acceptance_length == pytest.approx(1.0)
+    assert cr.draft_acceptance_rate == pytest.approx(0.0)
+    frame = load_requests(out.written[0])
+    assert frame["spec_num_spec_steps"].tolist() == [1] * 8
+    table = load_spec_by_category(tmp_path / "out")
+    assert sorted(table["category"]) == ["creative", "fix-json", "uncategorized"]
+    assert table.set_index("category").loc["fix-json", "requests"] == 4
 
 
 def test_a_point_disturbed_by_another_process_is_kept_and_measured_again(fake, tmp_path, monkeypatch):
