@@ -64,8 +64,7 @@ st = Study.from_namespace(AXIS, globals())
 folder = st.open_run(measure, run, ledger_root)
 df = st.load(folder)
 table = st.summarize(df)
-display(Markdown(f"Run **{folder.name}** ({len(df)} point ledgers, {int((df.status != 'ok').sum())} failed) "
-                 f"on vLLM {df.engine_version.dropna().iloc[0] if df.engine_version.notna().any() else '?'}."))
+display(Markdown(st.describe_run(folder, df)))
 
 # %% [markdown]
 # ## The paired table

@@ -65,8 +65,7 @@ folder = st.open_run(measure, run, ledger_root)
 df = st.load(folder)
 table = st.summarize(df)
 failed = df[df.status != "ok"]
-display(Markdown(f"Run **{folder.name}**: {len(df) - len(failed)} measured points, {len(failed)} failure records; "
-                 f"conditions: {', '.join(st.label(c) for c in st.condition_names())}."))
+display(Markdown(st.describe_run(folder, df)))
 
 # %% [markdown]
 # ## Speedup and acceptance length per drafter and workload

@@ -225,6 +225,21 @@ class Study(BaseModel):
             df["condition_label"] = [self.label(c) for c in df["condition"]]
         return df
 
+    def describe_run(self, folder: Path | str, df: pd.DataFrame) -> str:
+        """One markdown line: which run, on which engine, what it holds and what to distrust."""
+        failed = int((df["status"] != "ok").sum()) if len(df) else 0
+        flags = df["flags"].fillna("") if len(df) else pd.Series(dtype=str)
+        busy = int(flags.str.contains("host_busy").sum())
+        engines = sorted({str(v) for v in df.get("engine_version", pd.Series(dtype=str)).dropna()})
+        parts = [f"Run **{Path(folder).name}**" + (f" (vLLM {', '.join(engines)})" if engines else "")
+                 + f": {len(df) - failed} measured points, {failed} failure records"]
+        if busy:
+            parts.append(f"{busy} measured while another process used the CPU (flag `host_busy`; "
+                         "read those points with care)")
+        if len(self.condition_names()) > 1 or self.conditions:
+            parts.append("conditions: " + ", ".join(self.label(c) for c in self.condition_names()))
+        return "; ".join(parts) + "."
+
     def summarize(self, df: pd.DataFrame, **bootstrap: Any) -> pd.DataFrame:
         """Paired speedups per condition, arm, workload and concurrency (see :func:`summarize`);
         the bootstrap behind the intervals is kept in ``table.attrs["bootstrap"]``."""
