@@ -103,6 +103,21 @@ plots.heatmap(axes[0][0], cc.pivot_table(index="arm", columns="category", values
               title=f"per-user decode speedup by prompt category, c={c0}", cbar_label="on / off")
 figures.save_figure(fig, "drafter-by-category", [folder], out_dir=figures_dir, notebook=NB,
                     caption="Per-user decode speedup per prompt category and drafter (paired per repeat).")
+
+from specnb.ledger import load_spec_by_category
+
+acc = load_spec_by_category(folder)
+if len(acc):
+    a0 = acc[acc.concurrency == c0]
+    fig, axes = plots.new_figure(width=max(5.0, 0.55 * a0.category.nunique() + 2), height=2.8)
+    plots.heatmap(axes[0][0], a0.pivot_table(index="arm", columns="category", values="mean_acceptance_length",
+                                             sort=False),
+                  center=None, cmap="viridis", title=f"mean acceptance length by prompt category, c={c0}",
+                  cbar_label="tokens/step")
+    figures.save_figure(fig, "drafter-acceptance-by-category", [folder], out_dir=figures_dir, notebook=NB,
+                        caption="Mean acceptance length per prompt category and drafter (vLLM per-request counts).")
+else:
+    display(Markdown("No per-request acceptance in this run's ledgers: per-category acceptance is not shown."))
 cc.round(2)
 
 # %% [markdown]

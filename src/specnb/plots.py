@@ -150,20 +150,24 @@ def acceptance_curves(ax: Axes, table: pd.DataFrame, *, hue: str = "arm",
 def heatmap(ax: Axes, pivot: pd.DataFrame, *, fmt: str = "{:.2f}", center: float | None = 1.0,
             cmap: str = "RdBu", title: str | None = None, cbar_label: str = "") -> None:
     """A labelled heatmap; with ``center`` the colours diverge around it (1.0 for speedups)."""
+    from matplotlib.colors import TwoSlopeNorm
+
     data = pivot.to_numpy(dtype=float)
+    norm = None
     if center is not None and np.isfinite(data).any():
-        span = max(abs(np.nanmax(data) - center), abs(center - np.nanmin(data)), 1e-9)
-        vmin, vmax = center - span, center + span
-    else:
-        vmin = vmax = None
-    im = ax.imshow(data, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+        # two slopes: below and above the centre each use their half of the map, so 0.8x and
+        # 1.25x are equally saturated and no colour means a value that cannot occur
+        norm = TwoSlopeNorm(vcenter=center, vmin=min(np.nanmin(data), center * 0.99),
+                            vmax=max(np.nanmax(data), center * 1.01))
+    im = ax.imshow(data, cmap=cmap, norm=norm, aspect="auto")
     ax.set_xticks(range(pivot.shape[1]), [str(c) for c in pivot.columns], rotation=30, ha="right")
     ax.set_yticks(range(pivot.shape[0]), [str(i) for i in pivot.index])
     ax.grid(False)
     for (i, j), v in np.ndenumerate(data):
         if np.isfinite(v):
+            strong = norm is not None and abs(float(norm(v)) - 0.5) > 0.35
             ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=8,
-                    color="white" if vmin is not None and abs(v - center) > 0.6 * (vmax - center) else "black")
+                    color="white" if strong else "black")
     cb = ax.figure.colorbar(im, ax=ax, shrink=0.85)
     cb.set_label(cbar_label)
     if title:
