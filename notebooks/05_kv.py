@@ -86,7 +86,7 @@ plots.grouped_bars(axes[0][1], kv, group="condition_label", hue="arm", y="sessio
                    ylabel=f"sessions at {context_tokens:,} tokens", title="concurrent sessions that fit")
 for ax in axes[0]:
     ax.tick_params(axis="x", labelrotation=15)
-axes[0][0].legend(loc="upper left")
+axes[0][1].legend(loc="upper right")
 figures.save_figure(fig, "kv-capacity", [folder], out_dir=figures_dir, notebook=NB,
                     caption="KV tokens each server reported at start and sessions at a context length, "
                             "with and without the drafter.")
