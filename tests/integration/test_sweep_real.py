@@ -168,6 +168,9 @@ def test_ctrl_c_stops_the_server_and_keeps_finished_points(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "specnb.cli", "sweep", str(cfg), "--out", str(out), "--no-progress"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # a test run started in the background (`make test &`) inherits an ignored SIGINT, and
+        # Python then never raises KeyboardInterrupt: give the child the default a terminal has
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 300
