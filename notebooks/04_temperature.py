@@ -35,7 +35,7 @@ endpoint = ""  # URL of a running server to attach to instead of launching (empt
 server_args = ["--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "2048"]  # every launch
 env = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # environment for every launch (CPU KV pool in GiB)
 drafters = {"ngram-k4": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}, "draft-noise0.05": {"model": "models/SmolLM2-135M-Instruct-noise0.05", "num_speculative_tokens": 3}}  # arm -> --speculative-config
-conditions = {"t0": {"temperature": 0.0, "label": "T=0"}, "t0.5": {"temperature": 0.5, "label": "T=0.5"}, "t1": {"temperature": 1.0, "label": "T=1"}}  # temperature conditions
+conditions = {"t0": {"temperature": 0.0, "label": "T 0"}, "t0.5": {"temperature": 0.5, "label": "T 0.5"}, "t1": {"temperature": 1.0, "label": "T 1"}}  # temperature conditions
 workloads = ["copy"]  # bundled prompt sets or JSONL files
 concurrency = [1, 4]  # concurrency levels (requests in flight)
 repeats = 2  # server restarts per arm; arm order alternates
