@@ -150,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="a parameter, value in YAML syntax (e.g. -p measure true)")
     p.add_argument("--progress", action="store_true")
     a = p.parse_args(argv)
+    if a.progress:
+        import logging
+
+        # papermill relays the kernel's output (the sweep's progress bar) through its logger
+        logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         params = {k: yaml.safe_load(v) for k, v in a.param}
         execute(a.source, a.output, params, params_file=a.params_file, progress=a.progress)
