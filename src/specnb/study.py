@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from specnb import paths
 from specnb.ledger import load_ledgers
 from specnb.sweep import SweepError, SweepOutcome, SweepSpec, prepare, run_sweep
+from specnb.validation import first_error
 
 __all__ = ["AXES", "Condition", "Study", "latest_run", "run_folder", "summarize", "absolute", "by_category"]
 
@@ -123,9 +124,7 @@ class Study(BaseModel):
         try:
             study = cls.model_validate(data)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
-            raise SweepError(f"{axis} parameters: {loc}: {err['msg']}") from None
+            raise SweepError(f"{axis} parameters: {first_error(exc)}") from None
         study.specs()  # every sweep must validate too
         return study
 

@@ -68,6 +68,7 @@ from specnb.ledger import (
 from specnb.plugins import ENTRY_POINT_GROUP, synthetic_cpu
 from specnb.server import Endpoint, ServerError, VllmServer, attach, engine_supports_flag, installed_vllm
 from specnb.traffic import TrafficSource
+from specnb.validation import first_error
 from specnb.workload import Workload, WorkloadError, resolve
 
 __all__ = ["SweepSpec", "SweepError", "SweepOutcome", "run_sweep", "point_path", "blocks", "server_args_for",
@@ -217,10 +218,7 @@ class SweepSpec(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
-            more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-            raise SweepError(f"{where}: {loc}: {err['msg']}{more}") from None
+            raise SweepError(f"{where}: {first_error(exc, count_more=True)}") from None
 
 
 def point_path(out_dir: Path, arm: str, workload: str, concurrency: int, repeat: int) -> Path:

@@ -41,6 +41,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from specnb.validation import first_error
 from specnb.workload import Prompt, Workload, WorkloadError, check_messages
 
 __all__ = ["TrafficError", "TrafficSource", "DROP_REASONS", "load_traffic", "load_source", "message_text"]
@@ -70,9 +71,7 @@ class TrafficSource(BaseModel):
             return cls.model_validate(dict(data) if isinstance(data, Mapping) else data)
         except (ValidationError, TypeError, ValueError) as exc:
             if isinstance(exc, ValidationError):
-                err = exc.errors()[0]
-                where = ".".join(str(x) for x in err["loc"]) or "(top level)"
-                raise TrafficError(f"traffic workload {data!r}: {where}: {err['msg']}") from None
+                raise TrafficError(f"traffic workload {data!r}: {first_error(exc)}") from None
             raise TrafficError(f"traffic workload {data!r}: expected a table with a 'traffic' path") from None
 
 
