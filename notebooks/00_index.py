@@ -30,7 +30,7 @@
 #
 # Every axis notebook has one `parameters` cell. `measure = False` (the default) reads the
 # newest committed run under `ledgers/<axis>/<study>/`; `make measure-<axis>` runs it with
-# `measure = True` and the CPU parameters (`notebooks/params/cpu/<axis>.yaml`), or with
+# `measure = True` and the CPU parameters (the notebook's own parameters cell), or with
 # `PARAMS=notebooks/params/gpu/<axis>.yaml` on a GPU machine. `make figures` re-executes all of
 # them on the committed ledgers and writes `figures/` and `notebooks/executed/`.
 #
@@ -49,8 +49,8 @@ from pathlib import Path
 import pandas as pd
 
 from specnb.ledger import load_ledgers
-from specnb.published import list_published
-from specnb.study import AXES
+from specnb.ledger.published import list_published
+from specnb.ledger.runs import AXES
 
 rows = []
 for axis in AXES:

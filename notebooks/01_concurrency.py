@@ -57,15 +57,15 @@ traffic_mix = {"copy-style": 0.065, "free-form": 0.935}  # your traffic by class
 import pandas as pd
 from IPython.display import Markdown, display
 
-from specnb import figures, plots
-from specnb.study import Study
+from specnb.analysis import by_category, category_speedups, expected_speedup, paired
+from specnb.figures import arm_colors, panels
+from specnb.figures import published as seeds
+from specnb.ledger import PLAIN_CONDITION, load_spec_by_category
+from specnb.notebooks import open_axis
+from specnb.prompts.copyshare import MixError
 
-AXIS, NB = "concurrency", "01_concurrency"
-st = Study.from_namespace(AXIS, globals())
-folder = st.open_run(measure, run, ledger_root)
-df = st.load(folder)
-table = st.summarize(df)
-display(Markdown(st.describe_run(folder, df)))
+nb = open_axis("concurrency", globals())
+table = nb.table
 
 # %% [markdown]
 # ## The paired table
@@ -86,21 +86,20 @@ table[cols].round(3)
 # ## Speedup vs concurrency, and where it crosses 1.0
 
 # %%
-panels = list(table.groupby(["condition_label", "workload"], sort=False))
-fig, axes = plots.new_figure(ncols=len(panels), sharey=True)
-colors = figures.arm_colors(table["arm"])
+panels_by = list(table.groupby(["condition_label", "workload"], sort=False))
+fig, axes = panels.new_figure(ncols=len(panels_by), sharey=True)
+colors = arm_colors(table["arm"])
 lines = []
-for ax, ((cond, wl), g) in zip(axes[0], panels):
-    title = wl if cond == "default" else f"{cond} · {wl}"
-    plots.speedup_curves(ax, g, colors=colors, title=title)
-    plots.speedup_curves(ax, g, y="per_user_speedup", lo=None, hi=None, colors=colors, ls="--",
-                         label_suffix=" (per user)")
-    lines += plots.crossings(ax, g, title, colors=colors)
+for ax, ((cond, wl), g) in zip(axes[0], panels_by):
+    title = wl if cond == PLAIN_CONDITION else f"{cond} · {wl}"
+    panels.speedup_curves(ax, g, colors=colors, title=title)
+    panels.speedup_curves(ax, g, y="per_user_speedup", lo=None, hi=None, colors=colors, ls="--",
+                          label_suffix=" (per user)")
+    lines += panels.crossings(ax, g, title, colors=colors)
 axes[0][0].legend(loc="best")
 fig.suptitle(f"Paired speedup vs concurrency ({table.n_repeats.max()} repeats; band = 95 % bootstrap interval over server starts and prompts)")
-figures.save_figure(fig, "concurrency-speedup", [folder], out_dir=figures_dir, notebook=NB,
-                    caption="Aggregate (solid) and per-user (dashed) paired speedup vs concurrency; "
-                            "triangle = crossing of 1.0 with its interval.")
+nb.save(fig, "concurrency-speedup", caption="Aggregate (solid) and per-user (dashed) paired speedup vs "
+        "concurrency; triangle = crossing of 1.0 with its interval.")
 display(Markdown("\n".join(lines)))
 
 # %% [markdown]
@@ -111,15 +110,14 @@ display(Markdown("\n".join(lines)))
 # grows, which is why the curve falls even when acceptance holds (seed 002).
 
 # %%
-fig, axes = plots.new_figure(ncols=len(panels), nrows=2, height=2.9)
-for k, ((cond, wl), g) in enumerate(panels):
-    title = wl if cond == "default" else f"{cond} · {wl}"
-    plots.throughput_curves(axes[0][k], g, colors=colors, title=title)
-    plots.acceptance_curves(axes[1][k], g, colors=colors)
+fig, axes = panels.new_figure(ncols=len(panels_by), nrows=2, height=2.9)
+for k, ((cond, wl), g) in enumerate(panels_by):
+    title = wl if cond == PLAIN_CONDITION else f"{cond} · {wl}"
+    panels.throughput_curves(axes[0][k], g, colors=colors, title=title)
+    panels.acceptance_curves(axes[1][k], g, colors=colors)
 axes[0][0].legend(loc="upper left")
-figures.save_figure(fig, "concurrency-throughput-acceptance", [folder], out_dir=figures_dir, notebook=NB,
-                    caption="Top: output tok/s with and without the drafter. Bottom: acceptance length "
-                            "and the share of output tokens the drafter supplied.")
+nb.save(fig, "concurrency-throughput-acceptance", caption="Top: output tok/s with and without the drafter. "
+        "Bottom: acceptance length and the share of output tokens the drafter supplied.")
 
 # %% [markdown]
 # ## By prompt category, and on your traffic mix
@@ -132,35 +130,29 @@ figures.save_figure(fig, "concurrency-throughput-acceptance", [folder], out_dir=
 # by `traffic_mix` (measure yours with `specnb mix your-log.jsonl`).
 
 # %%
-from specnb.ledger import load_spec_by_category
-from specnb.mix import category_speedups, expected_speedup
-from specnb.report import paired
-from specnb.study import by_category
-
-cat = by_category(df)
-acc = load_spec_by_category(folder)
+cat = by_category(nb.df)
+acc = load_spec_by_category(nb.folder)
 levels = sorted(table.concurrency.unique())
-fig, axes = plots.new_figure(ncols=2, width=5.2, height=3.0)
+fig, axes = panels.new_figure(ncols=2, width=5.2, height=3.0)
 for ax, c in zip(axes[0], (levels[0], levels[-1])):
     cc = cat[cat.concurrency == c]
     if len(cc):
         piv = cc.pivot_table(index="arm", columns="category", values="per_user_speedup", sort=False)
-        plots.heatmap(ax, piv, title=f"per-user decode speedup by category, c={c}", cbar_label="on / off")
+        panels.heatmap(ax, piv, title=f"per-user decode speedup by category, c={c}", cbar_label="on / off")
 if len(acc):
-    fig2, ax2 = plots.new_figure(width=6.0, height=2.6)
+    fig2, ax2 = panels.new_figure(width=6.0, height=2.6)
     piv = acc.pivot_table(index=["arm", "concurrency"], columns="category", values="mean_acceptance_length", sort=False)
-    plots.heatmap(ax2[0][0], piv, center=None, cmap="viridis", fmt="{:.2f}",
-                  title="mean acceptance length by category (per-request counts)", cbar_label="tokens/step")
-    figures.save_figure(fig2, "concurrency-acceptance-by-category", [folder], out_dir=figures_dir, notebook=NB,
-                        caption="Mean acceptance length per prompt category, from vLLM's per-request counts.")
+    panels.heatmap(ax2[0][0], piv, center=None, cmap="viridis", fmt="{:.2f}",
+                   title="mean acceptance length by category (per-request counts)", cbar_label="tokens/step")
+    nb.save(fig2, "concurrency-acceptance-by-category",
+            caption="Mean acceptance length per prompt category, from vLLM's per-request counts.")
 else:
     display(Markdown("This run's ledgers carry no per-request acceptance (measured before specnb asked "
                      "vLLM for it, or an engine without the flag): per-category acceptance is not shown."))
-figures.save_figure(fig, "concurrency-by-category", [folder], out_dir=figures_dir, notebook=NB,
-                    caption="Per-user decode speedup per prompt category at the lowest and highest concurrency.")
-from specnb.mix import MixError
+nb.save(fig, "concurrency-by-category",
+        caption="Per-user decode speedup per prompt category at the lowest and highest concurrency.")
 
-pairs = paired(df)
+pairs = paired(nb.df)
 rows = []
 try:
     for arm in sorted(set(pairs.arm)):
@@ -180,32 +172,9 @@ pd.DataFrame(rows).round(3)
 # comparing absolute values across them. Compare where the curves cross 1.0, not their height.
 
 # %%
-from specnb.published import load_published
-
-t0 = load_published("thakicloud-concurrency-speedup")
-t0 = t0[(t0.metric == "speedup_x") & t0.condition.isin(["NVFP4-GPTQ, 131k, batch 256", "KV fp8, 256k, edge budget",
-                                                        "INT4, 256k, edge budget"])].dropna(subset=["value"])
-t2 = load_published("primalabs-crossover")
-fig, axes = plots.new_figure(ncols=2, width=4.4)
-pcol = figures.arm_colors(t0.condition)
-for cond, g in t0.groupby("condition"):
-    axes[0][0].plot(g.concurrency.astype(int), g.value, color=pcol[cond], label=cond, **figures.PUBLISHED_STYLE)
-axes[0][0].axhline(1.0, color="0.3", lw=0.9, ls=":")
-plots.concurrency_axis(axes[0][0], t0.concurrency.astype(int))
-axes[0][0].set(ylabel="speedup (on / off)", title="seed 000: one drafter, three checkpoints")
-axes[0][0].legend(loc="lower left", fontsize=7)
-for metric, lab in [("aggregate_throughput_x", "aggregate"), ("aggregate_computed_throughput_x", "computed tokens only"),
-                    ("per_user_decode_speed_x", "per user")]:
-    g = t2[t2.metric == metric]
-    axes[0][1].plot(g.concurrency.astype(int), g.value, label=lab, **figures.PUBLISHED_STYLE)
-axes[0][1].axhline(1.0, color="0.3", lw=0.9, ls=":")
-axes[0][1].set(xlabel="concurrent requests", ylabel="speedup (on / off)", title="seed 002: block drafter, K=7",
-               xticks=[10, 16])
-axes[0][1].legend(loc="upper right", fontsize=7)
-plots.published_note(axes[0][0], "published: seed 000 (ThakiCloud), single runs, B200")
-plots.published_note(axes[0][1], "published: seed 002 (PrimaLabs), B200, MoE, agentic trace")
-figures.save_figure(fig, "concurrency-published-seeds", sorted(set(t0.path) | set(t2.path)), out_dir=figures_dir,
-                    notebook=NB, caption="The seeds' concurrency results, transcribed (not measured here).")
+fig, sources = seeds.concurrency_seeds()
+nb.save(fig, "concurrency-published-seeds", sources=sources,
+        caption="The seeds' concurrency results, transcribed (not measured here).")
 
 # %% [markdown]
 # ## How to read this run

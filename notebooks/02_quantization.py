@@ -49,19 +49,15 @@ temperature = 0.0  # sampling temperature (0 is greedy)
 seed = 0  # sampling seed (per request: seed + prompt index)
 
 # %%
-import pandas as pd
 from IPython.display import Markdown, display
 
-from specnb import figures, plots
-from specnb.study import Study, absolute
+from specnb.analysis import absolute
+from specnb.figures import arm_colors, panels
+from specnb.figures import published as seeds
+from specnb.notebooks import open_axis
 
-AXIS, NB = "quantization", "02_quantization"
-st = Study.from_namespace(AXIS, globals())
-folder = st.open_run(measure, run, ledger_root)
-df = st.load(folder)
-table = st.summarize(df)
-failed = df[df.status != "ok"]
-display(Markdown(st.describe_run(folder, df)))
+nb = open_axis("quantization", globals())
+table = nb.table
 
 # %% [markdown]
 # ## Multiplier and absolute throughput per checkpoint
@@ -71,33 +67,29 @@ display(Markdown(st.describe_run(folder, df)))
 # each concurrency. Error bars are min-max over repeats (separate server starts).
 
 # %%
-ab = absolute(df)
-order = [st.label(c) for c in st.condition_names()]
+ab = absolute(nb.df)
+order = list(nb.labels.values())
 levels = sorted(table.concurrency.unique())
-fig, axes = plots.new_figure(ncols=2, nrows=len(levels), width=4.6, height=2.8)
-colors = figures.arm_colors(ab["arm"])
+fig, axes = panels.new_figure(ncols=2, nrows=len(levels), width=4.6, height=2.8)
+colors = arm_colors(ab["arm"])
 notes = []
 for i, c in enumerate(levels):
     t = table[table.concurrency == c]
-    plots.grouped_bars(axes[i][0], t, group="condition_label", hue="arm", y="speedup", lo="speedup_lo",
-                       hi="speedup_hi", order=order, colors=colors, ylabel="speedup (on / off)",
-                       title=f"multiplier, c={c}")
+    panels.grouped_bars(axes[i][0], t, group="condition_label", hue="arm", y="speedup", lo="speedup_lo",
+                        hi="speedup_hi", order=order, colors=colors, ylabel="speedup (on / off)",
+                        title=f"multiplier, c={c}")
     axes[i][0].axhline(1.0, color="0.3", lw=0.9, ls=":")
     a = ab[ab.concurrency == c]
-    plots.grouped_bars(axes[i][1], a, group="condition_label", hue="arm", y="output_tok_s",
-                       lo="output_tok_s_min", hi="output_tok_s_max", order=order, colors=colors,
-                       ylabel="output tok/s", title=f"absolute throughput, c={c}")
-    best = a.loc[a.output_tok_s.idxmax()]
-    x = order.index(best.condition_label)
-    hues = list(dict.fromkeys(a.arm))
-    xoff = (hues.index(best.arm) - (len(hues) - 1) / 2) * 0.8 / len(hues)
-    axes[i][1].plot([x + xoff], [best.output_tok_s_max * 1.04], marker="*", ms=11, color="k", ls="none")
+    panels.grouped_bars(axes[i][1], a, group="condition_label", hue="arm", y="output_tok_s",
+                        lo="output_tok_s_min", hi="output_tok_s_max", order=order, colors=colors,
+                        ylabel="output tok/s", title=f"absolute throughput, c={c}")
+    best = panels.mark_best(axes[i][1], a, group="condition_label", hue="arm", y="output_tok_s",
+                            top="output_tok_s_max", order=order)
     notes.append(f"- c={c}: best absolute is **{best.condition_label} / {best.arm}** at "
                  f"{best.output_tok_s:.1f} tok/s (repeats {best.output_tok_s_min:.1f}–{best.output_tok_s_max:.1f})")
 axes[0][1].legend(loc="upper left")
-figures.save_figure(fig, "quantization-multiplier-vs-absolute", [folder], out_dir=figures_dir, notebook=NB,
-                    caption="Per checkpoint: the paired multiplier (left) and absolute tok/s (right); "
-                            "star = best absolute configuration.")
+nb.save(fig, "quantization-multiplier-vs-absolute", caption="Per checkpoint: the paired multiplier (left) and "
+        "absolute tok/s (right); star = best absolute configuration.")
 display(Markdown("\n".join(notes)))
 
 # %%
@@ -110,23 +102,9 @@ table[["condition_label", "arm", "concurrency", "n_repeats", "base_tok_s", "spec
 # Transcribed from seed 000's text; never drawn on the same axis as our measurements.
 
 # %%
-from specnb.published import load_published
-
-pub = load_published("thakicloud-quantization")
-tput = pub[pub.metric == "throughput_tok_s"].assign(
-    arm=lambda d: d.arm.map({"baseline": "no drafter", "speculative": "with drafter"}))
-mult = pub[pub.metric == "speedup_x"]
-fig, axes = plots.new_figure(ncols=2, width=3.6)
-plots.grouped_bars(axes[0][0], tput, group="condition", hue="arm", y="value", ylabel="output tok/s",
-                   title="seed 000: absolute", colors={"no drafter": "0.55", "with drafter": "#0072B2"})
-axes[0][1].bar(mult.condition, mult.value, color="#0072B2", alpha=0.8)
-axes[0][1].axhline(1.0, color="0.3", lw=0.9, ls=":")
-axes[0][1].set(title="seed 000: multiplier", ylabel="speedup (on / off)")
-axes[0][0].legend(loc="upper left")
-for ax in axes[0]:
-    plots.published_note(ax, "published: seed 000 (ThakiCloud), 27B target, B200")
-figures.save_figure(fig, "quantization-published-seed000", sorted(set(pub.path)), out_dir=figures_dir,
-                    notebook=NB, caption="Seed 000's bf16 vs 4-bit numbers, transcribed (not measured here).")
+fig, sources = seeds.quantization_seed000()
+nb.save(fig, "quantization-published-seed000", sources=sources,
+        caption="Seed 000's bf16 vs 4-bit numbers, transcribed (not measured here).")
 
 # %% [markdown]
 # ## How to read this

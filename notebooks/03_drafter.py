@@ -45,42 +45,38 @@ conditions = {}  # condition name -> what it changes; empty: one condition
 workloads = ["copy", "freeform"]  # bundled prompt sets (categories inside) or JSONL files
 concurrency = [1, 4]  # concurrency levels (requests in flight)
 repeats = 2  # server restarts per arm; arm order alternates
-requests_per_user = 3  # requests per point: concurrency x this ...
-min_requests = 6  # ... but at least this many
+requests_per_user = 5  # requests per point: concurrency x this ...
+min_requests = 20  # ... but at least this many (20 at c=1: every prompt category in every repeat)
 warmup_requests = 2  # per server start, not measured
 max_tokens = 64  # output tokens per request
 temperature = 0.0  # sampling temperature (0 is greedy)
 seed = 0  # sampling seed (per request: seed + prompt index)
 
 # %%
-import pandas as pd
 from IPython.display import Markdown, display
 
-from specnb import figures, plots
-from specnb.study import Study, absolute
+from specnb.analysis import by_category
+from specnb.figures import panels
+from specnb.ledger import load_spec_by_category
+from specnb.notebooks import open_axis
 
-AXIS, NB = "drafter", "03_drafter"
-st = Study.from_namespace(AXIS, globals())
-folder = st.open_run(measure, run, ledger_root)
-df = st.load(folder)
-table = st.summarize(df)
-failed = df[df.status != "ok"]
-display(Markdown(st.describe_run(folder, df)))
+nb = open_axis("drafter", globals())
+table = nb.table
 
 # %% [markdown]
 # ## Speedup and acceptance length per drafter and workload
 
 # %%
 levels = sorted(table.concurrency.unique())
-fig, axes = plots.new_figure(ncols=2, nrows=len(levels), width=4.3, height=2.4)
+fig, axes = panels.new_figure(ncols=2, nrows=len(levels), width=4.3, height=2.4)
 for i, c in enumerate(levels):
     t = table[table.concurrency == c]
-    plots.heatmap(axes[i][0], t.pivot(index="arm", columns="workload", values="speedup"),
+    panels.heatmap(axes[i][0], t.pivot(index="arm", columns="workload", values="speedup"),
                   title=f"paired speedup, c={c}", cbar_label="on / off")
-    plots.heatmap(axes[i][1], t.pivot(index="arm", columns="workload", values="acceptance_length"),
+    panels.heatmap(axes[i][1], t.pivot(index="arm", columns="workload", values="acceptance_length"),
                   center=None, cmap="viridis", title=f"mean acceptance length, c={c}", cbar_label="tokens/step")
-figures.save_figure(fig, "drafter-heatmap", [folder], out_dir=figures_dir, notebook=NB,
-                    caption="Paired speedup (left) and mean acceptance length (right) per drafter and workload.")
+nb.save(fig, "drafter-heatmap",
+        caption="Paired speedup (left) and mean acceptance length (right) per drafter and workload.")
 table[["arm", "workload", "concurrency", "n_repeats", "base_tok_s", "spec_tok_s", "speedup", "speedup_lo", "speedup_hi",
        "acceptance_length", "acceptance_rate", "accepted_output_share"]].round(3)
 
@@ -93,29 +89,25 @@ table[["arm", "workload", "concurrency", "n_repeats", "base_tok_s", "spec_tok_s"
 # copy-style; 93.5 % of its own real tokens were free-form.
 
 # %%
-from specnb.study import by_category
-
-cat = by_category(df)
+cat = by_category(nb.df)
 c0 = min(levels)
 cc = cat[cat.concurrency == c0]
-fig, axes = plots.new_figure(width=max(5.0, 0.55 * cc.category.nunique() + 2), height=2.8)
-plots.heatmap(axes[0][0], cc.pivot_table(index="arm", columns="category", values="per_user_speedup", sort=False),
+fig, axes = panels.new_figure(width=max(5.0, 0.55 * cc.category.nunique() + 2), height=2.8)
+panels.heatmap(axes[0][0], cc.pivot_table(index="arm", columns="category", values="per_user_speedup", sort=False),
               title=f"per-user decode speedup by prompt category, c={c0}", cbar_label="on / off")
-figures.save_figure(fig, "drafter-by-category", [folder], out_dir=figures_dir, notebook=NB,
-                    caption="Per-user decode speedup per prompt category and drafter (paired per repeat).")
+nb.save(fig, "drafter-by-category",
+        caption="Per-user decode speedup per prompt category and drafter (paired per repeat).")
 
-from specnb.ledger import load_spec_by_category
-
-acc = load_spec_by_category(folder)
+acc = load_spec_by_category(nb.folder)
 if len(acc):
     a0 = acc[acc.concurrency == c0]
-    fig, axes = plots.new_figure(width=max(5.0, 0.55 * a0.category.nunique() + 2), height=2.8)
-    plots.heatmap(axes[0][0], a0.pivot_table(index="arm", columns="category", values="mean_acceptance_length",
+    fig, axes = panels.new_figure(width=max(5.0, 0.55 * a0.category.nunique() + 2), height=2.8)
+    panels.heatmap(axes[0][0], a0.pivot_table(index="arm", columns="category", values="mean_acceptance_length",
                                              sort=False),
                   center=None, cmap="viridis", title=f"mean acceptance length by prompt category, c={c0}",
                   cbar_label="tokens/step")
-    figures.save_figure(fig, "drafter-acceptance-by-category", [folder], out_dir=figures_dir, notebook=NB,
-                        caption="Mean acceptance length per prompt category and drafter (vLLM per-request counts).")
+    nb.save(fig, "drafter-acceptance-by-category",
+            caption="Mean acceptance length per prompt category and drafter (vLLM per-request counts).")
 else:
     display(Markdown("No per-request acceptance in this run's ledgers: per-category acceptance is not shown."))
 cc.round(2)

@@ -47,19 +47,12 @@ temperature = 0.0  # sampling temperature (0 is greedy)
 seed = 0  # sampling seed (per request: seed + prompt index)
 
 # %%
-import pandas as pd
-from IPython.display import Markdown, display
+from specnb.figures import arm_colors, panels
+from specnb.figures import published as seeds
+from specnb.notebooks import open_axis
 
-from specnb import figures, plots
-from specnb.study import Study, absolute
-
-AXIS, NB = "temperature", "04_temperature"
-st = Study.from_namespace(AXIS, globals())
-folder = st.open_run(measure, run, ledger_root)
-df = st.load(folder)
-table = st.summarize(df)
-failed = df[df.status != "ok"]
-display(Markdown(st.describe_run(folder, df)))
+nb = open_axis("temperature", globals())
+table = nb.table
 
 # %% [markdown]
 # ## Speedup and acceptance across temperatures
@@ -68,26 +61,20 @@ display(Markdown(st.describe_run(folder, df)))
 # is the interval over repeats. Acceptance rate is accepted / drafted tokens (vLLM's formula).
 
 # %%
-temps = {c: st.specs()[c].sampling.temperature for c in st.condition_names()}
-table["temperature"] = table.condition.map(temps)
-fig, axes = plots.new_figure(ncols=3, width=3.5)
-colors = figures.arm_colors(table["arm"])
-styles = ["-", "--", "-.", ":"]
-for (arm, c), g in table.sort_values("temperature").groupby(["arm", "concurrency"]):
-    ls = styles[sorted(table.concurrency.unique()).index(c) % 4]
-    lab = f"{arm}, c={c}"
-    axes[0][0].plot(g.temperature, g.speedup, ls=ls, marker="o", ms=4, color=colors[arm], label=lab)
-    axes[0][0].fill_between(g.temperature, g.speedup_lo, g.speedup_hi, color=colors[arm], alpha=0.12, lw=0)
-    axes[0][1].plot(g.temperature, g.acceptance_rate * 100, ls=ls, marker="o", ms=4, color=colors[arm], label=lab)
-    axes[0][2].plot(g.temperature, g.acceptance_length, ls=ls, marker="o", ms=4, color=colors[arm], label=lab)
+table["temperature"] = table.condition.map(nb.df.groupby("condition").temperature.first())
+fig, axes = panels.new_figure(ncols=3, width=3.5)
+colors = arm_colors(table["arm"])
+panels.curves_against(axes[0][0], table, "temperature", "speedup", lo="speedup_lo", hi="speedup_hi", colors=colors)
+panels.curves_against(axes[0][1], table, "temperature", "acceptance_rate", scale=100, colors=colors)
+panels.curves_against(axes[0][2], table, "temperature", "acceptance_length", colors=colors)
 axes[0][0].axhline(1.0, color="0.3", lw=0.9, ls=":")
 axes[0][0].set(xlabel="temperature", ylabel="speedup (on / off)", title="paired speedup")
 axes[0][1].set(xlabel="temperature", ylabel="draft tokens accepted, %", title="acceptance rate", ylim=(0, 100))
 axes[0][2].set(xlabel="temperature", ylabel="tokens per step", title="mean acceptance length")
 axes[0][2].set_ylim(bottom=1.0)
 axes[0][0].legend(loc="best")
-figures.save_figure(fig, "temperature-speedup-acceptance", [folder], out_dir=figures_dir, notebook=NB,
-                    caption="Paired speedup, acceptance rate and acceptance length vs sampling temperature.")
+nb.save(fig, "temperature-speedup-acceptance",
+        caption="Paired speedup, acceptance rate and acceptance length vs sampling temperature.")
 
 # %%
 table[["condition_label", "arm", "concurrency", "n_repeats", "base_tok_s", "spec_tok_s", "speedup", "speedup_lo",
@@ -99,18 +86,8 @@ table[["condition_label", "arm", "concurrency", "n_repeats", "base_tok_s", "spec
 # Seed 000 gives ranges over math problems for its board-reading drafter, not points.
 
 # %%
-from specnb.published import load_published
-
-pub = load_published("thakicloud-temperature")
-fig, axes = plots.new_figure(width=4.0)
-ax = axes[0][0]
-for i, r in enumerate(pub.itertuples()):
-    ax.plot([r.temperature, r.temperature], [r.low, r.high], lw=6, alpha=0.6, color="#D55E00", solid_capstyle="butt")
-ax.axhline(1.0, color="0.3", lw=0.9, ls=":")
-ax.set(xlabel="temperature", ylabel="speedup range", title="seed 000: n-gram-like drafter, math", xlim=(-0.3, 1.3))
-plots.published_note(ax, "published: seed 000 (ThakiCloud); ranges, B200")
-figures.save_figure(fig, "temperature-published-seed000", sorted(set(pub.path)), out_dir=figures_dir,
-                    notebook=NB, caption="Seed 000's temperature ranges, transcribed.")
+fig, sources = seeds.temperature_seed000()
+nb.save(fig, "temperature-published-seed000", sources=sources, caption="Seed 000's temperature ranges, transcribed.")
 
 # %% [markdown]
 # ## How to read this

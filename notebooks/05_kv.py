@@ -53,47 +53,40 @@ temperature = 0.0  # sampling temperature (0 is greedy)
 seed = 0  # sampling seed (per request: seed + prompt index)
 
 # %%
-import pandas as pd
 from IPython.display import Markdown, display
 
-from specnb import figures, plots
-from specnb.study import Study, absolute
+from specnb.analysis import kv_capacity, usable
+from specnb.figures import arm_colors, panels
+from specnb.ledger import BASELINE
+from specnb.ledger.published import load_published
+from specnb.notebooks import open_axis
 
-AXIS, NB = "kv", "05_kv"
-st = Study.from_namespace(AXIS, globals())
-folder = st.open_run(measure, run, ledger_root)
-df = st.load(folder)
-table = st.summarize(df)
-failed = df[df.status != "ok"]
-display(Markdown(st.describe_run(folder, df)))
+nb = open_axis("kv", globals())
+table = nb.table
 
 # %% [markdown]
 # ## A · KV tokens and sessions, with and without the drafter
 
 # %%
-kv = (df[df.status == "ok"].groupby(["condition", "condition_label", "arm"], sort=False)
-      .kv_cache_tokens.agg(["min", "max", "size"]).reset_index())
-kv["sessions"] = kv["min"] / context_tokens
-base = kv[kv.arm == "baseline"].set_index("condition")["min"]
-kv["drafter_share"] = [None if a == "baseline" else 1 - m / base.get(c, float("nan"))
-                       for c, a, m in zip(kv.condition, kv.arm, kv["min"])]
-display(kv.rename(columns={"min": "kv_tokens", "max": "kv_tokens_max", "size": "points"}).round(3))
-fig, axes = plots.new_figure(ncols=2, width=4.2)
-colors = figures.arm_colors(kv["arm"])
-plots.grouped_bars(axes[0][0], kv, group="condition_label", hue="arm", y="min", colors=colors,
-                   ylabel="KV cache tokens", title="KV pool at server start")
-plots.grouped_bars(axes[0][1], kv, group="condition_label", hue="arm", y="sessions", colors=colors,
-                   ylabel=f"sessions at {context_tokens:,} tokens", title="concurrent sessions that fit")
+kv = kv_capacity(usable(nb.df), context_tokens=context_tokens)
+kv["condition_label"] = kv.condition.map(nb.labels)
+display(kv[["condition_label", "arm", "kv_cache_tokens", "kv_cache_tokens_min", "kv_cache_tokens_max",
+            "drafter_kv_share", "sessions", "baseline_sessions"]].round(3))
+fig, axes = panels.new_figure(ncols=2, width=4.2)
+colors = arm_colors(kv["arm"])
+panels.grouped_bars(axes[0][0], kv, group="condition_label", hue="arm", y="kv_cache_tokens", colors=colors,
+                    ylabel="KV cache tokens", title="KV pool at server start")
+panels.grouped_bars(axes[0][1], kv, group="condition_label", hue="arm", y="sessions", colors=colors,
+                    ylabel=f"sessions at {context_tokens:,} tokens", title="concurrent sessions that fit")
 for ax in axes[0]:
     ax.tick_params(axis="x", labelrotation=15)
 axes[0][1].legend(loc="upper right")
-figures.save_figure(fig, "kv-capacity", [folder], out_dir=figures_dir, notebook=NB,
-                    caption="KV tokens each server reported at start and sessions at a context length, "
-                            "with and without the drafter.")
-for r in kv[kv.arm != "baseline"].itertuples():
-    display(Markdown(f"- **{r.condition_label}**: the drafter takes **{100 * r.drafter_share:.0f} %** of the "
-                     f"pool ({base[r.condition]:,.0f} -> {r.min:,.0f} tokens; "
-                     f"{base[r.condition] / context_tokens:.1f} -> {r.sessions:.1f} sessions at {context_tokens:,})."))
+nb.save(fig, "kv-capacity", caption="KV tokens each server reported at start and sessions at a context length, "
+        "with and without the drafter.")
+for r in kv[kv.arm != BASELINE].itertuples():
+    display(Markdown(f"- **{r.condition_label}**: the drafter takes **{100 * r.drafter_kv_share:.0f} %** of the "
+                     f"pool ({r.baseline_kv_cache_tokens:,.0f} -> {r.kv_cache_tokens:,.0f} tokens; "
+                     f"{r.baseline_sessions:.1f} -> {r.sessions:.1f} sessions at {context_tokens:,})."))
 
 # %% [markdown]
 # ## B · A small pool under rising concurrency
@@ -102,34 +95,31 @@ for r in kv[kv.arm != "baseline"].itertuples():
 # is evicted and recomputed later). A drafter that shares the pool makes that happen sooner.
 
 # %%
-tight = [c for c in st.condition_names() if len((st.conditions[c].concurrency or concurrency)) > 1]
-ok = df[(df.status == "ok") & df.condition.isin(tight)]
+tight = [c for c, spec in nb.study.specs().items() if len(spec.concurrency) > 1]
+ok = usable(nb.df)[lambda d: d.condition.isin(tight)]
 agg = (ok.groupby(["condition_label", "arm", "concurrency"]).agg(
     output_tok_s=("output_tok_s", "mean"), lo=("output_tok_s", "min"), hi=("output_tok_s", "max"),
     preemptions=("preemptions", "mean"), kv_usage_max=("kv_cache_usage_max", "max")).reset_index())
-fig, axes = plots.new_figure(ncols=3, width=3.4)
+fig, axes = panels.new_figure(ncols=3, width=3.4)
 for arm, g in agg.groupby("arm"):
     axes[0][0].plot(g.concurrency, g.output_tok_s, marker="o", ms=4, color=colors[arm], label=arm)
     axes[0][0].fill_between(g.concurrency, g.lo, g.hi, color=colors[arm], alpha=0.15, lw=0)
     axes[0][1].plot(g.concurrency, g.preemptions, marker="o", ms=4, color=colors[arm], label=arm)
     axes[0][2].plot(g.concurrency, 100 * g.kv_usage_max, marker="o", ms=4, color=colors[arm], label=arm)
 for ax, yl in zip(axes[0], ["output tok/s", "preemptions per point", "peak KV use, %"]):
-    plots.concurrency_axis(ax, agg.concurrency)
+    panels.concurrency_axis(ax, agg.concurrency)
     ax.set_ylabel(yl)
     ax.set_ylim(bottom=0)
 axes[0][0].legend(loc="upper left")
-fig.suptitle(", ".join(st.label(c) for c in tight))
-figures.save_figure(fig, "kv-constrained-pool", [folder], out_dir=figures_dir, notebook=NB,
-                    caption="Under a small fixed pool: throughput (band = repeats), preemptions and peak "
-                            "KV use vs concurrency, with and without the drafter.")
+fig.suptitle(", ".join(nb.labels[c] for c in tight))
+nb.save(fig, "kv-constrained-pool", caption="Under a small fixed pool: throughput (band = repeats), preemptions "
+        "and peak KV use vs concurrency, with and without the drafter.")
 agg.round(2)
 
 # %% [markdown]
 # ## What seed 000 published (separate panel)
 
 # %%
-from specnb.published import load_published
-
 pub = load_published("thakicloud-kv-capacity")
 pub[["condition", "arm", "metric", "value", "context_length", "text"]]
 

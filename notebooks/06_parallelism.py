@@ -51,19 +51,15 @@ temperature = 0.0  # sampling temperature (0 is greedy)
 seed = 0  # sampling seed (per request: seed + prompt index)
 
 # %%
-import pandas as pd
 from IPython.display import Markdown, display
 
-from specnb import figures, plots
-from specnb.study import Study, absolute
+from specnb.analysis import absolute, failure_reasons
+from specnb.figures import arm_colors, panels
+from specnb.figures import published as seeds
+from specnb.notebooks import open_axis
 
-AXIS, NB = "parallelism", "06_parallelism"
-st = Study.from_namespace(AXIS, globals())
-folder = st.open_run(measure, run, ledger_root)
-df = st.load(folder)
-table = st.summarize(df)
-failed = df[df.status != "ok"]
-display(Markdown(st.describe_run(folder, df)))
+nb = open_axis("parallelism", globals())
+table = nb.table
 
 # %% [markdown]
 # ## Layouts that could not run
@@ -71,40 +67,32 @@ display(Markdown(st.describe_run(folder, df)))
 # A failed start is recorded as a failure ledger with the engine's own reason.
 
 # %%
-if len(failed):
-    reasons = (failed.assign(label=failed.condition.map(st.label))
-               .groupby("label").error_type.agg(lambda s: ", ".join(sorted(set(map(str, s))))))
-    for label, err in reasons.items():
-        from specnb.ledger import read_ledger
-        p = failed[failed.condition.map(st.label) == label].path.iloc[0]
-        tail = (read_ledger(p).failure.log_tail or read_ledger(p).failure.message or "").strip().splitlines()
-        why = next((ln for ln in reversed(tail) if ("Error" in ln or "error" in ln)
-                    and "For further information" not in ln), tail[-1] if tail else "")
-        display(Markdown(f"- **{label}** failed ({err}): `{why.strip()[:300]}`"))
-else:
+reasons = failure_reasons(nb.df, nb.labels)
+for r in reasons.itertuples():
+    display(Markdown(f"- **{r.condition_label}** failed ({r.error_types}): `{r.reason}`"))
+if reasons.empty:
     display(Markdown("Every layout ran."))
 
 # %% [markdown]
 # ## Throughput indexed to the best configuration
 
 # %%
-ab = absolute(df)
+ab = absolute(nb.df)
 ab["relative"] = ab.output_tok_s / ab.groupby("concurrency").output_tok_s.transform("max")
 ab["relative_min"] = ab.output_tok_s_min / ab.groupby("concurrency").output_tok_s.transform("max")
 ab["relative_max"] = ab.output_tok_s_max / ab.groupby("concurrency").output_tok_s.transform("max")
 levels = sorted(ab.concurrency.unique())
-order = [st.label(c) for c in st.condition_names() if st.label(c) in set(ab.condition_label)]
-fig, axes = plots.new_figure(ncols=len(levels), width=3.3, sharey=True)
-colors = figures.arm_colors(ab["arm"])
+order = [label for label in nb.labels.values() if label in set(ab.condition_label)]
+fig, axes = panels.new_figure(ncols=len(levels), width=3.3, sharey=True)
+colors = arm_colors(ab["arm"])
 for ax, c in zip(axes[0], levels):
-    plots.grouped_bars(ax, ab[ab.concurrency == c], group="condition_label", hue="arm", y="relative",
-                       lo="relative_min", hi="relative_max", order=order, colors=colors,
-                       ylabel="throughput / best", title=f"c={c}")
+    panels.grouped_bars(ax, ab[ab.concurrency == c], group="condition_label", hue="arm", y="relative",
+                        lo="relative_min", hi="relative_max", order=order, colors=colors,
+                        ylabel="throughput / best", title=f"c={c}")
     ax.set_ylim(0, 1.15)
 axes[0][0].legend(loc="lower left")
-figures.save_figure(fig, "parallelism-relative-throughput", [folder], out_dir=figures_dir, notebook=NB,
-                    caption="Output tok/s per layout and arm, indexed to the best configuration at each "
-                            "concurrency; error bars = repeats.")
+nb.save(fig, "parallelism-relative-throughput", caption="Output tok/s per layout and arm, indexed to the best "
+        "configuration at each concurrency; error bars = repeats.")
 
 # %%
 table[["condition_label", "arm", "concurrency", "n_repeats", "base_tok_s", "spec_tok_s", "speedup", "speedup_lo",
@@ -116,19 +104,9 @@ table[["condition_label", "arm", "concurrency", "n_repeats", "base_tok_s", "spec
 # Seed 002 publishes only relative ranges (its figure 5 bars are not given as numbers).
 
 # %%
-from specnb.published import load_published
-
-pub = load_published("primalabs-parallelism")
-fig, axes = plots.new_figure(width=4.6)
-ax = axes[0][0]
-for i, r in enumerate(pub.itertuples()):
-    ax.plot([r.low, r.high], [i, i], lw=7, alpha=0.6, color="#009E73", solid_capstyle="butt")
-ax.set_yticks(range(len(pub)), [c.replace(", either", "\n(either") + ")" for c in pub.condition])
-ax.set(xlabel="advantage, %", title="seed 002: layout vs drafter (2x H100, K=3)")
-ax.set_xlim(0, max(pub.high) * 1.3)
-plots.published_note(ax, "published: seed 002 (PrimaLabs); ranges only")
-figures.save_figure(fig, "parallelism-published-seed002", sorted(set(pub.path)), out_dir=figures_dir,
-                    notebook=NB, caption="Seed 002's parallelism comparison, transcribed as ranges.")
+fig, sources = seeds.parallelism_seed002()
+nb.save(fig, "parallelism-published-seed002", sources=sources,
+        caption="Seed 002's parallelism comparison, transcribed as ranges.")
 
 # %% [markdown]
 # ## How to read this

@@ -31,8 +31,8 @@
 # notebook 1.
 
 # %% tags=["parameters"]
-alpha = 0.74  # conditional acceptance probability of one draft token (seed 002 measured about 0.74)
-k = 3  # draft length K: tokens the drafter proposes per step
+alpha = 0.906  # conditional acceptance probability of one draft token (CPU demo, copy: MAL 4.14 at K = 4; seed 002 measured about 0.74)
+k = 4  # draft length K: tokens the drafter proposes per step (the demo's n-gram k=4)
 k_values = [1, 3, 5, 7]  # draft lengths drawn as acceptance-length curves
 published_k = 7  # draft length behind seed 000's published acceptance lengths (DFlash2, seven tokens)
 published_copy_mal = 3.1  # seed 000: acceptance length on copy-style work (published)
@@ -46,25 +46,25 @@ target_gains = [1.2, 1.5, 2.0]  # end-to-end targets of seed 002's Amdahl table
 kv_sessions = 6.7  # sessions the KV pool holds without a drafter (seed 000)
 kv_context_tokens = 256000  # context length those sessions have, tokens (seed 000: 256k)
 drafter_kv_share = 0.36  # share of the KV pool the drafter takes (seed 000: about 36 %)
-preset = "h200-sxm"  # hardware preset, a name in src/specnb/data/hardware.toml
+preset = "cpu-demo"  # hardware preset, a name in src/specnb/models/data/hardware.toml (GPU: params/gpu/calculator.yaml)
 step_overhead_ms = None  # fixed cost per engine step, ms; None: the preset's value
-target_name = "Llama-3.1-70B, FP8 weights"  # label of the target model
-target_params_b = 70.6  # target parameters, billions
-target_bytes_per_param = 1.0  # bytes per target weight: 2 for bf16, 1 for fp8
-target_kv_bytes_per_token = 327680  # target K+V bytes per token of context, all layers (2*80*8*128*2 bf16)
-drafter_name = "ngram"  # label of the drafter
+target_name = "SmolLM2-135M-Instruct (bf16)"  # label of the target model
+target_params_b = 0.134515008  # target parameters, billions (counted from models/SmolLM2-135M-Instruct/config.json)
+target_bytes_per_param = 2.0  # bytes per target weight: 2 for bf16, 1 for fp8
+target_kv_bytes_per_token = 23040  # target K+V bytes per token of context, all layers (2 * 30 layers * 3 KV heads * 64 * 2 bytes)
+drafter_name = "ngram-k4"  # label of the drafter
 drafter_params_b = 0.0  # drafter parameters, billions (0 for n-gram: no weights)
 drafter_bytes_per_param = 2.0  # bytes per drafter weight
 drafter_kv_bytes_per_token = 0  # drafter K+V bytes per token of context (0: no KV cache of its own)
 drafter_parallel = False  # True: a block drafter proposes all K tokens in one pass
-draft_fraction = 1.0  # share of steps that carry a draft (n-gram drafts only on a prompt match)
-drafter_step_overhead_ms = 0.0  # drafting cost per step independent of the batch, ms
+draft_fraction = 0.26  # share of steps that carry a draft (n-gram drafts only on a prompt match; demo ledgers, copy)
+drafter_step_overhead_ms = 5.7  # drafting cost per step independent of the batch, ms (fitted to the demo's n-gram arm: models/data/cpu-demo-calibration.json)
 drafter_per_request_ms = 0.0  # drafting cost per request per step, ms
-drafter_per_token_ms = 0.0  # cost per proposed draft token beyond its compute (rejection sampling, bookkeeping), ms
-prompt_tokens = 1024  # prompt tokens per request
-output_tokens = 256  # output tokens per request
+drafter_per_token_ms = 4.2  # cost per proposed draft token beyond its compute (rejection sampling, bookkeeping), ms (likewise fitted)
+prompt_tokens = 184  # prompt tokens per request (demo copy prompts, mean)
+output_tokens = 49  # output tokens per request (demo copy outputs, mean; max_tokens 64)
 cached_prompt_share = 0.0  # share of prompt tokens served by the prefix cache (not prefilled)
-concurrency_max = 512  # largest concurrency drawn
+concurrency_max = 32  # largest concurrency drawn
 ledgers = "ledgers/concurrency/cpu/20261129-cpu-demo"  # measured ledgers: acceptance marks and the model check
 cpu_preset = "cpu-demo"  # measured hardware preset the ledgers are checked against
 interactive = None  # sliders: None only in a kernel a Jupyter server started; True or False to force
@@ -77,20 +77,22 @@ from pathlib import Path
 import ipywidgets as w
 from IPython.display import Markdown, display
 
-import specnb
-from specnb import calculator as calc
-from specnb import stepcost as sc
-from specnb import theory
+from specnb.analysis import kv_capacity, speedup_table
+from specnb.figures import calculator as calc
 from specnb.figures import save_figure
+from specnb.ledger import load_ledgers
+from specnb.models import calibration
+from specnb.models import hardware, theory
+from specnb.models import stepcost as sc
 
 NB = "07_calculator"
 SLIDERS = calc.interactive_mode(interactive)
 folder = Path(ledgers)
-df = specnb.load_ledgers(folder) if folder.is_dir() else None
+df = load_ledgers(folder) if folder.is_dir() else None
 if df is None:
     print(f"note: no ledgers at {folder}; measured marks and the model check are skipped "
           "(set `ledgers` to a sweep folder)")
-measured = sc.workload_acceptance(df) if df is not None else None
+measured = calibration.workload_acceptance(df) if df is not None else None
 sources = [folder] if df is not None else []
 
 # %% [markdown]
@@ -170,9 +172,8 @@ if SLIDERS:
 # matches the baseline's).
 
 # %%
-pools = None
-if df is not None and "kv_cache_tokens" in df and df["kv_cache_tokens"].notna().any():
-    pools = df.dropna(subset=["kv_cache_tokens"]).groupby("arm")["kv_cache_tokens"].mean().to_dict()
+kv = kv_capacity(df) if df is not None else None
+pools = dict(zip(kv.arm, kv.kv_cache_tokens)) if kv is not None and len(kv) else None
 fig = calc.kv_sessions_figure(kv_sessions, kv_context_tokens, drafter_kv_share, pools)
 save_figure(fig, "calculator-kv-sessions", sources if pools else [], out_dir=figures_dir, notebook=NB,
             caption="concurrent sessions against context length, without and with a drafter (seed 000)")
@@ -199,10 +200,10 @@ if SLIDERS:
 # KV pool cannot hold that many requests beside the weights. The hardware numbers of GPU
 # presets are spec-sheet peaks, which no server reaches: calibrate (section 6) before trusting
 # an absolute concurrency. The model leaves out attention FLOPs, the drafter's own prefill and
-# scheduling effects (`specnb.stepcost` says why).
+# scheduling effects (`specnb.models.stepcost` says why).
 
 # %%
-hw = sc.load_hardware(preset)
+hw = hardware.load_hardware(preset)
 if step_overhead_ms is not None:
     hw = dataclasses.replace(hw, step_overhead_s=step_overhead_ms / 1e3)
 target = sc.TargetModel(target_name, target_params_b * 1e9, target_params_b * 1e9 * target_bytes_per_param,
@@ -253,11 +254,11 @@ if SLIDERS:
 if df is None:
     print(f"note: no ledgers at {folder}; nothing to check the model against")
 else:
-    cpu = sc.load_hardware(cpu_preset)
-    record = sc.calibration_record(cpu_preset)
+    cpu = hardware.load_hardware(cpu_preset)
+    record = hardware.calibration_record(cpu_preset)
     t = record["target"]
     cpu_target = sc.TargetModel(t["name"], t["params"], t["weight_bytes"], t["kv_bytes_per_token"])
-    cal = sc.calibrate(df, cpu_target, fixed={"bandwidth_bytes_s": cpu.bandwidth_bytes_s}, name=cpu_preset)
+    cal = calibration.calibrate(df, cpu_target, fixed={"bandwidth_bytes_s": cpu.bandwidth_bytes_s}, name=cpu_preset)
     print(cal.summary())
     print(f"preset {cpu_preset}: {cpu.flop_s / 1e12:.4g} TFLOP/s, {1e3 * cpu.step_overhead_s:.4g} ms per step")
     scen, scen_fit = {}, {}
@@ -268,7 +269,7 @@ else:
         scen_fit[r.workload] = sc.Scenario(cpu, cpu_target, dataclasses.replace(
             d, step_overhead_s=cal.drafter.step_overhead_s, per_request_s=cal.drafter.per_request_s,
             per_token_s=cal.drafter.per_token_s), **kw)
-    table = specnb.speedup_table(df)
+    table = speedup_table(df)
     fig = calc.calibration_figure(cal, scen, scen_fit, table)
     save_figure(fig, "calculator-stepcost-vs-measured", sources, out_dir=figures_dir, notebook=NB,
                 caption=f"step-cost model with the {cpu_preset} preset against the measured ledgers")

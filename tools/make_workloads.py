@@ -1,4 +1,4 @@
-"""Generate the bundled prompt sets ``src/specnb/workloads/{copy,freeform}.jsonl``.
+"""Generate the bundled prompt sets ``src/specnb/prompts/sets/{copy,freeform}.jsonl``.
 
 Why generated: a sweep needs many distinct prompts per category (64 here), so that a point
 with dozens of requests does not send the same few prompts again and again (a repeated
@@ -40,7 +40,7 @@ import workload_content as wc  # noqa: E402 - the hand-written content next to t
 
 SEED = 20261129
 PER_CATEGORY = 64
-OUT = Path(__file__).resolve().parents[1] / "src" / "specnb" / "workloads"
+OUT = Path(__file__).resolve().parents[1] / "src" / "specnb" / "prompts" / "sets"
 COPY_CATEGORIES = ["edit-code", "fix-json", "quote-summary", "extract-fields", "list-transform"]
 FREE_CATEGORIES = ["chat", "creative", "explanation", "reasoning", "math"]
 

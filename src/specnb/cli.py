@@ -17,17 +17,16 @@ import argparse
 import sys
 import tomllib
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 
 from specnb import paths
-from specnb.analysis import DEFAULT_N_BOOT, DEFAULT_SEED, AnalysisError, format_report
-from specnb.ledger import SCHEMA_VERSION, load_ledgers, load_spec_by_category, schema_json
-from specnb.mix import MixError, category_speedups, expected_speedup, format_mix, load_tokenizer, measure_mix
-from specnb.report import PairingError, format_category_acceptance, paired
-from specnb.sweep import SweepError, SweepSpec, run_sweep
-from specnb.traffic import load_traffic
-from specnb.workload import WorkloadError
+from specnb.analysis import DEFAULT_N_BOOT, DEFAULT_SEED, category_speedups, expected_speedup, paired
+from specnb.analysis.text import format_category_acceptance, format_report
+from specnb.errors import SpecnbError, exit_code
+from specnb.ledger import SCHEMA_VERSION, Flag, load_ledgers, load_spec_by_category, schema_json
+from specnb.ledger.runs import new_run_name
+from specnb.prompts.copyshare import MixError, format_mix, load_tokenizer, measure_mix
+from specnb.prompts.traffic import load_traffic
 
 __all__ = ["main"]
 
@@ -36,7 +35,7 @@ def _overrides(items: list[str]) -> dict:
     out = {}
     for item in items:
         if "=" not in item:
-            raise SweepError(f"--set {item!r}: expected key=value")
+            raise SpecnbError(f"--set {item!r}: expected key=value")
         key, value = item.split("=", 1)
         try:
             out[key.strip()] = tomllib.loads(f"v = {value}")["v"]
@@ -54,7 +53,7 @@ def _print_table(out_dir: Path, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAUL
     failed = int((df["status"] != "ok").sum())
     try:
         print(format_report(df, n_boot=n_boot, seed=seed, context_tokens=context_tokens))
-    except (PairingError, AnalysisError) as exc:
+    except SpecnbError as exc:
         print(f"specnb: {exc}", file=sys.stderr)
         return 2
     cats = load_spec_by_category(out_dir)
@@ -63,10 +62,10 @@ def _print_table(out_dir: Path, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAUL
         print(format_category_acceptance(cats))
     if failed:
         print(f"{failed} failed point record(s) under {out_dir} (status=failed in the ledgers)")
-    flags = Counter(f for cell in df["flags"].fillna("") for f in cell.split(",") if f and f != "failed")
+    flags = Counter(f for cell in df["flags"].fillna("") for f in cell.split(",") if f and f != Flag.FAILED)
     if flags:
         print("flags: " + ", ".join(f"{k} x{v}" for k, v in sorted(flags.items()))
-              + "  (see the ledgers; spec_no_drafts points are left out of the pairs)")
+              + f"  (see the ledgers; {Flag.SPEC_NO_DRAFTS} points are left out of the pairs)")
     return 0
 
 
@@ -89,7 +88,7 @@ def _mix(a: argparse.Namespace) -> int:
         est = expected_speedup(frame, rep.mix("tokens"))
         print(f"\nexpected speedup of {a.arm} at c={a.concurrency} on this mix (by output tokens): {est}")
         print("  from " + ", ".join(f"{c} x{w:.3f}" for c, w in est.weights.items())
-              + " (time-weighted; see specnb.mix)")
+              + " (time-weighted; see specnb.analysis.mix)")
     return 0
 
 
@@ -128,10 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--concurrency", type=int, help="with --ledgers: the concurrency level")
     a = p.parse_args(argv)
 
-    try:
+    def run() -> int:
         if a.cmd == "sweep":
+            from specnb.sweep.runner import run_sweep  # the engine side, only for a sweep
+            from specnb.sweep.spec import SweepSpec
+
             spec = SweepSpec.from_toml(a.config, _overrides(a.set))
-            out = a.out or paths.LEDGERS / spec.name / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+            out = a.out or paths.LEDGERS / spec.name / new_run_name()
             print(f"specnb: sweep {spec.name!r} -> {out}  (resume: --out {out})", file=sys.stderr)
             outcome = run_sweep(spec, out, progress=not a.no_progress)
             print(outcome.summary(), file=sys.stderr)
@@ -146,14 +148,9 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(schema_json())
             print(path)
             return 0
-    except (SweepError, WorkloadError, MixError, FileNotFoundError) as exc:
-        print(f"specnb: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("specnb: interrupted; finished points are kept, rerun with the same --out to resume",
-              file=sys.stderr)
-        return 130
-    return 1
+        return 1
+
+    return exit_code(run, "rerun with the same --out to resume", also=(FileNotFoundError,))
 
 
 if __name__ == "__main__":

@@ -16,10 +16,11 @@ import jsonschema
 import pytest
 
 from specnb import paths
+from specnb.engine.vllm import engine_supports_flag
 from specnb.ledger import SCHEMA_VERSION, load_requests, load_spec_by_category, read_ledger
-from specnb.server import engine_supports_flag
-from specnb.sweep import PER_REQUEST_SPEC_FLAG, SweepSpec, run_sweep
-from specnb.workload import bundled
+from specnb.prompts.workload import bundled
+from specnb.sweep import SweepSpec, run_sweep
+from specnb.sweep.runner import PER_REQUEST_SPEC_FLAG
 
 MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
 K = 4

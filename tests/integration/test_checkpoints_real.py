@@ -15,9 +15,9 @@ import urllib.request
 
 import pytest
 
-from specnb import checkpoints as ck
 from specnb import paths
-from specnb.server import VllmServer
+from specnb.engine.server import VllmServer
+from specnb.setup import checkpoints as ck
 
 pytestmark = pytest.mark.integration
 

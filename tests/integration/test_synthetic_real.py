@@ -25,13 +25,13 @@ import aiohttp
 import pytest
 
 import specnb
-from specnb import load as loadgen
-from specnb import metrics, paths
+from specnb import paths
+from specnb.engine import loadgen, metrics
+from specnb.engine.plugins import ENTRY_POINT_GROUP, synthetic_cpu
+from specnb.engine.server import VllmServer
 from specnb.ledger import read_ledger
-from specnb.plugins import ENTRY_POINT_GROUP, synthetic_cpu
-from specnb.server import VllmServer
+from specnb.prompts.workload import bundled
 from specnb.sweep import SweepSpec, prepare, run_sweep
-from specnb.workload import bundled
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,97 @@
+"""Analysis: from ledger frames to the answers, with intervals. Reads ledgers, never a server.
+
+A sweep answers one operational question: below which concurrency does this drafter pay on
+this endpoint and workload? One number per point cannot answer it honestly, because the
+same CPU server measures up to 1.5x apart between two starts. The modules, in the order
+the data flows through them:
+
+- :mod:`~specnb.analysis.pairing`: the one place a speedup is formed, and the rules every
+  analysis shares (usable points, the baseline arm, pair keys);
+- :mod:`~specnb.analysis.requests`: per-request terms the prompt level re-weights;
+- :mod:`~specnb.analysis.bootstrap`: intervals over server starts and prompts;
+- :mod:`~specnb.analysis.crossing` and :mod:`~specnb.analysis.thresholds`: where a curve
+  crosses 1.0, with an interval on the crossing;
+- :mod:`~specnb.analysis.decisions`: attach the drafter or not, with seed 004's rule;
+- :mod:`~specnb.analysis.kv`: the KV pool the drafter takes (seed 000);
+- :mod:`~specnb.analysis.mix`: the speedup to expect on a traffic mix;
+- :mod:`~specnb.analysis.tables`: the tables notebooks draw from;
+- :mod:`~specnb.analysis.text`: what ``specnb report`` prints.
+"""
+
+from __future__ import annotations
+
+from specnb.analysis.bootstrap import (
+    DEFAULT_LEVEL,
+    DEFAULT_N_BOOT,
+    DEFAULT_SEED,
+    METRICS,
+    Curve,
+    SpeedupBootstrap,
+    bootstrap_speedups,
+    group_keys,
+)
+from specnb.analysis.crossing import crossing, crossings
+from specnb.analysis.decisions import Decision, decide
+from specnb.analysis.kv import kv_capacity
+from specnb.analysis.mix import MixEstimate, category_speedups, expected_speedup
+from specnb.analysis.pairing import AnalysisError, PairingError, baseline_arm, paired, speedup_table, usable
+from specnb.analysis.tables import (
+    absolute,
+    by_category,
+    failure_reasons,
+    label_conditions,
+    run_summary,
+    summarize,
+)
+from specnb.analysis.text import (
+    format_category_acceptance,
+    format_decision,
+    format_decisions,
+    format_kv_capacity,
+    format_report,
+    format_speedup_table,
+    format_threshold,
+    format_thresholds,
+)
+from specnb.analysis.thresholds import Threshold, thresholds
+
+__all__ = [
+    "DEFAULT_LEVEL",
+    "DEFAULT_N_BOOT",
+    "DEFAULT_SEED",
+    "METRICS",
+    "AnalysisError",
+    "Curve",
+    "Decision",
+    "MixEstimate",
+    "PairingError",
+    "SpeedupBootstrap",
+    "Threshold",
+    "absolute",
+    "baseline_arm",
+    "bootstrap_speedups",
+    "by_category",
+    "category_speedups",
+    "crossing",
+    "crossings",
+    "decide",
+    "expected_speedup",
+    "failure_reasons",
+    "format_category_acceptance",
+    "format_decision",
+    "format_decisions",
+    "format_kv_capacity",
+    "format_report",
+    "format_speedup_table",
+    "format_threshold",
+    "format_thresholds",
+    "group_keys",
+    "kv_capacity",
+    "label_conditions",
+    "paired",
+    "run_summary",
+    "speedup_table",
+    "summarize",
+    "thresholds",
+    "usable",
+]

@@ -1,0 +1,240 @@
+"""The bootstrap behind every interval: paired speedups per curve and concurrency, resampled
+over server starts and prompts.
+
+A ratio is formed only within a pair (:func:`specnb.analysis.pairing.paired`). The
+bootstrap is two-level, paired and percentile-based: two sources of noise are drawn for
+every replicate curve.
+
+1. *Server starts.* Each repeat is a fresh start of both servers: the dominant noise here.
+   A replicate draws ``n_repeats`` repeats with replacement; its speedup at a concurrency
+   is the mean of the drawn repeats' ratios (the point estimate is the mean of the
+   measured per-repeat ratios, as in :func:`specnb.analysis.pairing.speedup_table`). The
+   same draw is used at every concurrency of a curve, because one server start serves all
+   levels of its repeat (its luck is shared along the curve): replicate curves keep the
+   shape of measured ones, which is what the crossing is read from. (If the levels of a
+   curve hold different sets of repeats, each level draws on its own.)
+2. *Prompts.* Prompts are drawn with replacement (a weight per prompt id), and one draw
+   applies to both arms, every repeat and every concurrency of the curve: the sweep sends
+   the same prompts to both arms in the same order in every repeat (the ids are checked),
+   so prompts are crossed with repeats, not nested in them, and resampling requests anew
+   inside each repeat would treat one prompt's luck as independent each time it recurs.
+   Each metric is re-formed with the prompt weights (:mod:`specnb.analysis.requests`).
+   A pair without a request sidecar enters through the repeat draw only.
+
+The interval is the percentile interval over ``n_boot`` replicates (default 2000, numpy-
+vectorised). Each curve is seeded from ``seed`` and its own key, so results are
+reproducible and one curve's interval does not change when other curves join the frame.
+
+What it cannot do, said plainly. With 2 repeats the start draw takes only three shapes
+({r0, r0}, {r0, r1}, {r1, r1}): that part of the interval is about the two starts' [min,
+max], a lower bound on start-to-start uncertainty rather than an estimate of it. With 1
+repeat there is no between-start information at all and the interval covers the prompt
+mix only. Requests served together share one server and are not independent; the prompt
+level treats them as exchangeable given the start. A sweep whose levels send different
+numbers of requests also sends different prompt subsets (request i gets prompt i), so
+part of a curve's shape can be prompt mix; shared prompt weights keep that coherent but
+cannot remove it. ``n_repeats`` and ``resampled`` columns say which case a row is, and the
+formatters flag rows with fewer than :data:`FEW_REPEATS` repeats.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specnb.analysis.pairing import AnalysisError, paired
+from specnb.analysis.requests import Sidecars, pair_terms, weight_factors
+
+__all__ = [
+    "DEFAULT_N_BOOT",
+    "DEFAULT_SEED",
+    "DEFAULT_LEVEL",
+    "FEW_REPEATS",
+    "METRICS",
+    "Curve",
+    "SpeedupBootstrap",
+    "group_keys",
+    "bootstrap_speedups",
+    "quantiles",
+]
+
+DEFAULT_N_BOOT = 2000
+DEFAULT_SEED = 0
+DEFAULT_LEVEL = 0.95
+GROUP_CANDIDATES = ["sweep", "condition", "arm", "workload"]
+# ratio column (from pairing.paired) -> ledger column it divides
+METRICS = {
+    "speedup": "output_tok_s",
+    "per_user_speedup": "per_user_decode_tok_s_mean",
+    "computed_speedup": "computed_tok_s_wall",
+}
+# Fewer repeats than this and the interval cannot estimate start-to-start noise.
+FEW_REPEATS = 3
+
+
+def group_keys(df: pd.DataFrame) -> list[str]:
+    """The curve keys a frame supports: whichever of sweep, condition, arm, workload it has."""
+    return [k for k in GROUP_CANDIDATES if k in df.columns]
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One speedup curve (a group at every concurrency) and its bootstrap replicates."""
+
+    group: dict[str, Any]
+    concurrency: np.ndarray  # (C,) ascending
+    replicates: dict[str, np.ndarray]  # metric -> (n_boot, C)
+    n_repeats: int  # fewest repeats behind any point of the curve
+
+
+@dataclass
+class SpeedupBootstrap:
+    """What :func:`bootstrap_speedups` returns: the tidy table and the replicate curves."""
+
+    table: pd.DataFrame
+    curves: list[Curve]
+    group_keys: list[str]
+    n_boot: int
+    seed: int
+    level: float
+
+
+def _key_hash(key: tuple) -> int:
+    """A stable number per curve key (Python's hash() is salted per process)."""
+    return zlib.crc32(json.dumps([str(v) for v in key]).encode())
+
+
+def quantiles(values: np.ndarray, level: float, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    a = (1.0 - level) / 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns stay NaN
+        lo, hi = np.nanquantile(values, [a, 1.0 - a], axis=axis)
+    return lo, hi
+
+
+def _check_args(n_boot: int, seed: int, level: float) -> None:
+    if int(n_boot) != n_boot or n_boot < 1:
+        raise AnalysisError(f"n_boot must be a positive integer, got {n_boot}")
+    if int(seed) != seed or seed < 0:
+        raise AnalysisError(f"seed must be a non-negative integer, got {seed}")
+    if not 0.0 < level < 1.0:
+        raise AnalysisError(f"level must be in (0, 1), got {level}")
+
+
+def bootstrap_speedups(
+    df: pd.DataFrame,
+    baseline: str | None = None,
+    *,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = DEFAULT_SEED,
+    level: float = DEFAULT_LEVEL,
+    keys: Sequence[str] | None = None,
+    prompts: bool = True,
+) -> SpeedupBootstrap:
+    """Paired speedups per (curve, concurrency) with two-level bootstrap intervals.
+
+    ``df`` is :func:`specnb.load_ledgers` output; ``keys`` are the curve keys (default
+    :func:`group_keys`); ``prompts=False`` skips the prompt level (server starts only).
+    Raises :class:`~specnb.analysis.pairing.PairingError` when points that would pair differ in
+    prompts, sampling or engine build, and :class:`AnalysisError` on bad arguments.
+
+    ``table`` has one row per curve and concurrency: the curve keys, ``concurrency``,
+    ``n_repeats``, ``n_requests`` (fewest requests in a pair with records), ``resampled``
+    (``repeats+prompts``, ``repeats``, ``prompts``, ``none``; ``some prompts`` when only
+    part of the pairs had records), ``baseline_arm``, ``method``, ``base_tok_s`` and
+    ``spec_tok_s`` (means over repeats), ``speedup`` / ``per_user_speedup`` /
+    ``computed_speedup`` each with ``_lo`` / ``_hi``, ``speedup_min`` / ``speedup_max`` (over
+    repeats), and the speculative arm's ``acceptance_length``, ``acceptance_rate`` and
+    ``accepted_output_share`` (means over repeats). ``curves`` holds the replicate curves.
+    """
+    _check_args(n_boot, seed, level)
+    n_boot = int(n_boot)
+    pairs = paired(df, baseline)
+    keys = list(keys) if keys is not None else group_keys(df)
+    missing = [k for k in keys if k not in df.columns]
+    if missing:
+        raise AnalysisError(f"group keys {missing} are not columns of the frame")
+    if pairs.empty:
+        return SpeedupBootstrap(pd.DataFrame(), [], keys, n_boot, seed, level)
+    for ratio in METRICS:
+        if ratio not in pairs.columns:
+            pairs[ratio] = np.nan
+    side = Sidecars()
+    rows: list[dict[str, Any]] = []
+    curves: list[Curve] = []
+    for key, g in pairs.groupby(keys, sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        group = dict(zip(keys, key, strict=True))
+        rng = np.random.default_rng([seed, _key_hash(key)])
+        levels = sorted(g["concurrency"].unique())
+        repeat_sets = {c: tuple(sorted(g.loc[g["concurrency"] == c, "repeat"])) for c in levels}
+        shared = len(set(repeat_sets.values())) == 1
+        n_rep_all = len(next(iter(repeat_sets.values())))
+        # repeat draws shared along the curve: one server start serves every level of a repeat
+        shared_draw = rng.integers(0, n_rep_all, size=(n_rep_all, n_boot)) if shared else None
+        terms = {i: pair_terms(row, side) if prompts else None for i, row in g.iterrows()}
+        # prompt weights shared by both arms, every repeat and every level: the same prompts
+        # recur in all of them, so one draw of "which prompts" must apply to all at once
+        prompt_ids = sorted({p for t in terms.values() if t is not None for p in t[0].prompt_id})
+        n_ids = len(prompt_ids)
+        weights = (rng.multinomial(n_ids, np.full(n_ids, 1.0 / n_ids), size=n_boot).astype(float)
+                   if n_ids else None)
+        column = {p: j for j, p in enumerate(prompt_ids)}
+        reps = {m: np.full((n_boot, len(levels)), np.nan) for m in METRICS}
+        for ci, c in enumerate(levels):
+            pts = g[g["concurrency"] == c].sort_values("repeat")
+            n_rep = len(pts)
+            # slot s of replicate b uses repeat draw[s, b]
+            draw = shared_draw if shared else np.random.default_rng(
+                [seed, _key_hash(key), int(c)]).integers(0, n_rep, size=(n_rep, n_boot))
+            per_repeat = {m: np.empty((n_rep, n_boot)) for m in METRICS}
+            n_req, with_requests = [], 0
+            for k, (i, row) in enumerate(pts.iterrows()):
+                if terms[i] is None:
+                    for m in METRICS:
+                        per_repeat[m][k] = row[m]
+                    continue
+                spec_t, base_t = terms[i]
+                n_req.append(len(spec_t.index))
+                with_requests += 1
+                w = weights[:, [column[p] for p in spec_t.prompt_id]]
+                fs, fb = weight_factors(spec_t, w), weight_factors(base_t, w)
+                for m in METRICS:
+                    per_repeat[m][k] = row[m] * fs[m] / fb[m]
+            for m in METRICS:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    reps[m][:, ci] = np.nanmean(per_repeat[m][draw, np.arange(n_boot)], axis=0)
+            resampled = ("repeats" if n_rep > 1 else "") + (
+                "+prompts" if with_requests == n_rep else "+some prompts" if with_requests else "")
+            out = dict(group)
+            out.update(
+                concurrency=int(c),
+                n_repeats=n_rep,
+                n_requests=min(n_req) if n_req else None,
+                resampled=resampled.lstrip("+") or "none",
+                baseline_arm=pts["baseline_arm"].iloc[0],
+                method=pts["method"].iloc[0] if "method" in pts.columns else None,
+                base_tok_s=pts["output_tok_s_base"].mean(),
+                spec_tok_s=pts["output_tok_s"].mean(),
+            )
+            for m in METRICS:
+                lo, hi = quantiles(reps[m][:, ci], level)
+                out[m] = pts[m].mean()
+                out[f"{m}_lo"], out[f"{m}_hi"] = float(lo), float(hi)
+            out["speedup_min"], out["speedup_max"] = pts["speedup"].min(), pts["speedup"].max()
+            for col, src in (("acceptance_length", "mean_acceptance_length"),
+                             ("acceptance_rate", "acceptance_rate"),
+                             ("accepted_output_share", "accepted_output_share")):
+                out[col] = pd.to_numeric(pts[src], errors="coerce").mean() if src in pts.columns else np.nan
+            rows.append(out)
+        n_min = int(g.groupby("concurrency").size().min())
+        curves.append(Curve(group, np.asarray(levels, dtype=float), reps, n_min))
+    return SpeedupBootstrap(pd.DataFrame(rows), curves, keys, n_boot, seed, level)

@@ -1,0 +1,166 @@
+"""Pairs: the only place a speedup is formed, and the rules every analysis shares.
+
+A speedup is a ratio within a pair: the speculative arm's point divided by the baseline's
+point of the same sweep, (study, condition,) workload, concurrency and repeat. Pairs must
+share the prompts (workload hash), the sampling and the engine build, or
+:class:`PairingError` is raised: otherwise the ratio measures two different servers, not
+the drafter. Only *usable* points (:func:`usable`) ever enter a pair.
+
+Three ratios per pair: ``speedup`` (output tok/s in the steady window), ``per_user_speedup``
+(mean per-user decode tok/s) and ``computed_speedup`` (uncached prompt + output tokens per
+wall second, seed 002). Spread across repeats (each repeat a separate server start) is in
+:func:`speedup_table`; intervals are :mod:`specnb.analysis.bootstrap`'s.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from specnb.errors import SpecnbError
+from specnb.ledger import PLAIN_CONDITION, Flag, has_flag
+
+__all__ = [
+    "AnalysisError",
+    "PairingError",
+    "KEYS",
+    "MUST_MATCH",
+    "usable",
+    "baseline_arm",
+    "condition_keys",
+    "pair_keys",
+    "paired",
+    "speedup_table",
+    "curve_label",
+    "redundant_keys",
+    "isna",
+]
+
+KEYS = ["sweep", "workload", "concurrency", "repeat"]
+# Present only in some frames (study notebooks): a pair never crosses a study or a condition.
+CONDITION_KEYS = ["study", "condition"]
+MUST_MATCH = ["workload_hash", "sampling_key", "engine_version"]
+
+
+class AnalysisError(SpecnbError):
+    """Bad arguments to an analysis call; the message is one line meant for the user."""
+
+
+class PairingError(AnalysisError):
+    """Two points that would form a ratio do not share prompts, sampling or engine build."""
+
+
+def isna(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def usable(df: pd.DataFrame) -> pd.DataFrame:
+    """The points an analysis may use: measured (``status == "ok"``) and not a speculative arm
+    whose drafter never drafted (``spec_no_drafts``: speculation was silently off)."""
+    if df.empty:
+        return df
+    return df[(df["status"] == "ok") & ~has_flag(df, Flag.SPEC_NO_DRAFTS)]
+
+
+def baseline_arm(df: pd.DataFrame, baseline: str | None = None) -> str:
+    """The arm without a drafter that every ratio divides by: ``baseline`` when named (it must
+    be in the frame), else the one arm whose points are not speculative."""
+    if baseline is not None:
+        if baseline not in set(df["arm"]):
+            raise PairingError(f"baseline arm {baseline!r} not in ledgers (arms: {sorted(set(df['arm']))})")
+        return baseline
+    bases = sorted(set(df.loc[~df["speculative"].astype(bool), "arm"]))
+    if len(bases) != 1:
+        raise PairingError(f"need exactly one arm without a drafter to pair against, found {bases}; "
+                           "name one with baseline=")
+    return bases[0]
+
+
+def condition_keys(df: pd.DataFrame) -> list[str]:
+    """The study and condition columns where the frame has them (a study's notebook frames)."""
+    return [k for k in CONDITION_KEYS if k in df.columns]
+
+
+def pair_keys(df: pd.DataFrame) -> list[str]:
+    """The columns two points must share to form a pair: sweep, workload, concurrency, repeat,
+    and study / condition where the frame has them."""
+    return KEYS + condition_keys(df)
+
+
+def paired(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
+    """One row per (speculative arm, workload, concurrency, repeat) with its paired ratios.
+
+    Baseline columns carry a ``_base`` suffix (``output_tok_s_base``, ``path_base``, ...).
+    """
+    ok = usable(df)
+    if ok.empty or "output_tok_s" not in ok.columns:
+        return pd.DataFrame()
+    base_name = baseline_arm(ok, baseline)
+    base = ok[ok["arm"] == base_name]
+    spec = ok[ok["arm"] != base_name]
+    keys = pair_keys(ok)
+    cols = keys + MUST_MATCH + ["output_tok_s", "per_user_decode_tok_s_mean", "computed_tok_s_wall",
+                                "p50_tpot_ms", "p50_ttft_ms", "path"]
+    cols = [c for c in cols if c in ok.columns]
+    # pandas matches null keys with each other: a condition that is None in both arms still pairs
+    merged = spec.merge(base[cols], on=keys, suffixes=("", "_base"), how="inner")
+    for col in MUST_MATCH:
+        if col not in merged.columns:
+            continue
+        a, b = merged[col].astype(str), merged[f"{col}_base"].astype(str)
+        bad = merged[a != b]
+        if len(bad):
+            row = bad.iloc[0]
+            raise PairingError(
+                f"{row['arm']} vs {base_name} at {row['workload']} c={row['concurrency']} "
+                f"r={row['repeat']}: {col} differs ({row[col]} vs {row[f'{col}_base']})"
+            )
+    merged["baseline_arm"] = base_name
+    merged["speedup"] = merged["output_tok_s"] / merged["output_tok_s_base"]
+    if "per_user_decode_tok_s_mean" in merged.columns:
+        merged["per_user_speedup"] = (merged["per_user_decode_tok_s_mean"]
+                                      / merged["per_user_decode_tok_s_mean_base"])
+    if "computed_tok_s_wall" in merged.columns:
+        merged["computed_speedup"] = merged["computed_tok_s_wall"] / merged["computed_tok_s_wall_base"]
+    return merged
+
+
+def speedup_table(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
+    """Per (arm, workload, concurrency): paired speedup across repeats, with its plain spread
+    (mean, min, max over repeats; intervals come from the bootstrap)."""
+    pairs = paired(df, baseline)
+    if pairs.empty:
+        return pd.DataFrame()
+    g = pairs.groupby(["arm", "workload", "concurrency"], sort=True)
+    out = g.agg(
+        n=("speedup", "size"),
+        base_tok_s=("output_tok_s_base", "mean"),
+        spec_tok_s=("output_tok_s", "mean"),
+        speedup=("speedup", "mean"),
+        speedup_min=("speedup", "min"),
+        speedup_max=("speedup", "max"),
+        per_user_speedup=("per_user_speedup", "mean"),
+        acceptance_length=("mean_acceptance_length", "mean"),
+        acceptance_rate=("acceptance_rate", "mean"),
+    )
+    return out.reset_index()
+
+
+def curve_label(group: dict[str, Any], omit: Sequence[str] = ("sweep",)) -> str:
+    """A curve's name from its keys, leaving out ``omit`` and the plain condition."""
+    return " / ".join(str(v) for k, v in group.items()
+                      if k not in omit and not isna(v) and not (k == "condition" and v == PLAIN_CONDITION))
+
+
+def redundant_keys(groups: pd.DataFrame) -> list[str]:
+    """Curve keys that would only repeat themselves on every line: sweep and condition when
+    they take one value, and the sweep when each condition has a sweep of its own (a study)."""
+    omit = [k for k in ("sweep", "condition") if k in groups.columns and groups[k].astype(str).nunique() <= 1]
+    if "sweep" in groups.columns and "condition" in groups.columns and "sweep" not in omit:
+        pairs = groups[["sweep", "condition"]].astype(str).drop_duplicates()
+        if pairs["condition"].is_unique:
+            omit.append("sweep")
+    return omit

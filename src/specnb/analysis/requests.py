@@ -1,0 +1,128 @@
+"""Request-level terms of a point: what the prompt level of the bootstrap re-weights.
+
+Each metric of a point is a ratio of sums over its requests (tokens over request-seconds in
+the steady window, the mean of per-request 1 / TPOT, computed tokens over request-seconds).
+Re-forming it with a weight per prompt gives a replicate value anchored at the ledger's:
+equal weights return the measured value exactly. The requests come from each ledger's
+Parquet sidecar, read once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specnb.analysis.pairing import PairingError
+from specnb.ledger import load_requests
+
+__all__ = ["RequestTerms", "request_terms", "weight_factors", "Sidecars", "pair_terms"]
+
+
+@dataclass(frozen=True)
+class RequestTerms:
+    """Per-request numerators and denominators of one point's metrics, in request-index order."""
+
+    index: np.ndarray
+    prompt_id: np.ndarray
+    steady_x: np.ndarray
+    steady_d: np.ndarray
+    user_u: np.ndarray  # 1 / TPOT, 0 where not valid
+    user_ok: np.ndarray  # 1.0 where the request has a TPOT
+    comp_x: np.ndarray
+    comp_d: np.ndarray
+
+
+def request_terms(req: pd.DataFrame, concurrency: int) -> RequestTerms | None:
+    need = {"index", "worker", "start_s", "end_s", "chunk_times_s", "chunk_tokens", "output_tokens"}
+    if req.empty or not need <= set(req.columns):
+        return None
+    req = req.sort_values("index")
+    err = req["error"] if "error" in req.columns else pd.Series([None] * len(req), index=req.index)
+    ok = (err.isna() & (req["output_tokens"] > 0)).to_numpy()
+    start, end = req["start_s"].to_numpy(float), req["end_s"].to_numpy(float)
+    # The steady window as the load generator drew it: from the last worker's first start to
+    # the first worker's last end (load.run_load); without one the ledger used the wall clock.
+    per_worker = req.groupby("worker")
+    lo, hi = per_worker["start_s"].min().max(), per_worker["end_s"].max().min()
+    if per_worker.ngroups != concurrency or not hi > lo:
+        lo, hi = start.min(), end.max()
+    x = np.zeros(len(req))
+    for i, (times, toks) in enumerate(zip(req["chunk_times_s"], req["chunk_tokens"], strict=True)):
+        if ok[i] and times is not None and len(times):
+            t, k = np.asarray(times, float), np.asarray(toks, float)
+            x[i] = k[(t >= lo) & (t <= hi)].sum()
+    d = np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0.0, None)
+    tpot = req["tpot_s"].to_numpy(float) if "tpot_s" in req.columns else np.full(len(req), np.nan)
+    user_ok = ok & np.isfinite(tpot) & (tpot > 0)
+    user_u = np.where(user_ok, 1.0 / np.where(user_ok, tpot, 1.0), 0.0)
+    prompt = req["prompt_tokens"].fillna(0).to_numpy(float) if "prompt_tokens" in req.columns else 0.0
+    cached = (pd.to_numeric(req["cached_prompt_tokens"], errors="coerce").fillna(0).to_numpy(float)
+              if "cached_prompt_tokens" in req.columns else 0.0)
+    comp_x = np.where(ok, prompt - cached + req["output_tokens"].to_numpy(float), 0.0)
+    # the resampling unit is the prompt; without prompt ids each request is its own unit
+    pid = (req["prompt_id"].astype(str).to_numpy() if "prompt_id" in req.columns
+           else np.array([f"#{i}" for i in req["index"]]))
+    return RequestTerms(req["index"].to_numpy(int), pid, x, d, user_u, user_ok.astype(float), comp_x,
+                  np.clip(end - start, 0.0, None))
+
+
+def _rate_factor(w: np.ndarray, x: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """(sum w x / sum w d) / (sum x / sum d): 1 for the measured sample."""
+    sx, sd = x.sum(), d.sum()
+    if sx <= 0 or sd <= 0:
+        return np.ones(w.shape[:-1])
+    wx, wd = w @ x, w @ d
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = (wx / wd) / (sx / sd)
+    # a draw with no time in the window says nothing: keep the measured value
+    return np.where(wd > 0, f, 1.0)
+
+
+def _mean_factor(w: np.ndarray, u: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    n = valid.sum()
+    if n == 0 or u.sum() <= 0:
+        return np.ones(w.shape[:-1])
+    wu, wn = w @ u, w @ valid
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = (wu / wn) / (u.sum() / n)
+    return np.where(wn > 0, f, 1.0)
+
+
+def weight_factors(t: RequestTerms, w: np.ndarray) -> dict[str, np.ndarray]:
+    return {
+        "speedup": _rate_factor(w, t.steady_x, t.steady_d),
+        "per_user_speedup": _mean_factor(w, t.user_u, t.user_ok),
+        "computed_speedup": _rate_factor(w, t.comp_x, t.comp_d),
+    }
+
+
+class Sidecars:
+    """Reads each ledger's Parquet sidecar once."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, RequestTerms | None] = {}
+
+    def terms(self, path: Any, concurrency: int) -> RequestTerms | None:
+        if path is None or (isinstance(path, float) and np.isnan(path)) or not Path(str(path)).is_file():
+            return None
+        key = str(path)
+        if key not in self._cache:
+            self._cache[key] = request_terms(load_requests(key), concurrency)
+        return self._cache[key]
+
+
+def pair_terms(row: pd.Series, side: Sidecars) -> tuple[RequestTerms, RequestTerms] | None:
+    spec = side.terms(row.get("path"), int(row["concurrency"]))
+    base = side.terms(row.get("path_base"), int(row["concurrency"]))
+    if spec is None or base is None:
+        return None
+    if not (np.array_equal(spec.index, base.index) and np.array_equal(spec.prompt_id, base.prompt_id)):
+        raise PairingError(
+            f"{row['arm']} vs {row['baseline_arm']} at {row['workload']} c={row['concurrency']} "
+            f"r={row['repeat']}: the request records do not send the same prompts in the same order"
+        )
+    return spec, base

@@ -1,0 +1,232 @@
+"""Plain text for the terminal: the tables and lines ``specnb report`` prints.
+
+Curves are labelled by the keys that tell them apart (a report usually holds one sweep, and
+a plain sweep is the condition ``default``: naming either on every line would be noise).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from specnb.analysis.bootstrap import (
+    DEFAULT_LEVEL,
+    DEFAULT_N_BOOT,
+    DEFAULT_SEED,
+    FEW_REPEATS,
+    bootstrap_speedups,
+)
+from specnb.analysis.decisions import Decision, decide
+from specnb.analysis.kv import kv_capacity
+from specnb.analysis.pairing import curve_label, isna, redundant_keys
+from specnb.analysis.thresholds import Threshold, thresholds
+from specnb.ledger import PLAIN_CONDITION
+
+__all__ = [
+    "format_speedup_table",
+    "format_threshold",
+    "format_thresholds",
+    "format_decision",
+    "format_decisions",
+    "format_kv_capacity",
+    "format_category_acceptance",
+    "format_report",
+]
+
+
+def _same_everywhere(items: Sequence[Threshold] | Sequence[Decision]) -> list[str]:
+    return redundant_keys(pd.DataFrame([x.group for x in items]))
+
+
+def _f(v: Any, spec: str = ".2f") -> str:
+    return "-" if v is None or pd.isna(v) else format(v, spec)
+
+
+def _c(v: float, th: Threshold) -> str:
+    if v == -math.inf:
+        return f"<{th.c_min}"
+    if v == math.inf:
+        return f">{th.c_max}"
+    return f"{v:.1f}"
+
+
+def _repeats_note(n: int) -> str:
+    if n <= 1:
+        return "1 repeat: the interval covers the prompt mix only, not server starts"
+    if n < FEW_REPEATS:
+        return f"{n} repeats: the interval understates start-to-start noise"
+    return ""
+
+
+def format_speedup_table(table: pd.DataFrame, level: float = DEFAULT_LEVEL) -> str:
+    """Plain-text table: paired speedups with bootstrap intervals, per-user and computed-token
+    speedups, acceptance, and the share of output the drafter supplied."""
+    if table.empty:
+        return "(no paired points)"
+    pct = f"{100 * level:g}%"
+    # sweep / condition columns only when they tell rows apart
+    shown = [k for k in ("sweep", "condition") if k in table.columns and k not in redundant_keys(table)]
+    lead = "".join(f"{k:<12} " for k in shown)
+    head = (f"{lead}{'arm':<12} {'workload':<10} {'c':>3} {'n':>2} {'base tok/s':>10} {'spec tok/s':>10} "
+            f"{'speedup [' + pct + ' CI]':>20} {'per-user [' + pct + ' CI]':>21} {'computed':>8} "
+            f"{'acc len':>7} {'acc %':>5} {'drafted %':>9}")
+    lines = [head, "-" * len(head)]
+
+    def ci(row: Any, m: str) -> str:
+        if row.resampled == "none":
+            return f"{_f(getattr(row, m))}x (1 run)"
+        return f"{_f(getattr(row, m))}x [{_f(getattr(row, m + '_lo'))}, {_f(getattr(row, m + '_hi'))}]"
+
+    for row in table.itertuples(index=False):
+        rate = None if pd.isna(row.acceptance_rate) else 100 * row.acceptance_rate
+        share = None if pd.isna(row.accepted_output_share) else 100 * row.accepted_output_share
+        first = "".join(f"{'-' if isna(getattr(row, k)) else str(getattr(row, k)):<12} " for k in shown)
+        mark = "*" if row.n_repeats < FEW_REPEATS else " "
+        lines.append(
+            f"{first}{row.arm:<12} {row.workload:<10} {row.concurrency:>3} {row.n_repeats:>2}{mark}"
+            f"{_f(row.base_tok_s, '.1f'):>10} {_f(row.spec_tok_s, '.1f'):>10} {ci(row, 'speedup'):>20} "
+            f"{ci(row, 'per_user_speedup'):>21} {_f(row.computed_speedup):>7}x "
+            f"{_f(row.acceptance_length):>7} {_f(rate, '.0f'):>5} {_f(share, '.0f'):>9}"
+        )
+    lines.append(f"speedup = speculative / baseline output tok/s (steady window), paired per repeat; "
+                 f"[{pct} CI] bootstrap over repeats and prompts.")
+    lines.append("per-user = mean decode tok/s per request; computed = (uncached prompt + output) "
+                 "tok/s; drafted % = accepted draft tokens / output tokens.")
+    if (table["n_repeats"] < FEW_REPEATS).any():
+        lines.append(f"* n = repeats (server starts) < {FEW_REPEATS}: the interval cannot estimate "
+                     "start-to-start noise; read it as a lower bound.")
+    return "\n".join(lines)
+
+
+def format_threshold(th: Threshold, omit: Sequence[str] = ("sweep",)) -> str:
+    """One line: where the curve crosses 1.0 (with interval), or that it never does."""
+    rng = f"c={th.c_min}..{th.c_max}"
+    crossing_share = 1.0 - th.share_no_crossing
+    if th.kind in ("crosses", "rises"):
+        ci = (f"{100 * th.level:g}% CI {_c(th.lo, th)} to {_c(th.hi, th)}"
+              if th.lo is not None and th.hi is not None else "no interval")
+        head = (f"pays below c~{th.concurrency:.1f}" if th.kind == "crosses"
+                else f"loses below c~{th.concurrency:.1f} and pays above it")
+        text = (f"{head} ({ci}; {th.share_no_crossing:.0%} of {th.n_boot} bootstrap curves "
+                f"never cross 1.0 in {rng})")
+    else:
+        side = "pays" if th.kind == "above" else "loses"
+        text = (f"never crosses 1.0 in the measured range ({side} over {rng}; "
+                f"{crossing_share:.0%} of {th.n_boot} bootstrap curves cross)")
+    note = _repeats_note(th.n_repeats)
+    what = "" if th.metric == "speedup" else f" [{th.metric}]"
+    return f"{curve_label(th.group, omit)}{what}: {text}" + (f"; {note}" if note else "")
+
+
+def format_thresholds(ths: Sequence[Threshold]) -> str:
+    """One line per curve, labelled by the curve keys that differ between the curves."""
+    omit = _same_everywhere(ths)
+    return "\n".join(format_threshold(t, omit) for t in ths) if ths else "(no curves)"
+
+
+def format_decision(d: Decision, omit: Sequence[str] = ("sweep",)) -> str:
+    """Two lines: attach the drafter below X (interval) or not; then, indented, the acceptance
+    evidence at that point and seed 004's verdict on it."""
+    th = d.threshold
+    rng = f"c={th.c_min}..{th.c_max}"
+    ci = (f" ({100 * th.level:g}% CI {_c(th.lo, th)} to {_c(th.hi, th)})"
+          if th.lo is not None and th.hi is not None else "")
+    if th.kind == "crosses":
+        head = f"attach the drafter below c~{th.concurrency:.1f}{ci}"
+    elif th.kind == "rises":
+        head = f"attach the drafter only above c~{th.concurrency:.1f}{ci}: it loses below"
+    elif th.kind == "above":
+        head = f"attach the drafter: it pays at every measured concurrency ({rng})"
+    else:
+        head = f"leave the drafter off: it never pays over {rng}"
+    line = f"{curve_label(d.group, omit)}: {head}"
+    if d.acceptance_rate is None:
+        return line
+    ev = f"at c~{d.at_concurrency:.1f}: acceptance {d.acceptance_rate:.0%} -> seed 004 rule: {d.verdict}"
+    if (d.verdict == "worth it" and th.kind == "below") or (
+            d.verdict == "switch it off" and th.kind == "above"):
+        ev += " (the measured speedup overrules it)"
+    ev += f"; acceptance length {_f(d.acceptance_length)}"
+    if d.accepted_output_share is not None:
+        ev += f", drafter supplied {d.accepted_output_share:.0%} of output"
+    if d.per_user_speedup is not None:
+        ev += f", per-user {d.per_user_speedup:.2f}x"
+    if d.method == "ngram":
+        ev += " (n-gram: rate and length count only steps where it drafted)"
+    return f"{line}\n    {ev}"
+
+
+def format_decisions(ds: Sequence[Decision]) -> str:
+    """One entry per curve, labelled by the curve keys that differ between the curves."""
+    omit = _same_everywhere(ds)
+    return "\n".join(format_decision(d, omit) for d in ds) if ds else "(no curves)"
+
+
+def format_kv_capacity(kv: pd.DataFrame) -> str:
+    """One line per speculative arm: its KV pool against the baseline's, and sessions if asked."""
+    if kv.empty:
+        return "(no KV capacity in the ledgers)"
+    lines = []
+    for row in kv.itertuples(index=False):
+        if not row.speculative or row.baseline_kv_cache_tokens is None or pd.isna(row.baseline_kv_cache_tokens):
+            continue
+        cond = getattr(row, "condition", None)
+        label = row.arm if isna(cond) or cond == PLAIN_CONDITION else f"{cond} / {row.arm}"
+        text = (f"{label}: KV pool {row.kv_cache_tokens:,.0f} tokens vs {row.baseline_kv_cache_tokens:,.0f} "
+                f"without the drafter (the drafter takes {row.drafter_kv_share:.0%})")
+        if row.kv_cache_tokens_min != row.kv_cache_tokens_max:
+            text += f" [varies {row.kv_cache_tokens_min:,.0f}-{row.kv_cache_tokens_max:,.0f} across starts]"
+        if row.sessions is not None and not pd.isna(row.sessions):
+            text += (f"; at {row.context_tokens:,.0f}-token context: {row.baseline_sessions:.1f} -> "
+                     f"{row.sessions:.1f} concurrent sessions")
+        lines.append(text)
+    return "\n".join(lines) if lines else "(no speculative arm with a baseline KV pool)"
+
+
+def format_category_acceptance(cats: pd.DataFrame) -> str:
+    """Per prompt category: mean acceptance length and acceptance rate pooled over repeats, from
+    :func:`specnb.ledger.load_spec_by_category` (vLLM's per-request metrics)."""
+    ok = cats[cats["status"] == "ok"] if "status" in cats.columns else cats
+    if ok.empty:
+        return "(no per-request acceptance in these ledgers)"
+    g = ok.groupby(["arm", "workload", "concurrency", "category"], sort=True)[
+        ["requests", "num_spec_steps", "num_draft_tokens", "num_accepted_draft_tokens", "output_tokens"]].sum()
+    head = (f"{'arm':<12} {'workload':<14} {'c':>3} {'category':<16} {'requests':>8} {'accept len':>10} "
+            f"{'accept %':>8} {'drafted %':>9}")
+    lines = [head, "-" * len(head)]
+    for (arm, wl, c, cat), r in g.iterrows():
+        mal = 1 + r.num_accepted_draft_tokens / r.num_spec_steps if r.num_spec_steps else None
+        rate = 100 * r.num_accepted_draft_tokens / r.num_draft_tokens if r.num_draft_tokens else None
+        share = 100 * r.num_accepted_draft_tokens / r.output_tokens if r.output_tokens else None
+        lines.append(f"{arm:<12} {wl:<14} {c:>3} {cat:<16} {int(r.requests):>8} "
+                     f"{'-' if mal is None else f'{mal:.2f}':>10} {'-' if rate is None else f'{rate:.0f}':>8} "
+                     f"{'-' if share is None else f'{share:.0f}':>9}")
+    lines.append("per prompt category, pooled over requests and repeats (vLLM --per-request-spec-decode-metrics); "
+                 "drafted % = accepted draft tokens / output tokens.")
+    return "\n".join(lines)
+
+
+def format_report(
+    df: pd.DataFrame,
+    baseline: str | None = None,
+    *,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = DEFAULT_SEED,
+    level: float = DEFAULT_LEVEL,
+    context_tokens: float | None = None,
+    serving_concurrency: float | None = None,
+) -> str:
+    """What ``specnb report`` prints: the table, the thresholds, the decisions, the KV cost."""
+    boot = bootstrap_speedups(df, baseline, n_boot=n_boot, seed=seed, level=level)
+    parts = [format_speedup_table(boot.table, level)]
+    if boot.curves:
+        parts += ["", "where the speedup crosses 1.0 (log2-interpolated; interval from the bootstrap curves):",
+                  format_thresholds(thresholds(boot)),
+                  "", "decision:", format_decisions(decide(boot, serving_concurrency=serving_concurrency))]
+    kv = kv_capacity(df, context_tokens=context_tokens, baseline=baseline)
+    if not kv.empty and kv["speculative"].any():
+        parts += ["", "KV capacity:", format_kv_capacity(kv)]
+    return "\n".join(parts)

@@ -1,0 +1,12 @@
+"""The engine side: what talks to a vLLM server.
+
+- :mod:`~specnb.engine.server`: start, watch and stop a server (or attach to one);
+- :mod:`~specnb.engine.vllm`: what the installed vLLM is and can do, and the environment
+  a launched server gets;
+- :mod:`~specnb.engine.loadgen`: streaming OpenAI-compatible load at fixed concurrency;
+- :mod:`~specnb.engine.metrics`: Prometheus ``/metrics`` snapshots, deltas and gauges;
+- :mod:`~specnb.engine.hostload`: how busy the rest of the machine was during a point;
+- :mod:`~specnb.engine.plugins`: vLLM plugins specnb ships (synthetic acceptance on CPU).
+
+Nothing on the analysis side imports from here: figures rebuild from ledgers alone.
+"""

@@ -1,0 +1,74 @@
+"""How busy the machine was during a point, apart from the server and the client.
+
+A paired measurement cancels slow drift (the ABBA order) but not a noisy neighbour that comes
+and goes: another process that takes CPU during one arm's point and not the other's. This
+measures the CPU used by everything except the server's process tree and this process, so
+a disturbed point can be flagged (``host_busy``) and measured again.
+"""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+
+__all__ = ["HOST_BUSY", "HostLoad", "wait_for_quiet"]
+
+# CPU (in cores) used by processes that are neither the server nor the client, above which a
+# point is flagged: on a shared machine a noisy neighbour moves one arm and not the other.
+HOST_BUSY = 0.3
+
+class HostLoad:
+    """CPU used during a point by everything except the server's process tree and this
+    process: the noisy neighbour a paired measurement cannot cancel if it comes and goes."""
+
+    def __init__(self, server_pid: int | None):
+        self.server_pid = server_pid
+        self._t0 = time.perf_counter()
+        self._busy0 = self._busy()
+        self._srv0 = self._tree(server_pid)
+        self._own0 = time.process_time()
+
+    @staticmethod
+    def _busy() -> float:
+        t = psutil.cpu_times()
+        return sum(getattr(t, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal"))
+
+    @staticmethod
+    def _tree(pid: int | None) -> float | None:
+        if pid is None:
+            return None
+        total = 0.0
+        try:
+            root = psutil.Process(pid)
+            for proc in [root, *root.children(recursive=True)]:
+                try:
+                    ct = proc.cpu_times()
+                    total += ct.user + ct.system
+                except psutil.Error:
+                    pass
+        except psutil.Error:
+            return None
+        return total
+
+    def other_cores(self) -> float | None:
+        """Average cores used by other processes since construction (None if unknown)."""
+        srv = self._tree(self.server_pid)
+        if srv is None or self._srv0 is None:
+            return None
+        wall = max(time.perf_counter() - self._t0, 1e-9)
+        other = (self._busy() - self._busy0) - (srv - self._srv0) - (time.process_time() - self._own0)
+        return max(other, 0.0) / wall
+
+
+def wait_for_quiet(server_pid: int | None, timeout_s: float = 120.0, window_s: float = 3.0) -> None:
+    """Wait (bounded) until other processes leave the CPU alone for one window."""
+    if server_pid is None:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        probe = HostLoad(server_pid)
+        time.sleep(window_s)
+        other = probe.other_cores()
+        if other is None or other < HOST_BUSY:
+            return

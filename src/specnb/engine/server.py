@@ -1,0 +1,410 @@
+"""Start, watch and stop a vLLM OpenAI-compatible server, or attach to a running one.
+
+A launched server runs ``python -m vllm.entrypoints.openai.api_server`` from the current
+interpreter (it works for both the ordinary ``vllm`` package and the CPU build, whose
+``vllm`` CLI needs a metadata shim), in its own process group, bound to 127.0.0.1 on a
+free port, with its log in a file. :meth:`VllmServer.start` waits for ``/health`` and
+``/v1/models``; if the process dies first it raises with the log's tail. Stopping sends
+SIGTERM to the whole group, then SIGKILL after a grace period; it runs on normal exit, on
+exceptions, on Ctrl-C and (through an ``atexit`` hook and a SIGTERM handler) when the
+Python process itself is told to stop.
+
+Nothing here assumes CPU or GPU: the environment comes from
+:func:`specnb.engine.vllm.engine_environment`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from specnb import paths
+from specnb.engine.vllm import LOCALHOST, engine_environment, recorded_environment
+
+__all__ = [
+    "ServerError",
+    "ServerStartError",
+    "KvCapacity",
+    "Endpoint",
+    "VllmServer",
+    "attach",
+    "parse_kv_capacity",
+    "free_port",
+]
+
+
+
+class ServerError(RuntimeError):
+    """The server could not be used."""
+
+
+class ServerStartError(ServerError):
+    """The server died or timed out while starting; ``log_tail`` says why."""
+
+    def __init__(self, message: str, log_tail: str = ""):
+        super().__init__(message + (f"\n--- server log tail ---\n{log_tail}" if log_tail else ""))
+        self.short = message
+        self.log_tail = log_tail
+
+
+# --------------------------------------------------------------------------- KV capacity
+
+_KV_SIZE = re.compile(r"\b(?P<device>[A-Z]+) KV cache size: (?P<tokens>[\d,]+) tokens")
+_MAX_CONC = re.compile(
+    r"Maximum concurrency for (?P<per_req>[\d,]+) tokens per request: (?P<x>[\d,]*\.?\d+)x"
+)
+
+
+@dataclass
+class KvCapacity:
+    """KV pool as the engine logged it at start, one entry per engine (data parallel)."""
+
+    device: str | None = None
+    tokens: list[int] = field(default_factory=list)
+    tokens_per_request: int | None = None
+    max_concurrency: list[float] = field(default_factory=list)
+
+    @property
+    def total_tokens(self) -> int | None:
+        return sum(self.tokens) if self.tokens else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "tokens_per_engine": self.tokens,
+            "total_tokens": self.total_tokens,
+            "tokens_per_request": self.tokens_per_request,
+            "max_concurrency_per_engine": self.max_concurrency,
+        }
+
+
+def _num(s: str) -> float:
+    return float(s.replace(",", ""))
+
+
+def parse_kv_capacity(log_text: str) -> KvCapacity:
+    """Parse ``<DEV> KV cache size: N tokens`` and ``Maximum concurrency for M tokens per
+    request: X.XXx``, on one line (vLLM >= 0.11, CPU and GPU) or two (older GPU builds)."""
+    kv = KvCapacity()
+    for m in _KV_SIZE.finditer(log_text):
+        kv.device = m.group("device")
+        kv.tokens.append(int(_num(m.group("tokens"))))
+    for m in _MAX_CONC.finditer(log_text):
+        kv.tokens_per_request = int(_num(m.group("per_req")))
+        kv.max_concurrency.append(_num(m.group("x")))
+    return kv
+
+
+def free_port(host: str = LOCALHOST) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _get_json(url: str, timeout: float = 5.0) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return json.loads(r.read().decode())
+
+
+def _post(url: str, timeout: float = 10.0) -> int:
+    req = urllib.request.Request(url, method="POST", data=b"")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+# --------------------------------------------------------------------------- endpoint
+
+@dataclass
+class Endpoint:
+    """A server that can be measured: launched by specnb or attached to."""
+
+    base_url: str
+    model: str
+    mode: str  # "launched" | "attached"
+    engine_version: str | None = None
+    argv: list[str] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    kv: KvCapacity = field(default_factory=KvCapacity)
+    pid: int | None = None
+    ready_s: float | None = None
+
+    def reset_prefix_cache(self) -> bool:
+        """Empty the server's prefix cache (dev-mode route); False if it refused."""
+        try:
+            return _post(self.base_url + "/reset_prefix_cache") == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "base_url": self.base_url,
+            "model": self.model,
+            "engine_version": self.engine_version,
+            "argv": self.argv,
+            "env": self.env,
+            "kv_capacity": self.kv.as_dict(),
+            "ready_s": self.ready_s,
+        }
+
+
+def attach(base_url: str, model: str | None = None, timeout: float = 10.0) -> Endpoint:
+    """Measure an already running endpoint; the model defaults to the first it serves."""
+    base_url = base_url.rstrip("/")
+    try:
+        models = _get_json(base_url + "/v1/models", timeout)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise ServerError(f"cannot reach {base_url}/v1/models: {exc}") from exc
+    served = [m["id"] for m in models.get("data", [])]
+    if model is None:
+        if not served:
+            raise ServerError(f"{base_url} serves no models")
+        model = served[0]
+    elif model not in served:
+        raise ServerError(f"{base_url} does not serve {model!r} (it serves {served})")
+    ep = Endpoint(base_url=base_url, model=model, mode="attached")
+    try:
+        ep.engine_version = _get_json(base_url + "/version", timeout).get("version")
+    except (urllib.error.URLError, OSError, ValueError):
+        pass
+    return ep
+
+
+# --------------------------------------------------------------------------- launched server
+
+_LIVE: dict[int, VllmServer] = {}
+_HOOKS_INSTALLED = False
+
+
+def _stop_all() -> None:
+    for srv in list(_LIVE.values()):
+        srv.stop()
+
+
+def _install_hooks() -> None:
+    """Stop every launched server when this process exits or is told to stop."""
+    global _HOOKS_INSTALLED
+    if _HOOKS_INSTALLED:
+        return
+    _HOOKS_INSTALLED = True
+    atexit.register(_stop_all)
+    if threading.current_thread() is threading.main_thread():
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            def _on_term(signum, frame):  # noqa: ARG001
+                raise SystemExit(128 + signum)  # unwinds through every `with VllmServer`
+
+            signal.signal(signal.SIGTERM, _on_term)
+
+
+class VllmServer:
+    """A vLLM server process owned by specnb. Use as a context manager."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        args: list[str] | None = None,
+        speculative_config: dict[str, Any] | None = None,
+        served_model_name: str | None = None,
+        env: dict[str, str] | None = None,
+        log_path: Path | str,
+        host: str = LOCALHOST,
+        port: int | None = None,
+        ready_timeout_s: float = 600.0,
+        stop_grace_s: float = 20.0,
+        python: str | None = None,
+    ):
+        self.model = model
+        self.served_model_name = served_model_name or model
+        self.args = list(args or [])
+        self.speculative_config = speculative_config
+        self.host = host
+        self.port = port
+        self.ready_timeout_s = ready_timeout_s
+        self.stop_grace_s = stop_grace_s
+        self.python = python or sys.executable
+        self.log_path = Path(log_path)
+        self.env_overrides = dict(env or {})
+        self.proc: subprocess.Popen | None = None
+        self.endpoint: Endpoint | None = None
+        self._log_offset = 0
+        self._stopped = False
+        self.pid: int | None = None
+
+    # argv and env are pure, so they are recorded in ledgers and tested without a server
+    def argv(self, port: int) -> list[str]:
+        argv = [
+            self.python, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", self.model,
+            "--served-model-name", self.served_model_name,
+            "--host", self.host,
+            "--port", str(port),
+            *self.args,
+        ]
+        if self.speculative_config is not None:
+            argv += ["--speculative-config", json.dumps(self.speculative_config, sort_keys=True)]
+        return argv
+
+    def environment(self) -> dict[str, str]:
+        """Defaults for this engine, then the caller's environment, then explicit overrides."""
+        env = engine_environment()
+        env.update(os.environ)
+        env.update(self.env_overrides)
+        return env
+
+    def start(self) -> Endpoint:
+        _install_hooks()
+        port = self.port or free_port(self.host)
+        argv = self.argv(port)
+        env = self.environment()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        log.write(f"# specnb: {' '.join(argv)}\n".encode())
+        log.flush()
+        self._log_offset = log.tell()  # a reused log holds earlier starts: parse only this one
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, start_new_session=True, cwd=str(paths.ROOT), preexec_fn=_die_with_parent,
+        )
+        log.close()
+        self.pid = self.proc.pid
+        self._stopped = False
+        _LIVE[self.proc.pid] = self
+        base_url = f"http://{self.host}:{port}"
+        try:
+            self._wait_ready(base_url, t0)
+        except BaseException:
+            self.stop()
+            raise
+        with open(self.log_path, "rb") as fh:
+            fh.seek(self._log_offset)
+            log_text = fh.read().decode(errors="replace")
+        ep = Endpoint(
+            base_url=base_url, model=self.served_model_name, mode="launched",
+            argv=argv, env=recorded_environment(env), kv=parse_kv_capacity(log_text),
+            pid=self.proc.pid, ready_s=time.monotonic() - t0,
+        )
+        try:
+            ep.engine_version = _get_json(base_url + "/version").get("version")
+        except (urllib.error.URLError, OSError, ValueError):
+            pass
+        self.endpoint = ep
+        return ep
+
+    def _wait_ready(self, base_url: str, t0: float) -> None:
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                raise ServerStartError(
+                    f"vLLM server exited with code {code} while starting (log: {self.log_path})",
+                    self.log_tail(),
+                )
+            if time.monotonic() - t0 > self.ready_timeout_s:
+                raise ServerStartError(
+                    f"vLLM server not ready after {self.ready_timeout_s:.0f} s (log: {self.log_path})",
+                    self.log_tail(),
+                )
+            try:
+                with urllib.request.urlopen(base_url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        _get_json(base_url + "/v1/models")
+                        return
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            time.sleep(0.5)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        """TERM the process group, then KILL it after the grace period. Idempotent."""
+        proc = self.proc
+        if proc is None or self._stopped:
+            return
+        pgid = proc.pid  # start_new_session=True: the leader's pid is the group id
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=self.stop_grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        deadline = time.monotonic() + self.stop_grace_s
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _group_alive(pgid):
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        _LIVE.pop(proc.pid, None)
+        self._stopped = True  # a later stop() must not signal a group id the OS may have reused
+
+    def __enter__(self) -> Endpoint:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: on Linux, ask for SIGTERM when the process that started the
+    server dies, so a killed notebook kernel or a SIGKILLed sweep never leaves a server behind
+    (atexit and signal handlers do not run on SIGKILL). Elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while any non-zombie process of the group remains."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    for p in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return False

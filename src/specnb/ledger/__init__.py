@@ -1,0 +1,60 @@
+"""Ledgers: the measurements, one write-once JSON file per point, and the frames read from them.
+
+- :mod:`~specnb.ledger.schema`: what a point records (typed, versioned, with provenance);
+- :mod:`~specnb.ledger.store`: write once, never replace; read back validated;
+- :mod:`~specnb.ledger.frame`: folders of ledgers as tidy DataFrames;
+- :mod:`~specnb.ledger.names`: flag names, the baseline arm and the plain condition;
+- :mod:`~specnb.ledger.provenance`: git state, versions and hardware of a run;
+- :mod:`~specnb.ledger.published`: the seeds' published tables, transcribed and kept apart.
+
+This package sits between the two sides: the sweep writes ledgers, the analysis reads them.
+It imports nothing from either.
+"""
+
+from __future__ import annotations
+
+from specnb.ledger.frame import ledger_files, load_ledgers, load_requests, load_spec_by_category
+from specnb.ledger.names import BASELINE, PLAIN_CONDITION, Flag, has_flag
+from specnb.ledger.schema import (
+    SCHEMA_VERSION,
+    ArmRecord,
+    CategorySpecDecode,
+    Failure,
+    PointLedger,
+    Provenance,
+    Sampling,
+    ServerRecord,
+    SpecDecode,
+    TrafficImport,
+    WorkloadRecord,
+    schema_json,
+    utcnow,
+)
+from specnb.ledger.store import read_ledger, write_ledger, write_once
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "BASELINE",
+    "PLAIN_CONDITION",
+    "ArmRecord",
+    "CategorySpecDecode",
+    "Failure",
+    "Flag",
+    "PointLedger",
+    "Provenance",
+    "Sampling",
+    "ServerRecord",
+    "SpecDecode",
+    "TrafficImport",
+    "WorkloadRecord",
+    "has_flag",
+    "ledger_files",
+    "load_ledgers",
+    "load_requests",
+    "load_spec_by_category",
+    "read_ledger",
+    "schema_json",
+    "utcnow",
+    "write_ledger",
+    "write_once",
+]

@@ -1,0 +1,156 @@
+"""From ledger files to tidy frames: one row per point and repeat.
+
+:func:`load_ledgers` walks folders (or takes files) and flattens each ledger into a row;
+superseded records and published (transcribed) ledgers never enter a frame by accident.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from specnb.ledger.names import PLAIN_CONDITION
+from specnb.ledger.schema import PointLedger, drafter_method, synthetic_rates
+from specnb.ledger.store import read_ledger
+
+__all__ = ["load_ledgers", "load_requests", "load_spec_by_category", "ledger_files"]
+
+
+def _is_published(path: Path) -> bool:
+    """True for a number transcribed from a write-up (``specnb.published``), not measured here."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False  # not ours to judge: read_ledger reports what is wrong with it
+    return isinstance(data, dict) and data.get("kind") == "published"
+
+
+def ledger_files(sources: Iterable[Path | str] | Path | str, superseded: bool = False) -> list[Path]:
+    if isinstance(sources, (str, Path)):
+        sources = [sources]
+    files: list[Path] = []
+    for src in sources:
+        src = Path(src)
+        if src.is_dir():
+            # Published ledgers may sit in the same tree (ledgers/published/): measured and
+            # published numbers must never share a frame, so a folder walk leaves them out.
+            files += [
+                p for p in sorted(src.rglob("*.json"))
+                if p.name != "sweep.json" and not p.name.startswith(".") and not _is_published(p)
+                and (superseded or ".superseded-" not in p.name)
+            ]
+        elif src.is_file():
+            if _is_published(src):
+                raise ValueError(
+                    f"{src} is a published ledger (transcribed from a write-up), not a measurement: "
+                    "read it with specnb.published.load_published"
+                )
+            files.append(src)
+        else:
+            raise FileNotFoundError(f"no ledger file or folder at {src}")
+    return files
+
+
+def _row(led: PointLedger, path: Path) -> dict[str, Any]:
+    spec = led.arm.speculative_config or {}
+    rates = synthetic_rates(led.arm.speculative_config)
+    params = led.parameters or {}
+    row: dict[str, Any] = {
+        "sweep": led.sweep,
+        # set by specnb.study; a plain sweep is one condition of its own
+        "axis": params.get("axis"),
+        "study": params.get("study"),
+        "condition": params.get("condition", PLAIN_CONDITION),
+        "point_id": led.point_id,
+        "status": led.status,
+        "arm": led.arm.name,
+        "speculative": led.arm.speculative,
+        "method": drafter_method(led.arm.speculative_config),
+        "num_speculative_tokens": spec.get("num_speculative_tokens"),
+        # a ceiling arm's acceptance was forced, not earned: keep it apart in every analysis
+        "synthetic_acceptance": rates is not None,
+        "requested_acceptance_length": None if rates is None else 1.0 + sum(rates),
+        "workload": led.workload.name,
+        "workload_hash": led.workload.content_hash,
+        "workload_category": led.workload.category,
+        "concurrency": led.concurrency,
+        "repeat": led.repeat,
+        "arm_position": led.arm_position,
+        "temperature": led.sampling.temperature,
+        "max_tokens": led.sampling.max_tokens,
+        "sampling_key": led.sampling.model_dump_json(),
+        "engine_version": led.server.engine_version if led.server else None,
+        "vllm_version": led.provenance.versions.get("vllm"),
+        "server_mode": led.server.mode if led.server else None,
+        "kv_cache_tokens": (led.server.kv_capacity or {}).get("total_tokens") if led.server else None,
+        "flags": ",".join(led.flags),
+        "error_type": led.failure.error_type if led.failure else None,
+        "started_at": led.started_at,
+        "path": str(path),
+    }
+    res = led.results or {}
+    for k, v in res.items():
+        if isinstance(v, (int, float)) or v is None:
+            row[k] = v
+    sd = led.spec_decode
+    row["acceptance_rate"] = sd.acceptance_rate if sd else None
+    row["mean_acceptance_length"] = sd.mean_acceptance_length if sd else None
+    row["num_drafts"] = sd.num_drafts if sd else None
+    row["accepted_output_share"] = sd.accepted_output_share if sd else None
+    for k, v in (led.server_samples or {}).items():
+        if isinstance(v, (int, float)) or v is None:
+            row[k] = v
+    for k, v in (led.cache or {}).items():
+        row[k] = v
+    return row
+
+
+def load_ledgers(sources: Iterable[Path | str] | Path | str, *, superseded: bool = False) -> pd.DataFrame:
+    """Every ledger under the given files/folders as a tidy frame, one row per point and repeat.
+
+    A measurement that another process disturbed and that was measured again
+    (``*.superseded-<time>.json``) is a record, not a point: it is left out of a folder walk
+    unless ``superseded=True``, so it can never enter a pair twice.
+
+    Published ledgers (numbers transcribed from a write-up, ``kind = "published"``) are left
+    out of a folder walk and refused when named: read them with ``specnb.published``.
+    """
+    rows = [_row(read_ledger(p), p) for p in ledger_files(sources, superseded)]
+    df = pd.DataFrame(rows)
+    if len(df):
+        df = df.sort_values(["sweep", "workload", "concurrency", "repeat", "arm"]).reset_index(drop=True)
+    return df
+
+
+def load_spec_by_category(sources: Iterable[Path | str] | Path | str) -> pd.DataFrame:
+    """Per-category acceptance from every ledger: one row per point, repeat and prompt category.
+
+    Empty when no ledger carries ``spec_decode_by_category`` (baseline arms, or an engine
+    without ``--per-request-spec-decode-metrics``).
+    """
+    rows = []
+    for p in ledger_files(sources):
+        led = read_ledger(p)
+        for cat, block in (led.spec_decode_by_category or {}).items():
+            rows.append({
+                "sweep": led.sweep, "arm": led.arm.name, "workload": led.workload.name,
+                "concurrency": led.concurrency, "repeat": led.repeat, "status": led.status,
+                "category": cat, **block.model_dump(), "path": str(p),
+            })
+    df = pd.DataFrame(rows)
+    if len(df):
+        df = df.sort_values(["sweep", "arm", "workload", "concurrency", "repeat", "category"])
+        df = df.reset_index(drop=True)
+    return df
+
+
+def load_requests(ledger_path: Path | str) -> pd.DataFrame:
+    path = Path(ledger_path)
+    led = read_ledger(path)
+    if led.requests_file is None:
+        return pd.DataFrame()
+    return pd.read_parquet(path.with_name(led.requests_file))

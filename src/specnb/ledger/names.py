@@ -1,0 +1,42 @@
+"""The words ledgers and frames share: flag names, the baseline arm, the plain condition.
+
+A flag is written by the sweep into a ledger and read by every analysis, so its spelling
+lives here once. In a frame (:func:`specnb.ledger.load_ledgers`) the flags of a point are
+one comma-joined string; :func:`has_flag` reads it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import pandas as pd
+
+__all__ = ["Flag", "BASELINE", "PLAIN_CONDITION", "has_flag"]
+
+
+class Flag(StrEnum):
+    """What a point's ledger says about how far to trust it."""
+
+    FAILED = "failed"  # no request succeeded, or the server never came up
+    SUPERSEDED = "superseded"  # measured again (the host was busy): a record, never a point
+    SYNTHETIC_ACCEPTANCE = "synthetic_acceptance"  # a ceiling arm: acceptance forced, not earned
+    SPEC_NO_DRAFTS = "spec_no_drafts"  # speculative arm whose draft counter did not move
+    BASELINE_HAS_DRAFTS = "baseline_has_drafts"  # an arm without a drafter drafted anyway
+    REQUEST_ERRORS = "request_errors"
+    PREFIX_CACHE_NOT_RESET = "prefix_cache_not_reset"
+    TOKEN_COUNT_FROM_CHUNKS = "token_count_from_chunks"  # the server sent no usage per chunk
+    NO_STEADY_WINDOW = "no_steady_window"
+    PREEMPTIONS = "preemptions"
+    CLIENT_BUSY = "client_busy"  # the load generator itself may have limited the point
+    HOST_BUSY = "host_busy"  # another process used the CPU during the point
+
+
+BASELINE = "baseline"  # the arm without a drafter in every study
+PLAIN_CONDITION = "default"  # the condition of a sweep that is not part of a study
+
+
+def has_flag(df: pd.DataFrame, flag: Flag | str) -> pd.Series:
+    """Per row of a ledger frame: whether the point carries ``flag``."""
+    if df.empty or "flags" not in df.columns:
+        return pd.Series(False, index=df.index)
+    return df["flags"].fillna("").map(lambda cell: str(flag) in cell.split(","))

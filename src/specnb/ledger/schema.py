@@ -1,0 +1,241 @@
+"""The ledger's schema: one point of a sweep, as a typed, versioned record.
+
+A ledger records one (arm, workload, concurrency, repeat) point of a sweep: what was
+asked (arm, sampling, workload hash, caller parameters), where it ran (server argv and
+environment, engine version, KV capacity, hardware, git state), and what came out (load
+summary, speculative-decoding counters, sampled gauges, flags). A failed point is a
+ledger too, with ``status = "failed"`` and the reason. Per-request acceptance pooled per
+prompt category (``spec_decode_by_category``) lets copy-style and free-form acceptance be
+seen apart within one point; a workload imported from real traffic records what was
+dropped and sampled (``workload.imported``).
+
+The JSON Schema of :class:`PointLedger` is exported under ``schemas/`` (:func:`schema_json`).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "PointLedger",
+    "ArmRecord",
+    "Sampling",
+    "ServerRecord",
+    "Provenance",
+    "SpecDecode",
+    "Failure",
+    "WorkloadRecord",
+    "TrafficImport",
+    "CategorySpecDecode",
+    "drafter_method",
+    "synthetic_rates",
+    "utcnow",
+    "schema_json",
+]
+
+SCHEMA_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Sampling(_Model):
+    temperature: float = Field(0.0, ge=0.0, description="0 = greedy")
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    max_tokens: int = Field(64, ge=1)
+    seed: int | None = Field(0, description="per-request seed = seed + prompt index")
+    ignore_eos: bool = Field(False, description="vLLM extension; biases acceptance, off by default")
+
+
+class ArmRecord(_Model):
+    name: str
+    speculative_config: dict[str, Any] | None = Field(
+        None, description="None for the baseline (no drafter)"
+    )
+    server_args: list[str] = Field(default_factory=list)
+    endpoint: str | None = Field(None, description="set when the arm attached to a running server")
+
+    @property
+    def speculative(self) -> bool:
+        return self.speculative_config is not None
+
+
+
+def drafter_method(speculative_config: dict[str, Any] | None) -> str | None:
+    """vLLM's drafting method of a speculative config: its ``method``, or ``draft_model`` when
+    only a draft ``model`` is given (vLLM's default); None for no drafter."""
+    if not speculative_config:
+        return None
+    return speculative_config.get("method", "draft_model" if "model" in speculative_config else None)
+
+
+def synthetic_rates(speculative_config: dict[str, Any] | None) -> list[float] | None:
+    """The per-position unconditional acceptance a ceiling arm asks for; None for any other arm.
+
+    A mean acceptance length L becomes vLLM's minimum-variance schedule: floor(L-1) positions
+    at 1, then the fraction, then zeros (``SpeculativeConfig._acceptance_length_to_rates``), so
+    1 + the sum of the rates is always the length asked for. Measured per-position acceptance
+    (accepted at position i / drafts) should match these.
+    """
+    v = speculative_config or {}
+    if v.get("rejection_sample_method") != "synthetic":
+        return None
+    if v.get("synthetic_acceptance_rates") is not None:
+        return [float(r) for r in v["synthetic_acceptance_rates"]]
+    k, extra = v["num_speculative_tokens"], float(v["synthetic_acceptance_length"]) - 1.0
+    full = int(extra)
+    return ([1.0] * full + [extra - full] + [0.0] * (k - full - 1))[:k]
+
+class TrafficImport(_Model):
+    """How a file of real traffic became a workload: what was read, dropped and sampled."""
+
+    file: str
+    lines: int = Field(ge=0, description="lines read, blank ones included")
+    usable: int = Field(ge=0, description="lines left after the drops, before sampling")
+    kept: int = Field(ge=0, description="prompts in the workload (after sampling)")
+    dropped: dict[str, int] = Field(
+        default_factory=dict, description="reason -> lines dropped (blank, empty, no_user_turn, "
+        "non_text_content, duplicate)",
+    )
+    dropped_lines: dict[str, list[int]] = Field(
+        default_factory=dict, description="reason -> the first few line numbers dropped for it",
+    )
+    sample: int | None = Field(None, description="N asked for; None = every usable line, file order")
+    seed: int | None = Field(None, description="seed of the sample (the sample is in drawn order)")
+    with_response: int = Field(0, ge=0, description="kept prompts that carry the response served")
+    multi_turn: int = Field(0, ge=0, description="kept prompts with more than one user turn")
+    max_prompt_chars: int = Field(0, ge=0, description="longest kept prompt; prompts are never truncated")
+
+
+class WorkloadRecord(_Model):
+    name: str
+    source: str
+    content_hash: str
+    num_prompts: int
+    categories: dict[str, int]
+    category: str | None = Field(
+        None, description="the one category this workload was cut to ('<set>:<category>'); None = all"
+    )
+    parent_hash: str | None = Field(None, description="content hash of the set a category was cut from")
+    imported: TrafficImport | None = Field(None, description="set when the prompts are imported traffic")
+
+
+class ServerRecord(_Model):
+    mode: Literal["launched", "attached"]
+    base_url: str
+    model: str
+    engine_version: str | None
+    argv: list[str] | None
+    env: dict[str, str]
+    kv_capacity: dict[str, Any]
+    ready_s: float | None
+    cache_config_info: list[dict[str, str]] = Field(default_factory=list)
+    prefix_cache_reset: bool | None = Field(
+        None, description="True if /reset_prefix_cache succeeded before the point"
+    )
+
+
+class Provenance(_Model):
+    git_sha: str | None
+    git_dirty: bool | None
+    versions: dict[str, str | None]
+    hardware: dict[str, Any]
+    argv: list[str] = Field(default_factory=list)
+
+
+class SpecDecode(_Model):
+    num_drafts: float
+    num_draft_tokens: float
+    num_accepted_tokens: float
+    accepted_per_position: list[float]
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    per_position_acceptance: list[float]
+    accepted_output_share: float | None = Field(
+        None, description="accepted draft tokens / output tokens: how much of the output the "
+        "drafter supplied (n-gram drafts only when it finds a match, so acceptance length alone "
+        "can look high on work it rarely helps)",
+    )
+
+
+class CategorySpecDecode(_Model):
+    """Per-request acceptance (vLLM's ``metrics.speculative_decoding``) summed over a category.
+
+    Counts are pooled over the category's requests and the ratios use vLLM's formulas on the
+    pooled counts, so a long request weighs more than a short one, as in ``/metrics``.
+    """
+
+    requests: int = Field(ge=0, description="requests of this category that reported the metrics")
+    output_tokens: int = Field(ge=0, description="their output tokens")
+    num_spec_steps: int = Field(ge=0, description="verify steps that carried at least one draft token")
+    num_draft_tokens: int = Field(ge=0)
+    num_accepted_draft_tokens: int = Field(ge=0)
+    acceptance_histogram: list[int] = Field(
+        description="index j = verify steps that accepted exactly j draft tokens (bonus token excluded)"
+    )
+    mean_acceptance_length: float | None = Field(description="1 + accepted / spec steps")
+    draft_acceptance_rate: float | None = Field(description="accepted / draft tokens")
+    accepted_output_share: float | None = Field(
+        description="accepted draft tokens / output tokens: the share of the output the drafter supplied"
+    )
+    request_mean_acceptance_length_p50: float | None = Field(
+        description="median over requests of each request's own mean acceptance length "
+        "(requests with no spec step left out)"
+    )
+
+
+class Failure(_Model):
+    error_type: str
+    message: str
+    log_tail: str | None = None
+
+
+class PointLedger(_Model):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    kind: Literal["measured"] = "measured"
+    status: Literal["ok", "failed"]
+    sweep: str = Field(description="sweep name")
+    point_id: str = Field(description="<arm>/<workload>/c<concurrency>-r<repeat>")
+    arm: ArmRecord
+    workload: WorkloadRecord
+    concurrency: int = Field(ge=1)
+    repeat: int = Field(ge=0)
+    arm_position: int = Field(ge=0, description="order of this arm within its repeat (ABBA)")
+    num_requests: int = Field(ge=1)
+    warmup_requests: int = Field(ge=0)
+    sampling: Sampling
+    server: ServerRecord | None
+    provenance: Provenance
+    parameters: dict[str, Any] = Field(default_factory=dict, description="caller parameters")
+    started_at: str
+    finished_at: str
+    results: dict[str, Any] | None = Field(None, description="load summary; units in the keys")
+    spec_decode: SpecDecode | None = None
+    spec_decode_by_category: dict[str, CategorySpecDecode] | None = Field(
+        None, description="per prompt category, from each response's metrics.speculative_decoding "
+        "(vLLM --per-request-spec-decode-metrics); None when no request reported it",
+    )
+    server_samples: dict[str, Any] | None = None
+    cache: dict[str, float] | None = Field(None, description="preemptions, prefix-cache deltas")
+    flags: list[str] = Field(default_factory=list)
+    failure: Failure | None = None
+    requests_file: str | None = Field(None, description="Parquet sidecar, relative to this file")
+
+
+def utcnow() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+
+def schema_json() -> str:
+    schema = PointLedger.model_json_schema()
+    schema["$id"] = f"https://specnb/schemas/point-ledger.v{SCHEMA_VERSION}.json"
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+

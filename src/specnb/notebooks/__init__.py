@@ -1,0 +1,13 @@
+"""The notebooks' own library: the set-up call every axis notebook makes, and the papermill
+runner that executes them.
+
+- :mod:`~specnb.notebooks.axis`: :func:`open_axis`, an axis notebook's set-up cell as one call;
+- :mod:`~specnb.notebooks.runner`: execute a jupytext notebook under papermill
+  (``python -m specnb.notebooks.runner``, what ``make figures`` and ``make measure-<axis>`` run).
+"""
+
+from __future__ import annotations
+
+from specnb.notebooks.axis import AxisRun, open_axis, show
+
+__all__ = ["AxisRun", "open_axis", "show"]

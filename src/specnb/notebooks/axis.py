@@ -1,0 +1,104 @@
+"""An axis notebook's set-up cell, as one call.
+
+Every axis notebook does the same first steps: validate its parameters as a study, measure a
+new run (``measure = True``) or find the run to read, load its ledgers, pair them into the
+speedup table and say in one line what the run holds. :func:`open_axis` does all of it and
+returns an :class:`AxisRun` the rest of the notebook draws from::
+
+    nb = open_axis("concurrency", globals())
+    nb.table      # paired speedups with bootstrap intervals (specnb.analysis.summarize)
+    nb.save(fig, "concurrency-speedup", caption="...")
+
+With ``measure = False`` nothing from the engine side is imported: figures rebuild from
+ledgers alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from specnb import paths
+from specnb.analysis.tables import label_conditions, run_summary, summarize
+from specnb.figures.save import save_figure
+from specnb.ledger import load_ledgers
+from specnb.ledger.runs import find_run
+from specnb.sweep.study import Study
+
+__all__ = ["AxisRun", "open_axis", "notebook_id", "show"]
+
+
+def notebook_id(axis: str) -> str:
+    """``NN_<axis>``: the notebook of an axis, as figure sidecars name it."""
+    found = sorted((paths.ROOT / "notebooks").glob(f"[0-9][0-9]_{axis}.py"))
+    return found[0].stem if found else axis
+
+
+def show(markdown: str) -> None:
+    """Markdown in a notebook, plain text elsewhere."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import Markdown, display
+    except ImportError:  # pragma: no cover - IPython comes with the notebook stack
+        print(markdown)
+        return
+    if get_ipython() is None:
+        print(markdown)
+    else:
+        display(Markdown(markdown))
+
+
+@dataclass
+class AxisRun:
+    """One axis notebook's run: its study, folder, frame, paired table and where figures go."""
+
+    axis: str
+    study: Study
+    folder: Path
+    df: pd.DataFrame
+    table: pd.DataFrame
+    figures_dir: Path | str
+    notebook: str
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> pd.DataFrame:
+        return self.df[self.df["status"] != "ok"] if len(self.df) else self.df
+
+    @property
+    def summary(self) -> str:
+        return run_summary(self.folder, self.df, self.labels)
+
+    def save(self, fig: Any, fig_id: str, caption: str = "", sources: Iterable[Path | str] | None = None,
+             **kwargs: Any) -> dict[str, Path]:
+        """:func:`specnb.figures.save.save_figure` with this run as the default source."""
+        return save_figure(fig, fig_id, [self.folder] if sources is None else sources, caption=caption,
+                           out_dir=self.figures_dir, notebook=self.notebook, **kwargs)
+
+
+def open_axis(axis: str, params: Mapping[str, Any], *, progress: bool = True, quiet: bool = False) -> AxisRun:
+    """Validate the notebook's parameters, measure or find the run, load and pair it.
+
+    ``params`` is the notebook's namespace (``globals()``): its study parameters and
+    ``measure``, ``run``, ``ledger_root`` and ``figures_dir``.
+    """
+    study = Study.from_namespace(axis, dict(params))
+    root = params.get("ledger_root") or None
+    run = params.get("run") or ""
+    if params.get("measure"):
+        folder, outcomes = study.run(root, run or None, progress=progress)
+        for o in outcomes:
+            print(o.summary())
+    else:
+        folder = find_run(axis, study.study, run, root)
+    labels = study.labels()
+    df = label_conditions(load_ledgers(folder), labels)
+    out = AxisRun(axis=axis, study=study, folder=folder, df=df, table=summarize(df, labels=labels),
+                  figures_dir=params.get("figures_dir") or "figures", notebook=notebook_id(axis), labels=labels)
+    if not quiet:
+        show(out.summary)
+    return out

@@ -1,0 +1,179 @@
+"""Execute the notebooks: jupytext sources in, papermill-executed ``.ipynb`` copies out.
+
+Notebooks are stored as jupytext "percent" ``.py`` files (``notebooks/NN_axis.py``) so a diff
+reads like code and the ``parameters`` cell tag survives (``# %% tags=["parameters"]``);
+JupyterLab opens them as notebooks when jupytext is installed. :func:`execute` converts one
+to a notebook in memory, lets papermill inject the parameters after the tagged cell, runs it
+from the repository root (so relative paths such as ``ledgers/...`` mean the same thing in
+every caller) and writes the executed copy for review.
+
+A notebook's ``parameters`` cell holds its defaults (the CPU run); a parameter file
+(``notebooks/params/gpu/<axis>.yaml``, YAML: papermill's own format) overrides some of them.
+:func:`read_params` reads one and refuses keys the notebook's parameters cell does not
+define, so a typo fails in one line instead of being silently injected.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specnb import paths
+from specnb.errors import SpecnbError, exit_code
+
+__all__ = ["NotebookError", "notebook_parameters", "read_params", "execute", "NOTEBOOKS"]
+
+NOTEBOOKS = paths.ROOT / "notebooks"
+
+
+class NotebookError(SpecnbError):
+    """A notebook or parameter file that cannot be run; one line for the user."""
+
+
+def _read(source: Path):
+    import jupytext
+
+    try:
+        return jupytext.read(source)
+    except OSError as exc:
+        raise NotebookError(f"{source}: {exc.strerror}") from None
+
+
+def notebook_parameters(source: Path | str) -> dict[str, Any]:
+    """The literals of the notebook's ``parameters`` cell (name -> default value)."""
+    nb = _read(Path(source))
+    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(cells) != 1:
+        raise NotebookError(f"{source}: needs exactly one cell tagged 'parameters', found {len(cells)}")
+    out: dict[str, Any] = {}
+    for node in ast.parse(cells[0].source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                out[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                raise NotebookError(f"{source}: parameter {node.targets[0].id} is not a literal") from None
+        elif not isinstance(node, ast.Expr):
+            raise NotebookError(f"{source}: the parameters cell holds only literal assignments")
+    return out
+
+
+def read_params(path: Path | str, source: Path | str | None = None) -> dict[str, Any]:
+    """A YAML parameter file; with ``source``, every key must be a parameter of that notebook."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except OSError as exc:
+        raise NotebookError(f"{path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise NotebookError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise NotebookError(f"{path}: expected a mapping of parameter names to values")
+    if source is not None:
+        known = notebook_parameters(source)
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise NotebookError(f"{path}: unknown parameter(s) {unknown} for {Path(source).name} "
+                                f"(known: {sorted(known)})")
+    return data
+
+
+def execute(
+    source: Path | str,
+    output: Path | str,
+    parameters: dict[str, Any] | None = None,
+    *,
+    params_file: Path | str | None = None,
+    cwd: Path | str | None = None,
+    progress: bool = False,
+    timeout_s: float | None = None,
+) -> Path:
+    """Run a jupytext notebook under papermill; returns the executed ``.ipynb``."""
+    import nbformat
+    import papermill as pm
+
+    source, output = Path(source), Path(output)
+    params: dict[str, Any] = {}
+    if params_file is not None:
+        params.update(read_params(params_file, source))
+    params.update(parameters or {})
+    known = notebook_parameters(source)
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise NotebookError(f"{source.name}: unknown parameter(s) {unknown}")
+    nb = _read(source)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_suffix(".src.ipynb")
+    nbformat.write(nb, tmp)
+    try:
+        pm.execute_notebook(
+            str(tmp), str(output), parameters=params, cwd=str(cwd or paths.ROOT),
+            kernel_name="python3", progress_bar=progress, log_output=progress,
+            execution_timeout=timeout_s, stdout_file=None, stderr_file=sys.stderr if progress else None,
+        )
+    finally:
+        tmp.unlink(missing_ok=True)
+        if output.exists():
+            _stabilise(output)
+    return output
+
+
+def _stabilise(path: Path) -> None:
+    """Drop papermill's timings and kernel noise so a re-run on the same data diffs clean."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    pm_meta = nb.metadata.get("papermill", {})
+    for key in ("start_time", "end_time", "duration", "input_path", "output_path", "environment_variables"):
+        pm_meta.pop(key, None)
+    for cell in nb.cells:
+        cell.metadata.pop("papermill", None)
+        cell.metadata.pop("execution", None)
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs
+                            if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
+    nbformat.write(nb, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m specnb.notebooks.runner SOURCE OUT [-f PARAMS.yaml] [-p NAME VALUE]...``"""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m specnb.notebooks.runner",
+                                description="Execute a jupytext notebook under papermill.")
+    p.add_argument("source", type=Path)
+    p.add_argument("output", type=Path)
+    p.add_argument("-f", "--params-file", type=Path)
+    p.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                   help="a parameter, value in YAML syntax (e.g. -p measure true)")
+    p.add_argument("--progress", action="store_true")
+    a = p.parse_args(argv)
+    if a.progress:
+        import logging
+
+        # papermill relays the kernel's output (the sweep's progress bar) through its logger
+        logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+
+    def run() -> int:
+        try:
+            params = {k: yaml.safe_load(v) for k, v in a.param}
+            execute(a.source, a.output, params, params_file=a.params_file, progress=a.progress)
+        except (SpecnbError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # papermill's PapermillExecutionError names the failing cell
+            first = str(exc).strip().splitlines()
+            print(f"specnb: {a.source.name} failed: {first[-1] if first else type(exc).__name__} "
+                  f"(executed copy with the traceback: {a.output})", file=sys.stderr)
+            return 1
+        print(a.output)
+        return 0
+
+    return exit_code(run, "rerun with the same run to resume")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

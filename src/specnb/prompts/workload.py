@@ -1,0 +1,201 @@
+"""Prompt sets: the bundled ones and the user's own JSONL.
+
+A workload is an ordered list of prompts, each with an id, a category and chat
+``messages``. Its ``content_hash`` (sha256 over the canonical JSON of the prompts) goes into
+every ledger, so two points are only paired when they saw the same prompts.
+
+Bundled sets (written for specnb, no downloaded data):
+
+- ``copy``: the answer quotes or edits the prompt (edit code, fix JSON, quote a summary,
+  extract fields, transform a list): the kind of work n-gram drafting lives on.
+- ``freeform``: open chat, creative writing, explanation, reasoning, math.
+
+A JSONL file holds one object per line, either ``{"prompt": "..."}`` or
+``{"messages": [{"role": ..., "content": ...}, ...]}``, with optional ``id`` and
+``category``. Bad lines raise :class:`WorkloadError` naming the file and line. Messages are
+sent as given, multi-turn conversations whole. Real traffic logs, with the responses served
+and lines to drop, go through :mod:`specnb.prompts.traffic` instead.
+
+A sweep that should measure one kind of work at a time names a category:
+``resolve("copy:fix-json")`` is the ``fix-json`` prompts of the bundled ``copy`` set, as a
+workload of its own named ``copy:fix-json`` (its ledgers record the category and the hash
+of the whole set it was cut from).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from specnb.errors import SpecnbError
+
+__all__ = ["Prompt", "Workload", "WorkloadError", "load_jsonl", "bundled", "resolve", "check_messages",
+           "BUNDLED", "UNCATEGORIZED"]
+
+BUNDLED = ("copy", "freeform")
+UNCATEGORIZED = "uncategorized"  # the category key of prompts that carry none
+_ROLES = {"system", "user", "assistant", "developer", "tool"}
+
+
+class WorkloadError(SpecnbError):
+    """A prompt file or workload name is unusable; the message names the line."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One request's chat messages, sent as given. ``response`` is what a real server answered
+    (imported traffic only): it is never sent, only read by :mod:`specnb.prompts.copyshare`."""
+
+    id: str
+    category: str | None
+    messages: list[dict[str, Any]]
+    response: str | None = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    prompts: list[Prompt]
+    source: str
+    category: str | None = None  # set when cut to one category by :meth:`select`
+    parent_hash: str | None = None  # content hash of the set it was cut from
+    imported: dict[str, Any] | None = None  # traffic import record (ledger.TrafficImport fields)
+
+    @property
+    def content_hash(self) -> str:
+        canon = json.dumps(
+            [{"id": p.id, "category": p.category, "messages": p.messages} for p in self.prompts],
+            sort_keys=True, ensure_ascii=False, separators=(",", ":"),
+        )
+        return "sha256:" + hashlib.sha256(canon.encode()).hexdigest()
+
+    @property
+    def categories(self) -> dict[str, int]:
+        """Prompts per category, in order of first appearance."""
+        out: dict[str, int] = {}
+        for p in self.prompts:
+            key = p.category or UNCATEGORIZED
+            out[key] = out.get(key, 0) + 1
+        return out
+
+    def select(self, category: str) -> Workload:
+        """The prompts of one category, in their order, as a workload named ``<name>:<category>``."""
+        prompts = [p for p in self.prompts if (p.category or UNCATEGORIZED) == category]
+        if not prompts:
+            raise WorkloadError(
+                f"workload {self.name!r} has no category {category!r}; it has {list(self.categories)}"
+            )
+        return Workload(
+            name=f"{self.name}:{category}", prompts=prompts, source=self.source, category=category,
+            parent_hash=self.content_hash, imported=self.imported,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "source": self.source,
+            "content_hash": self.content_hash,
+            "num_prompts": len(self.prompts),
+            "categories": self.categories,
+            "category": self.category,
+            "parent_hash": self.parent_hash,
+            "imported": self.imported,
+        }
+
+
+def _parse_line(obj: Any, where: str, n: int, default_category: str | None) -> Prompt:
+    if not isinstance(obj, dict):
+        raise WorkloadError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    if "messages" in obj:
+        msgs = obj["messages"]
+        if not isinstance(msgs, list) or not msgs:
+            raise WorkloadError(f"{where}: 'messages' must be a non-empty list")
+        check_messages(msgs, where)
+        if msgs[-1]["role"] == "assistant":
+            raise WorkloadError(f"{where}: the last message is the assistant's; nothing to answer")
+    elif "prompt" in obj:
+        if not isinstance(obj["prompt"], str) or not obj["prompt"].strip():
+            raise WorkloadError(f"{where}: 'prompt' must be a non-empty string")
+        msgs = [{"role": "user", "content": obj["prompt"]}]
+    else:
+        raise WorkloadError(f"{where}: needs a 'prompt' string or a 'messages' list")
+    category = obj.get("category", default_category)
+    if category is not None and not isinstance(category, str):
+        raise WorkloadError(f"{where}: 'category' must be a string")
+    return Prompt(id=str(obj.get("id", n)), category=category, messages=msgs)
+
+
+def check_messages(msgs: list[Any], where: str) -> None:
+    """Every message needs a known role and a content (text or parts); an assistant turn that
+    only calls tools may have ``content: null``. Raises :class:`WorkloadError` naming ``where``."""
+    for j, m in enumerate(msgs):
+        ok = isinstance(m, dict) and m.get("role") in _ROLES and (
+            isinstance(m.get("content"), (str, list))
+            or (m.get("content") is None and m.get("role") == "assistant" and m.get("tool_calls"))
+        )
+        if not ok:
+            raise WorkloadError(f"{where}: messages[{j}] needs a 'role' in {sorted(_ROLES)} and a 'content'")
+
+
+def load_jsonl(path: str | Path, name: str | None = None, default_category: str | None = None) -> Workload:
+    path = Path(path)
+    if not path.is_file():
+        raise WorkloadError(f"{path}: no such prompt file")
+    prompts: list[Prompt] = []
+    seen: set[str] = set()
+    with path.open(encoding="utf-8") as fh:
+        for n, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            where = f"{path}:{n}"
+            try:
+                obj = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise WorkloadError(f"{where}: not valid JSON ({exc.msg})") from None
+            p = _parse_line(obj, where, n, default_category)
+            if p.id in seen:
+                raise WorkloadError(f"{where}: duplicate id {p.id!r}")
+            seen.add(p.id)
+            prompts.append(p)
+    if not prompts:
+        raise WorkloadError(f"{path}: no prompts")
+    return Workload(name=name or path.stem, prompts=prompts, source=str(path))
+
+
+def bundled(name: str) -> Workload:
+    if name not in BUNDLED:
+        raise WorkloadError(f"unknown bundled workload {name!r}; choose from {list(BUNDLED)}")
+    ref = resources.files("specnb.prompts") / "sets" / f"{name}.jsonl"
+    with resources.as_file(ref) as path:
+        wl = load_jsonl(path, name=name)
+    return Workload(name=name, prompts=wl.prompts, source=f"specnb:prompts/sets/{name}.jsonl")
+
+
+def resolve(spec: str | Mapping[str, Any] | Any) -> Workload:
+    """A workload from its name in a sweep.
+
+    - ``"copy"``, ``"freeform"``: a bundled set;
+    - ``"path/to/prompts.jsonl"``: a prompt file (:func:`load_jsonl`);
+    - ``"<either of those>:<category>"``: only that category's prompts (``"copy:fix-json"``);
+    - a mapping (or :class:`specnb.prompts.traffic.TrafficSource`) with a ``traffic`` path and optional
+      ``sample``, ``seed``, ``name``, ``category``: imported real traffic (:mod:`specnb.prompts.traffic`).
+    """
+    if not isinstance(spec, str):
+        from specnb.prompts.traffic import TrafficSource, load_source  # traffic imports this module
+
+        return load_source(spec if isinstance(spec, TrafficSource) else TrafficSource.parse(spec))
+    if spec in BUNDLED:
+        return bundled(spec)
+    base, sep, category = spec.rpartition(":")
+    if sep and base and category and "/" not in category:
+        return resolve(base).select(category)
+    if spec.endswith(".jsonl") or "/" in spec:
+        return load_jsonl(spec)
+    raise WorkloadError(
+        f"workload {spec!r} is neither a bundled set {list(BUNDLED)}, '<set>:<category>', nor a .jsonl path"
+    )

@@ -1,0 +1,426 @@
+"""Paired sweeps: arms x workloads x concurrency levels x repeats, one ledger per point.
+
+The layout follows vLLM's ``bench sweep``: one folder per sweep, one file per point, a
+point whose ledger exists is skipped (so a sweep resumes where it died), and a failure is
+written as its own record instead of being lost.
+
+Pairing: within a repeat every arm sees the same prompts in the same order with the same
+sampling, on the same engine build, so speedups are ratios within a pair. One server is
+started per (repeat, arm) and reused across its workloads and concurrency levels; the arm
+order reverses on every other repeat (A B, B A, ...) so slow drift (thermal, page cache,
+a noisy neighbour) cancels instead of favouring one arm. On these CPU machines the same
+server measures up to 1.5x apart between two starts, so repeats are restarts, not reruns.
+
+Every point starts with an emptied prefix cache (``/reset_prefix_cache``) and ledgers say
+whether that worked. A speculative arm whose draft counter did not move is flagged
+(``spec_no_drafts``): some stacks silently turn speculation off. A ceiling arm (synthetic
+acceptance) is flagged ``synthetic_acceptance`` on every point, so its acceptance is never
+averaged with a real drafter's; on the CPU build it needs specnb's vLLM plugin, and
+:func:`prepare` refuses the sweep when vLLM would not load it, instead of letting the
+engine die at its first speculative step.
+
+A launched speculative arm gets ``--per-request-spec-decode-metrics summary`` when the
+installed vLLM knows that flag (and the arm's arguments do not set it already), so every
+response carries its own acceptance counts and the ledger can split acceptance by prompt
+category (``spec_decode_by_category``). A baseline never gets it: vLLM refuses it without
+a drafter. An engine without the flag is launched as before; the field stays empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pandas as pd
+from tqdm.auto import tqdm
+
+from specnb.engine import loadgen, metrics
+from specnb.engine.hostload import HOST_BUSY, HostLoad, wait_for_quiet
+from specnb.engine.server import Endpoint, ServerError, VllmServer, attach
+from specnb.engine.vllm import engine_supports_flag
+from specnb.ledger import (
+    Failure,
+    Flag,
+    PointLedger,
+    Provenance,
+    ServerRecord,
+    SpecDecode,
+    WorkloadRecord,
+    provenance,
+    utcnow,
+    write_ledger,
+    write_once,
+)
+from specnb.prompts.workload import Workload
+from specnb.sweep.arm import Arm
+from specnb.sweep.preflight import prepare
+from specnb.sweep.spec import SweepError, SweepSpec, blocks, point_path
+
+__all__ = ["SweepOutcome", "run_sweep", "server_args_for", "PER_REQUEST_SPEC_FLAG", "CLIENT_BUSY"]
+
+CLIENT_BUSY = 0.8  # share of one core above which the client itself may be the bottleneck
+
+
+@dataclass
+class SweepOutcome:
+    out_dir: Path
+    written: list[Path] = field(default_factory=list)
+    skipped: list[Path] = field(default_factory=list)
+    failed: list[Path] = field(default_factory=list)
+    superseded: list[Path] = field(default_factory=list)
+
+    def summary(self) -> str:
+        busy = f", {len(self.superseded)} re-measured for a busy host" if self.superseded else ""
+        return (f"{len(self.written)} points measured, {len(self.skipped)} already done, "
+                f"{len(self.failed)} failed{busy} -> {self.out_dir}")
+
+
+def _sweep_record(out_dir: Path, spec: SweepSpec, wls: dict[str, Workload]) -> None:
+    ident = spec.identity()
+    ident["workload_hashes"] = {k: w.content_hash for k, w in wls.items()}
+    digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+    path = out_dir / "sweep.json"
+    if path.exists():
+        old = json.loads(path.read_text())
+        if old.get("identity_hash") != digest:
+            raise SweepError(
+                f"{out_dir} holds a sweep with different settings (identity {old.get('identity_hash')} "
+                f"vs {digest}); choose another output folder"
+            )
+        return
+    doc = {"identity_hash": digest, "created_at": utcnow(), "spec": spec.model_dump(),
+           "workloads": {k: w.describe() for k, w in wls.items()}}
+    write_once(path, (json.dumps(doc, indent=2) + "\n").encode())
+
+
+PER_REQUEST_SPEC_FLAG = "--per-request-spec-decode-metrics"
+
+
+def server_args_for(spec: SweepSpec, arm: Arm) -> list[str]:
+    """The launched server's arguments: the sweep's, the arm's, and the per-request acceptance
+    flag for a speculative arm when the engine has it and nobody set it already."""
+    args = [*spec.server_args, *arm.server_args]
+    already = any(a == PER_REQUEST_SPEC_FLAG or a.startswith(PER_REQUEST_SPEC_FLAG + "=") for a in args)
+    if (arm.speculative and spec.per_request_spec_metrics and not already
+            and engine_supports_flag(PER_REQUEST_SPEC_FLAG)):
+        args += [PER_REQUEST_SPEC_FLAG, "summary"]
+    return args
+
+
+@contextmanager
+def _open_endpoint(spec: SweepSpec, arm: Arm, model: str | None, log_path: Path):
+    if arm.endpoint:
+        yield attach(arm.endpoint, spec.served_model_name), None
+        return
+    env = {**spec.env, **arm.env}
+    srv = VllmServer(
+        model, args=server_args_for(spec, arm), speculative_config=arm.speculative_config,
+        served_model_name=spec.served_model_name or Path(model).name, env=env, log_path=log_path,
+        ready_timeout_s=spec.ready_timeout_s,
+    )
+    with srv as ep:
+        yield ep, srv
+
+
+async def _measure(
+    ep: Endpoint, spec: SweepSpec, wl: Workload, concurrency: int, n: int,
+    on_done: Callable[[loadgen.RequestRecord], None] | None,
+) -> tuple[loadgen.PointLoad, metrics.Snapshot, metrics.Snapshot, metrics.GaugeSampler]:
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0),
+        timeout=aiohttp.ClientTimeout(total=spec.request_timeout_s),
+    ) as session:
+        before = await metrics.scrape(session, ep.base_url)
+        sampler = metrics.GaugeSampler(session, ep.base_url, spec.metrics_interval_s)
+        sampler.start()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        try:
+            pl = await loadgen.run_load(
+                ep.base_url, ep.model, wl.prompts, concurrency, n,
+                spec.sampling.model_dump(), session=session, on_done=on_done,
+            )
+        finally:
+            await sampler.stop()
+        # The client must never be the bottleneck: record how busy its one core was.
+        pl.client_cpu_util = (time.process_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
+        after = await metrics.scrape(session, ep.base_url)
+    return pl, before, after, sampler
+
+
+async def _warmup(ep: Endpoint, spec: SweepSpec, wl: Workload) -> None:
+    if spec.warmup_requests == 0:
+        return
+    k = spec.warmup_requests
+    await loadgen.run_load(
+        ep.base_url, ep.model, wl.prompts, min(k, 4), k, spec.sampling.model_dump(),
+        request_timeout_s=spec.request_timeout_s, prompt_offset=len(wl.prompts) - k,
+    )
+
+
+def _flags(arm: Arm, results: dict[str, Any], sd: dict[str, Any] | None, cache: dict[str, float],
+           reset: bool | None) -> list[str]:
+    flags = []
+    drafts = (sd or {}).get("num_drafts") or 0
+    if arm.ceiling:
+        flags.append(Flag.SYNTHETIC_ACCEPTANCE)  # forced acceptance: never mix with a real drafter's
+    if arm.speculative and drafts == 0:
+        flags.append(Flag.SPEC_NO_DRAFTS)  # speculation silently off: never average this in
+    if not arm.speculative and drafts > 0:
+        flags.append(Flag.BASELINE_HAS_DRAFTS)
+    if results["num_errors"]:
+        flags.append(Flag.REQUEST_ERRORS)
+    if reset is False:
+        flags.append(Flag.PREFIX_CACHE_NOT_RESET)
+    if "chunks" in (results.get("token_count_source") or []):
+        flags.append(Flag.TOKEN_COUNT_FROM_CHUNKS)
+    if results.get("steady_window_s") is None:
+        flags.append(Flag.NO_STEADY_WINDOW)
+    if cache.get("preemptions"):
+        flags.append(Flag.PREEMPTIONS)
+    if (results.get("client_cpu_util") or 0) > CLIENT_BUSY:
+        flags.append(Flag.CLIENT_BUSY)  # the load generator may have limited the measurement
+    if (results.get("host_other_cpu_cores") or 0) > HOST_BUSY:
+        flags.append(Flag.HOST_BUSY)  # another process competed for the CPU during this point
+    return flags
+
+
+@dataclass(frozen=True)
+class _Point:
+    """One point of the plan: an arm's workload at one concurrency in one repeat."""
+
+    arm: Arm
+    workload: Workload
+    concurrency: int
+    repeat: int
+    position: int
+
+    @property
+    def point_id(self) -> str:
+        return f"{self.arm.name}/{self.workload.name}/c{self.concurrency}-r{self.repeat}"
+
+
+class _SweepRun:
+    """Runs the plan block by block (one server per repeat and arm), point by point."""
+
+    def __init__(self, spec: SweepSpec, out_dir: Path, progress: bool, echo: Callable[[str], None]):
+        self.spec, self.out_dir, self.echo = spec, out_dir, echo
+        self.model, self.workloads, self.notes = prepare(spec)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        _sweep_record(out_dir, spec, self.workloads)
+        self.provenance = Provenance(**provenance.collect())
+        self.outcome = SweepOutcome(out_dir=out_dir)
+        self.plan = list(blocks(spec))
+        total = sum(spec.num_requests(c) for c in spec.concurrency) * len(self.workloads) * len(self.plan)
+        self.bar = tqdm(total=total, unit="req", disable=not progress, dynamic_ncols=True,
+                        desc=spec.name, file=sys.stderr)
+
+    def path(self, pt: _Point) -> Path:
+        return point_path(self.out_dir, pt.arm.name, pt.workload.name, pt.concurrency, pt.repeat)
+
+    def run(self) -> SweepOutcome:
+        try:
+            for r, pos, arm in self.plan:
+                points = [_Point(arm, wl, c, r, pos) for wl in self.workloads.values()
+                          for c in self.spec.concurrency]
+                pending = []
+                for pt in points:
+                    if self.path(pt).exists():
+                        self.outcome.skipped.append(self.path(pt))
+                        self.bar.update(self.spec.num_requests(pt.concurrency))
+                    else:
+                        pending.append(pt)
+                if pending:
+                    self.run_block(arm, r, pending)
+        finally:
+            self.bar.close()
+        return self.outcome
+
+    def run_block(self, arm: Arm, repeat: int, pending: list[_Point]) -> None:
+        server_rec: ServerRecord | None = None
+        started = utcnow()
+        self.bar.set_description(f"{self.spec.name} r{repeat} {arm.name}: starting server")
+        log_path = self.out_dir / "logs" / f"{arm.name}-r{repeat:02d}.log"
+        try:
+            with _open_endpoint(self.spec, arm, self.model, log_path) as (ep, server):
+                server_rec = ServerRecord(**ep.describe())
+                _run_async(_warmup(ep, self.spec, next(iter(self.workloads.values()))))
+                for pt in pending:
+                    if server is not None and not server.alive():
+                        self.record_failure(pt, ServerError("server process exited"), server_rec,
+                                            utcnow(), server.log_tail())
+                        continue
+                    self.run_point(pt, ep, server, server_rec)
+        except (ServerError, OSError, aiohttp.ClientError, metrics.MetricsError) as exc:
+            # The server did not start, or the block broke outside a point (warmup):
+            # every point of the block not yet recorded gets a failure record.
+            done = {(q.parent, q.name.split(".")[0]) for q in self.outcome.failed}
+            for pt in pending:
+                p = self.path(pt)
+                if not p.exists() and (p.parent, p.stem) not in done:
+                    self.record_failure(pt, exc, server_rec, started)
+
+    def run_point(self, pt: _Point, ep: Endpoint, server: VllmServer | None,
+                  server_rec: ServerRecord) -> None:
+        """Measure one point; a measurement disturbed by another process (``host_busy``) is
+        kept as a superseded record and measured again, up to ``busy_retries`` times."""
+        for attempt in range(self.spec.busy_retries + 1):
+            busy = self.attempt_point(pt, ep, server, server_rec, last=attempt == self.spec.busy_retries)
+            if not busy:
+                return
+            self.echo(f"{pt.point_id}: another process used the CPU during the point "
+                      f"(attempt {attempt + 1}); kept as superseded, measuring again")
+            wait_for_quiet(server.pid if server is not None else None)
+
+    def attempt_point(self, pt: _Point, ep: Endpoint, server: VllmServer | None,
+                      server_rec: ServerRecord, last: bool = True) -> bool:
+        """One measurement of a point; True when it was superseded for a busy host."""
+        spec, n = self.spec, self.spec.num_requests(pt.concurrency)
+        started = utcnow()
+        self.bar.set_description(f"{spec.name} r{pt.repeat} {pt.arm.name} {pt.workload.name} c={pt.concurrency}")
+        ticks = 0
+
+        def tick(_rec: loadgen.RequestRecord) -> None:
+            nonlocal ticks
+            ticks += 1
+            self.bar.update(1)
+
+        try:
+            reset = ep.reset_prefix_cache() if spec.reset_prefix_cache else None
+            host = HostLoad(server.pid if server is not None else None)
+            pl, before, after, sampler = _run_async(_measure(ep, spec, pt.workload, pt.concurrency, n, tick))
+            pl.host_other_cpu_cores = host.other_cores()
+            led = self.measured_ledger(pt, server_rec, reset, pl, before, after, sampler, started)
+        except Exception as exc:  # noqa: BLE001 - recorded as a failure, the sweep goes on
+            self.record_failure(pt, exc, server_rec, started, server.log_tail() if server else None,
+                                unticked=n - ticks)
+            return False
+        frame = pd.DataFrame([rec.as_row() for rec in pl.records])
+        if led.status == "ok" and Flag.HOST_BUSY in led.flags and not last:
+            led = led.model_copy(update={"flags": [*led.flags, Flag.SUPERSEDED]})
+            self.outcome.superseded.append(write_ledger(_superseded_path(self.path(pt)), led, frame))
+            return True
+        if led.status == "ok":
+            self.outcome.written.append(write_ledger(self.path(pt), led, frame))
+        else:  # every request failed: recorded, and retried on resume
+            self.outcome.failed.append(write_ledger(_failed_path(self.path(pt)), led, frame))
+            self.echo(f"FAILED {pt.point_id}: {led.failure.message[:200]}")
+        res = led.results or {}
+        mal = led.spec_decode.mean_acceptance_length if led.spec_decode else None
+        self.bar.set_postfix_str(
+            f"{res.get('output_tok_s') or 0:.1f} tok/s" + (f" MAL {mal:.2f}" if mal else "")
+            + (f" flags={','.join(led.flags)}" if led.flags else "")
+        )
+        return False
+
+    def common(self, pt: _Point) -> dict[str, Any]:
+        """Ledger fields every record of this point carries, measured or failed."""
+        params = dict(self.spec.parameters)
+        if self.notes.get(pt.arm.name):
+            params["notes"] = self.notes[pt.arm.name]
+        return dict(
+            sweep=self.spec.name, point_id=pt.point_id, arm=pt.arm.record(),
+            workload=WorkloadRecord(**pt.workload.describe()), concurrency=pt.concurrency,
+            repeat=pt.repeat, arm_position=pt.position, num_requests=self.spec.num_requests(pt.concurrency),
+            warmup_requests=self.spec.warmup_requests, sampling=self.spec.sampling,
+            provenance=self.provenance, parameters=params,
+        )
+
+    def record_failure(self, pt: _Point, exc: BaseException, server_rec: ServerRecord | None,
+                       started: str, log_tail: str | None = None, unticked: int | None = None) -> None:
+        msg = getattr(exc, "short", None) or str(exc) or type(exc).__name__
+        led = PointLedger(
+            status="failed", server=server_rec, started_at=started, finished_at=utcnow(),
+            flags=[Flag.FAILED, *([Flag.SYNTHETIC_ACCEPTANCE] if pt.arm.ceiling else [])],
+            failure=Failure(error_type=type(exc).__name__, message=msg[:2000],
+                            log_tail=getattr(exc, "log_tail", None) or log_tail),
+            **self.common(pt),
+        )
+        self.outcome.failed.append(write_ledger(_failed_path(self.path(pt)), led))
+        self.bar.update(self.spec.num_requests(pt.concurrency) if unticked is None else unticked)
+        self.echo(f"FAILED {pt.point_id}: {msg.splitlines()[0][:200] if msg else ''}")
+
+    def measured_ledger(self, pt: _Point, server_rec: ServerRecord, reset: bool | None,
+                        pl: loadgen.PointLoad, before: metrics.Snapshot, after: metrics.Snapshot,
+                        sampler: metrics.GaugeSampler, started: str) -> PointLedger:
+        results = loadgen.summarize(pl)
+        results["client_cpu_util"] = pl.client_cpu_util
+        results["host_other_cpu_cores"] = pl.host_other_cpu_cores
+        sd = metrics.spec_decode_delta(before, after)
+        if sd is not None and results["output_tokens"]:
+            sd["accepted_output_share"] = sd["num_accepted_tokens"] / results["output_tokens"]
+        cache = metrics.cache_delta(before, after)
+        if results["duration_s"] > 0:
+            # seed 002: count computed tokens only (uncached prompt + output)
+            computed = results["prompt_tokens"] - cache["prompt_tokens_cached"] + results["output_tokens"]
+            results["computed_tok_s_wall"] = computed / results["duration_s"]
+        info = after.info_labels()
+        kv = dict(server_rec.kv_capacity)
+        if kv.get("total_tokens") is None and info:
+            # attached: no start-up log to read, but the engine publishes its pool as labels
+            per_engine = [int(d["kv_cache_size_tokens"]) for d in info
+                          if d.get("kv_cache_size_tokens", "None").isdigit()]
+            if per_engine:
+                kv.update(source="cache_config_info", tokens_per_engine=per_engine,
+                          total_tokens=sum(per_engine))
+        ok = results["num_ok"] > 0
+        return PointLedger(
+            status="ok" if ok else "failed", started_at=started, finished_at=utcnow(),
+            server=server_rec.model_copy(update={
+                "cache_config_info": info, "prefix_cache_reset": reset, "kv_capacity": kv}),
+            results=results, server_samples=sampler.summary(), cache=cache,
+            spec_decode=SpecDecode(**sd) if sd and (pt.arm.speculative or sd["num_drafts"]) else None,
+            spec_decode_by_category=loadgen.spec_decode_by_category(pl.records),
+            flags=_flags(pt.arm, results, sd, cache, reset),
+            failure=None if ok else Failure(error_type="AllRequestsFailed",
+                                            message="; ".join(results["error_examples"])[:2000]),
+            **self.common(pt),
+        )
+
+
+def run_sweep(
+    spec: SweepSpec,
+    out_dir: str | Path,
+    *,
+    progress: bool = True,
+    echo: Callable[[str], None] | None = None,
+) -> SweepOutcome:
+    """Run (or resume) a sweep into ``out_dir``; returns which ledgers were written.
+
+    Every check that can fail on bad input runs before the first server starts.
+    """
+    echo = echo or (lambda s: print(s, file=sys.stderr))
+    return _SweepRun(spec, Path(out_dir), progress, echo).run()
+
+
+def _run_async(coro: Any) -> Any:
+    """``asyncio.run``, also from inside a running event loop (a Jupyter kernel has one):
+    there the coroutine runs on a loop of its own in a worker thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="specnb-load") as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _superseded_path(p: Path) -> Path:
+    """A measurement disturbed by another process: kept, never paired."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    return p.with_name(f"{p.stem}.superseded-{stamp}.json")
+
+
+def _failed_path(p: Path) -> Path:
+    """A new name per failure, so failures accumulate and never overwrite each other."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    return p.with_name(f"{p.stem}.failed-{stamp}.json")

@@ -1,0 +1,210 @@
+"""A study: one axis of the notebooks, as a set of paired sweeps (one per condition).
+
+Every axis notebook varies one thing that needs its own server (the checkpoint, the KV
+pool, the parallel layout, the sampling temperature) and keeps the drafter-on/off pairing
+inside each value of it. A :class:`Study` holds the notebook's parameters, expands them into
+one :class:`~specnb.sweep.spec.SweepSpec` per *condition*, and runs them into one folder:
+
+    ledgers/<axis>/<study>/<run>/<condition>/<arm>/<workload>/cNNN-rNN.json
+
+A speedup is always a ratio within one condition (same prompts, engine build, sampling);
+conditions are compared on their absolute numbers only with their spread shown.
+
+Runs interleave conditions by repeat (repeat 0 of every condition, then repeat 1, ...) so
+that a slow drift of the machine lands on every condition alike; each repeat is a fresh
+server start, which is where most of the variance on these CPUs comes from. Run folders
+follow :mod:`specnb.ledger.runs`.
+
+A study's parameters come from its notebook's ``parameters`` cell, the one place their
+defaults are written; the study itself has no defaults of its own for them.
+
+Bad parameters fail in one line (:class:`~specnb.sweep.spec.SweepError`) before any server starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from specnb import paths
+from specnb.errors import first_error, plain_name
+from specnb.ledger import BASELINE, PLAIN_CONDITION
+from specnb.ledger.runs import AXES, new_run_name, run_folder
+from specnb.sweep.spec import SweepError, SweepSpec
+
+__all__ = ["Condition", "Study"]
+
+
+class Condition(BaseModel):
+    """What one condition changes relative to the study's common settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    label: str | None = Field(None, description="how figures name this condition")
+    model: str | None = Field(None, description="another checkpoint (quantization axis)")
+    server_args: list[str] = Field(default_factory=list, description="appended to the study's")
+    env: dict[str, str] = Field(default_factory=dict, description="merged over the study's")
+    temperature: float | None = Field(None, ge=0.0)
+    max_tokens: int | None = Field(None, ge=1)
+    drafters: list[str] | None = Field(None, description="subset of the study's drafters")
+    concurrency: list[int] | None = None
+    workloads: list[str] | None = None
+
+
+class Study(BaseModel):
+    """The parameters of one axis notebook, validated."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    axis: Literal[AXES]
+    study: str = Field(description="study name: ledgers/<axis>/<study>/<run>/")
+    model: str | None = None
+    served_model_name: str | None = None
+    endpoint: str | None = Field(None, description="attach every arm to this server (one condition)")
+    server_args: list[str]
+    env: dict[str, str]
+    drafters: dict[str, dict[str, Any]] = Field(description="arm name -> vLLM speculative config")
+    conditions: dict[str, Condition]
+    workloads: list[str]
+    concurrency: list[int] = Field(min_length=1)
+    repeats: int = Field(ge=1)
+    requests_per_user: int = Field(ge=1)
+    min_requests: int = Field(ge=1)
+    warmup_requests: int = Field(ge=0)
+    max_tokens: int = Field(ge=1)
+    temperature: float = Field(ge=0.0)
+    seed: int
+
+    @field_validator("study")
+    @classmethod
+    def _study(cls, v: str) -> str:
+        return plain_name(v, "study name")
+
+    @field_validator("drafters")
+    @classmethod
+    def _drafters(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        if not v:
+            raise ValueError("name at least one drafter (arm name -> speculative config)")
+        if BASELINE in v:
+            raise ValueError(f"'{BASELINE}' is the arm without a drafter; name drafters otherwise")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> Study:
+        for name, cond in self.conditions.items():
+            unknown = set(cond.drafters or []) - set(self.drafters)
+            if unknown:
+                raise ValueError(f"condition {name!r} names unknown drafters {sorted(unknown)}")
+            plain_name(name, "condition name")
+        if self.endpoint and len(self.conditions) > 1:
+            raise ValueError("an attached endpoint is one server: it cannot vary conditions")
+        return self
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def from_namespace(cls, axis: str, namespace: dict[str, Any]) -> Study:
+        """From a notebook's globals: picks the names that are study parameters."""
+        return cls.from_parameters(axis, **{k: v for k, v in namespace.items() if k in cls.model_fields})
+
+    @classmethod
+    def from_parameters(cls, axis: str, **params: Any) -> Study:
+        """Build from a notebook's parameters; notebook-only keys are ignored."""
+        fields = set(cls.model_fields)
+        data = {k: v for k, v in params.items() if k in fields}
+        data["axis"] = axis
+        if data.get("endpoint") in ("", None):
+            data.pop("endpoint", None)
+        try:
+            study = cls.model_validate(data)
+        except ValidationError as exc:
+            raise SweepError(f"{axis} parameters: {first_error(exc)}") from None
+        study.specs()  # every sweep must validate too
+        return study
+
+    def condition_names(self) -> list[str]:
+        return list(self.conditions) or [PLAIN_CONDITION]
+
+    def label(self, condition: str) -> str:
+        cond = self.conditions.get(condition)
+        return (cond.label if cond and cond.label else condition)
+
+    def specs(self) -> dict[str, SweepSpec]:
+        """One validated sweep per condition (no file is touched, no server started)."""
+        out = {}
+        for name in self.condition_names():
+            cond = self.conditions.get(name, Condition())
+            drafters = {k: v for k, v in self.drafters.items()
+                        if cond.drafters is None or k in cond.drafters}
+            arms: list[dict[str, Any]] = [{"name": BASELINE}]
+            for arm, cfg in drafters.items():
+                arms.append({"name": arm, "speculative_config": _local_paths(cfg)})
+            if self.endpoint:
+                for a in arms:
+                    a["endpoint"] = self.endpoint
+            data = {
+                "name": f"{self.axis}-{self.study}-{name}",
+                "model": cond.model or self.model,
+                "served_model_name": self.served_model_name,
+                "server_args": [*self.server_args, *cond.server_args],
+                "env": {**self.env, **cond.env},
+                "arms": arms,
+                "workloads": cond.workloads or self.workloads,
+                "concurrency": cond.concurrency or self.concurrency,
+                "repeats": self.repeats,
+                "requests_per_user": self.requests_per_user,
+                "min_requests": self.min_requests,
+                "warmup_requests": self.warmup_requests,
+                "sampling": {
+                    "temperature": self.temperature if cond.temperature is None else cond.temperature,
+                    "max_tokens": cond.max_tokens or self.max_tokens,
+                    "seed": self.seed,
+                },
+                "parameters": {"axis": self.axis, "study": self.study, "condition": name,
+                               "condition_label": self.label(name)},
+            }
+            out[name] = SweepSpec.parse(data, where=f"{self.axis} condition {name!r}")
+        return out
+
+    # -- running ------------------------------------------------------------------------
+    def labels(self) -> dict[str, str]:
+        """Condition name -> how figures name it, in the study's order."""
+        return {c: self.label(c) for c in self.condition_names()}
+
+    def check(self) -> None:
+        """Every check that can fail before a server starts, for every condition."""
+        from specnb.sweep.preflight import prepare
+
+        for spec in self.specs().values():
+            prepare(spec)
+
+    def run(self, root: Path | str | None = None, run: str | None = None, *,
+            progress: bool = True) -> tuple[Path, list[Any]]:
+        """Measure (or resume) every condition into a run folder; returns it and the outcomes."""
+        from specnb.sweep.runner import SweepOutcome, run_sweep  # the engine side, only when measuring
+
+        specs = self.specs()
+        self.check()
+        folder = run_folder(self.axis, self.study, run or new_run_name(), root)
+        outcomes: dict[str, SweepOutcome] = {}
+        for r in range(self.repeats):  # repeat-major: drift lands on every condition alike
+            for name, spec in specs.items():
+                part = spec.model_copy(update={"repeats": r + 1})
+                o = run_sweep(part, folder / name, progress=progress)
+                prev = outcomes.get(name)
+                if prev is None:
+                    outcomes[name] = o
+                else:
+                    prev.written += o.written
+                    prev.failed += o.failed
+                    prev.superseded += o.superseded
+        return folder, list(outcomes.values())
+
+
+def _local_paths(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A draft model given relative to the repository means that folder, from any cwd."""
+    model = cfg.get("model")
+    if isinstance(model, str) and not Path(model).is_absolute() and (paths.ROOT / model).exists():
+        return {**cfg, "model": str((paths.ROOT / model).resolve())}
+    return dict(cfg)

@@ -1,0 +1,80 @@
+"""Paired speedups: ratios only within a pair, spread over repeats, refusals."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from specnb.analysis.pairing import PairingError, paired, speedup_table
+from specnb.ledger import load_ledgers, write_ledger
+from tests.unit.factories import ledger
+
+
+def _frame(tmp_path, ledgers):
+    for i, led in enumerate(ledgers):
+        write_ledger(tmp_path / f"{i:03d}.json", led)
+    return load_ledgers(tmp_path)
+
+
+def test_speedup_is_a_ratio_within_each_repeat(tmp_path):
+    df = _frame(tmp_path, [
+        ledger("baseline", c=1, r=0, tok_s=100), ledger("ngram-k4", c=1, r=0, tok_s=150, mal=3.0),
+        ledger("baseline", c=1, r=1, tok_s=50), ledger("ngram-k4", c=1, r=1, tok_s=100, mal=2.0),
+        ledger("baseline", c=8, r=0, tok_s=400), ledger("ngram-k4", c=8, r=0, tok_s=300, mal=2.5),
+    ])
+    table = speedup_table(df)
+    row1 = table[table["concurrency"] == 1].iloc[0]
+    # mean of per-repeat ratios (1.5, 2.0), not ratio of means (125/75)
+    assert row1["speedup"] == pytest.approx(1.75)
+    assert (row1["speedup_min"], row1["speedup_max"], row1["n"]) == (pytest.approx(1.5), pytest.approx(2.0), 2)
+    assert row1["acceptance_length"] == pytest.approx(2.5)
+    row8 = table[table["concurrency"] == 8].iloc[0]
+    assert row8["speedup"] == pytest.approx(0.75) and row8["n"] == 1
+
+
+def test_unflagged_only(tmp_path):
+    df = _frame(tmp_path, [
+        ledger("baseline", tok_s=100), ledger("ngram-k4", tok_s=90, mal=None, flags=["spec_no_drafts"]),
+    ])
+    assert paired(df).empty
+
+
+def test_failed_points_never_pair(tmp_path):
+    df = _frame(tmp_path, [ledger("baseline", tok_s=100), ledger("ngram-k4", status="failed")])
+    assert speedup_table(df).empty
+
+
+@pytest.mark.parametrize("field, a, b", [
+    ("content_hash", "sha256:aa", "sha256:bb"),
+    ("engine", "0.32.0", "0.31.0"),
+    ("temperature", 0.0, 1.0),
+])
+def test_refuses_mismatched_pairs(tmp_path, field, a, b):
+    df = _frame(tmp_path, [ledger("baseline", **{field: a}), ledger("ngram-k4", mal=2.0, **{field: b})])
+    with pytest.raises(PairingError):
+        paired(df)
+
+
+def test_needs_one_baseline(tmp_path):
+    df = _frame(tmp_path, [ledger("ngram-k4", mal=2.0)])
+    with pytest.raises(PairingError, match="exactly one arm without a drafter"):
+        paired(df)
+    assert paired(pd.DataFrame()).empty
+
+
+def test_category_acceptance_table():
+    from specnb.analysis.text import format_category_acceptance
+
+    cats = pd.DataFrame([
+        {"arm": "ngram", "workload": "copy", "concurrency": 1, "repeat": r, "status": "ok", "category": "fix-json",
+         "requests": 2, "num_spec_steps": 10, "num_draft_tokens": 40, "num_accepted_draft_tokens": 30,
+         "output_tokens": 60} for r in (0, 1)
+    ] + [{"arm": "ngram", "workload": "copy", "concurrency": 1, "repeat": 0, "status": "ok", "category": "chat",
+          "requests": 1, "num_spec_steps": 0, "num_draft_tokens": 0, "num_accepted_draft_tokens": 0,
+          "output_tokens": 30}])
+    text = format_category_acceptance(cats)
+    fj = next(line for line in text.splitlines() if "fix-json" in line).split()
+    assert fj[-4:] == ["4", "4.00", "75", "50"]  # 4 requests; 1 + 60/20; 60/80; 60/120
+    chat = next(line for line in text.splitlines() if " chat " in line).split()
+    assert chat[-3:] == ["-", "-", "0"]
+    assert format_category_acceptance(cats.iloc[0:0]) == "(no per-request acceptance in these ledgers)"

@@ -1,0 +1,187 @@
+"""Failure records and resumption, against a fake OpenAI-compatible endpoint (no vLLM).
+
+The fake serves /v1/models, /version, /metrics and streaming chat completions; a switch
+makes every completion fail with HTTP 500, so the error paths of a sweep can be driven.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+
+import pytest
+from aiohttp import web
+
+from specnb.ledger import load_ledgers, load_requests, load_spec_by_category, read_ledger
+from specnb.sweep import SweepSpec, run_sweep
+
+METRICS = """# HELP vllm:num_requests_running Running.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="fake"} 0.0
+"""
+
+
+class FakeServer:
+    def __init__(self):
+        self.fail = True
+        self.spec = False  # send vLLM's per-request metrics.speculative_decoding at the end
+        self.url = None
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+        assert self._ready.wait(10)
+
+    async def chat(self, request):
+        if self.fail:
+            return web.Response(status=500, text="engine on fire")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(1, 5):
+            chunk = {"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}],
+                     "usage": {"prompt_tokens": 5, "completion_tokens": i}}
+            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            await asyncio.sleep(0.005)
+        if self.spec:
+            body = await request.json()
+            copying = "fix" in body["messages"][-1]["content"].lower()
+            hist = [0, 0, 1] if copying else [1, 0, 0]  # 1 step: 2 accepted, or 0 accepted
+            sd = {"mean_acceptance_length": 3.0 if copying else 1.0,
+                  "draft_acceptance_rate": 1.0 if copying else 0.0, "acceptance_histogram": hist,
+                  "num_spec_steps": 1, "num_accepted_draft_tokens": 2 if copying else 0,
+                  "num_draft_tokens": 2, "num_spec_tokens": 2}
+            last = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 4},
+                    "metrics": {"speculative_decoding": sd}}
+            await resp.write(f"data: {json.dumps(last)}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    def _run(self):
+        asyncio.set_event_loop(self._loop)
+        def fixed(make):
+            async def handler(request):
+                return make()
+            return handler
+
+        app = web.Application()
+        app.router.add_get("/v1/models", fixed(lambda: web.json_response({"data": [{"id": "fake"}]})))
+        app.router.add_get("/version", fixed(lambda: web.json_response({"version": "0.0-fake"})))
+        app.router.add_get("/metrics", fixed(lambda: web.Response(text=METRICS)))
+        app.router.add_post("/reset_prefix_cache", fixed(lambda: web.json_response({})))
+        app.router.add_post("/v1/chat/completions", self.chat)
+        runner = web.AppRunner(app)
+        self._loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        self._ready.set()
+        self._loop.run_forever()
+
+
+@pytest.fixture(scope="module")
+def fake():
+    return FakeServer()
+
+
+def _spec(url):
+    return SweepSpec.parse(dict(
+        name="f", workloads=["freeform"], concurrency=[1, 2], repeats=1, min_requests=2,
+        requests_per_user=1, warmup_requests=0, request_timeout_s=10, metrics_interval_s=0.05,
+        arms=[{"name": "theirs", "endpoint": url}],
+    ))
+
+
+def test_failed_points_are_recorded_kept_and_retried(fake, tmp_path):
+    fake.fail = True
+    first = run_sweep(_spec(fake.url), tmp_path, progress=False, echo=lambda s: None)
+    assert not first.written and len(first.failed) == 2
+    led = read_ledger(first.failed[0])
+    assert led.status == "failed" and led.failure.error_type == "AllRequestsFailed"
+    assert "HTTP 500" in led.failure.message and "engine on fire" in led.failure.message
+    assert led.requests_file  # the failed requests are kept too
+
+    second = run_sweep(_spec(fake.url), tmp_path, progress=False, echo=lambda s: None)
+    assert len(second.failed) == 2 and not second.skipped  # failures are retried on resume
+    assert len(list(tmp_path.rglob("*.failed-*.json"))) == 4  # and never overwritten
+
+    fake.fail = False
+    third = run_sweep(_spec(fake.url), tmp_path, progress=False, echo=lambda s: None)
+    assert len(third.written) == 2 and not third.failed
+    df = load_ledgers(tmp_path)
+    assert (df["status"] == "ok").sum() == 2 and (df["status"] == "failed").sum() == 4
+    ok = df[df["status"] == "ok"]
+    assert (ok["output_tokens"] == 4 * ok["num_ok"]).all()
+    assert set(ok["server_mode"]) == {"attached"}
+
+    fourth = run_sweep(_spec(fake.url), tmp_path, progress=False, echo=lambda s: None)
+    assert len(fourth.skipped) == 2 and not fourth.written and not fourth.failed
+
+
+def test_unreachable_endpoint_fails_every_point_and_goes_on(tmp_path):
+    spec = SweepSpec.parse(dict(
+        name="u", workloads=["freeform"], concurrency=[1, 2], repeats=2, warmup_requests=0,
+        arms=[{"name": "gone", "endpoint": "http://127.0.0.1:9"}],
+    ))
+    out = run_sweep(spec, tmp_path, progress=False, echo=lambda s: None)
+    assert len(out.failed) == 4  # 2 levels x 2 repeats, none lost, none raised
+    assert {read_ledger(p).failure.error_type for p in out.failed} == {"ServerError"}
+
+
+def test_per_request_acceptance_lands_per_category(fake, tmp_path, monkeypatch):
+    fake.fail = False
+    monkeypatch.setattr(fake, "spec", True)
+    prompts = tmp_path / "mixed.jsonl"
+    prompts.write_text("\n".join(json.dumps(x) for x in [
+        {"prompt": "Fix this JSON: {a:1}", "category": "fix-json"},
+        {"prompt": "Tell me a story", "category": "creative"},
+        {"prompt": "Fix the typo: teh", "category": "fix-json"},
+        {"prompt": "No category here"},
+    ]) + "\n")
+    spec = SweepSpec.parse(dict(
+        name="s", workloads=[str(prompts)], concurrency=[2], repeats=1, min_requests=8,
+        requests_per_user=1, warmup_requests=0, request_timeout_s=10, metrics_interval_s=0.05,
+        arms=[{"name": "theirs", "endpoint": fake.url}],
+    ))
+    out = run_sweep(spec, tmp_path / "out", progress=False, echo=lambda s: None)
+    assert len(out.written) == 1
+    led = read_ledger(out.written[0])
+    by = led.spec_decode_by_category
+    assert set(by) == {"fix-json", "creative", "uncategorized"}
+    fj, cr = by["fix-json"], by["creative"]
+    assert fj.requests == 4 and fj.num_spec_steps == 4 and fj.num_accepted_draft_tokens == 8
+    assert fj.mean_acceptance_length == pytest.approx(3.0) and fj.acceptance_histogram == [0, 0, 4]
+    assert fj.accepted_output_share == pytest.approx(8 / 16)
+    assert cr.requests == 2 and cr.mean_acceptance_length == pytest.approx(1.0)
+    assert cr.draft_acceptance_rate == pytest.approx(0.0)
+    frame = load_requests(out.written[0])
+    assert frame["spec_num_spec_steps"].tolist() == [1] * 8
+    table = load_spec_by_category(tmp_path / "out")
+    assert sorted(table["category"]) == ["creative", "fix-json", "uncategorized"]
+    assert table.set_index("category").loc["fix-json", "requests"] == 4
+
+
+def test_a_point_disturbed_by_another_process_is_kept_and_measured_again(fake, tmp_path, monkeypatch):
+    from specnb.sweep import runner
+
+    readings = iter([1.2, 0.0, 1.5, 1.4, 1.3])  # c=1: busy then quiet; c=2: busy three times
+
+    class FakeHostLoad:
+        def __init__(self, pid):
+            pass
+
+        def other_cores(self):
+            return next(readings)
+
+    monkeypatch.setattr(runner, "HostLoad", FakeHostLoad)
+    monkeypatch.setattr(runner, "wait_for_quiet", lambda pid: None)
+    fake.fail = False
+    out = run_sweep(_spec(fake.url), tmp_path, progress=False, echo=lambda s: None)
+    assert len(out.written) == 2 and len(out.superseded) == 3
+    assert all(".superseded-" in p.name for p in out.superseded)
+    assert all("superseded" in read_ledger(p).flags for p in out.superseded)
+    df = load_ledgers(tmp_path)  # superseded records never enter the frame of points
+    assert len(df) == 2
+    c2 = df[df["concurrency"] == 2].iloc[0]
+    assert "host_busy" in c2["flags"]  # retries ran out: the last attempt stands, flagged
+    assert "host_busy" not in df[df["concurrency"] == 1].iloc[0]["flags"]
+    assert len(load_ledgers(tmp_path, superseded=True)) == 5

@@ -1,0 +1,136 @@
+"""Studies: notebook parameters -> one paired sweep per condition; parameter files; runs."""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+
+import pytest
+
+from specnb import paths
+from specnb.ledger.runs import RunError, find_run, latest_run, run_folder
+from specnb.notebooks.runner import NotebookError, notebook_parameters, read_params
+from specnb.sweep import SweepError
+from specnb.sweep.study import Study
+
+NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
+
+
+def defaults(axis: str) -> dict:
+    """A notebook's parameters cell: the one source of a study's defaults."""
+    (nb,) = glob.glob(str(paths.ROOT / "notebooks" / f"[0-9][0-9]_{axis}.py"))
+    return notebook_parameters(nb)
+
+
+def make(axis="concurrency", **kw):
+    base = {**defaults(axis), "study": "t", "model": "some/hub-id", "drafters": {"ngram-k4": NGRAM},
+            "concurrency": [1, 4], "conditions": {}}
+    base.update(kw)
+    return Study.from_parameters(axis, **base)
+
+
+def test_one_condition_by_default_with_baseline_first():
+    st = make()
+    specs = st.specs()
+    assert list(specs) == ["default"]
+    spec = specs["default"]
+    assert [a.name for a in spec.arms] == ["baseline", "ngram-k4"]
+    assert spec.arms[0].speculative_config is None
+    assert spec.parameters["condition"] == "default" and spec.name == "concurrency-t-default"
+
+
+def test_conditions_change_only_what_they_name():
+    st = make(axis="kv", server_args=["--a"], env={"X": "1", "Y": "2"}, temperature=0.0,
+              conditions={"small": {"server_args": ["--b"], "env": {"Y": "3"}, "temperature": 1.0,
+                                    "concurrency": [2], "label": "Small pool"},
+                          "plain": {}})
+    small, plain = st.specs()["small"], st.specs()["plain"]
+    assert small.server_args == ["--a", "--b"] and plain.server_args == ["--a"]
+    assert small.env == {"X": "1", "Y": "3"} and plain.env == {"X": "1", "Y": "2"}
+    assert small.sampling.temperature == 1.0 and plain.sampling.temperature == 0.0
+    assert small.concurrency == [2] and plain.concurrency == [1, 4]
+    assert st.label("small") == "Small pool" and st.label("plain") == "plain"
+    # the pairing key: every condition is its own sweep
+    assert small.name != plain.name
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(drafters={}), "drafters"),
+    (dict(drafters={"baseline": NGRAM}), "baseline"),
+    (dict(conditions={"a": {"drafters": ["nope"]}}), "unknown drafters"),
+    (dict(conditions={"a/b": {}}), "plain folder name"),
+    (dict(concurrency=[0]), "concurrency"),
+    (dict(conditions={"a": {"bogus": 1}}), "bogus"),
+    (dict(drafters={"x": {"method": "ngram"}}), "num_speculative_tokens"),
+])
+def test_bad_parameters_fail_in_one_line(kw, msg):
+    with pytest.raises(SweepError) as exc:
+        make(**kw)
+    assert msg in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_notebook_only_keys_are_ignored_and_empty_endpoint_means_launch():
+    st = make(measure=True, figures_dir="x", endpoint="")
+    assert st.endpoint is None
+
+
+def test_runs_are_found_newest_first(tmp_path):
+    assert latest_run("kv", "cpu", tmp_path) is None
+    for name in ("20261129T100000Z", "20261129T090000Z"):
+        run_folder("kv", "cpu", name, tmp_path).mkdir(parents=True)
+    assert latest_run("kv", "cpu", tmp_path).name == "20261129T100000Z"
+    with pytest.raises(RunError):
+        run_folder("kv", "cpu", "../x", tmp_path)
+    with pytest.raises(RunError, match="no run"):
+        find_run("kv", "cpu", "missing", tmp_path)
+    assert find_run("kv", "cpu", "", tmp_path).name == "20261129T100000Z"
+    with pytest.raises(RunError, match="measure first"):
+        find_run("kv", "other", "", tmp_path)
+
+
+NOTEBOOKS = sorted(glob.glob(str(paths.ROOT / "notebooks" / "[0-9][0-9]_*.py")))
+PARAM_FILES = sorted(glob.glob(str(paths.ROOT / "notebooks" / "params" / "*" / "*.yaml")))
+
+
+def test_every_axis_has_a_notebook_and_gpu_parameters_and_one_source_of_defaults():
+    axes = {Path(n).stem.split("_", 1)[1] for n in NOTEBOOKS}
+    assert {"concurrency", "quantization", "drafter", "temperature", "kv", "parallelism"} <= axes
+    have = {Path(p).stem for p in PARAM_FILES if Path(p).parent.name == "gpu"}
+    assert axes - {"index"} <= have, f"missing gpu parameter files: {axes - {'index'} - have}"
+    # the CPU defaults are the notebooks' own parameters cells, not a second copy
+    assert {Path(p).parent.name for p in PARAM_FILES} == {"gpu"}
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: Path(p).stem)
+def test_notebooks_have_one_literal_parameters_cell(nb):
+    params = notebook_parameters(nb)
+    if Path(nb).stem.split("_", 1)[1] in ("index", "calculator"):
+        return
+    assert params["measure"] is False  # analysis by default: figures rebuild without a server
+    assert {"model", "drafters", "concurrency", "workloads", "repeats", "max_tokens", "temperature"} <= set(params)
+
+
+@pytest.mark.parametrize("pf", PARAM_FILES, ids=lambda p: "/".join(Path(p).parts[-2:]))
+def test_parameter_files_validate_against_their_notebook_and_the_library(pf):
+    axis = Path(pf).stem
+    nb = next(n for n in NOTEBOOKS if Path(n).stem.endswith("_" + axis))
+    params = {**notebook_parameters(nb), **read_params(pf, nb)}
+    if axis == "calculator":
+        return
+    st = Study.from_parameters(axis, **params)
+    assert st.specs()
+
+
+@pytest.mark.parametrize("nb", [n for n in NOTEBOOKS if Path(n).stem.split("_", 1)[1] not in ("index", "calculator")],
+                         ids=lambda p: Path(p).stem)
+def test_notebook_defaults_are_a_cpu_study_with_repeats(nb):
+    st = Study.from_parameters(Path(nb).stem.split("_", 1)[1], **notebook_parameters(nb))
+    assert st.specs()
+    assert st.repeats >= 2, "CPU runs vary up to 1.5x between starts: repeats give the interval"
+
+
+def test_unknown_parameter_in_a_file_is_refused(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("concurrency: [1]\nconcurency: [2]\n")
+    with pytest.raises(NotebookError, match="concurency"):
+        read_params(f, NOTEBOOKS[1])

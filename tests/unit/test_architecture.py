@@ -1,0 +1,102 @@
+"""The package's shape: the analysis side never loads the engine side, and each side lives
+in its own folders.
+
+The data flows one way (parameters -> sweep -> ledgers -> frame -> tables and figures ->
+notebooks). Rebuilding figures from ledgers must work with no engine installed, so the
+analysis side (``ledger``, ``prompts``, ``analysis``, ``models``, ``figures``, ``notebooks``)
+imports nothing that starts servers or drives load.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specnb import paths
+
+PACKAGE = paths.ROOT / "src" / "specnb"
+ANALYSIS_SIDE = ("ledger", "prompts", "analysis", "models", "figures", "notebooks")
+ENGINE_SIDE = ("specnb.engine", "specnb.sweep.runner", "specnb.sweep.preflight", "specnb.setup")
+# third-party modules only the engine side needs
+ENGINE_DEPS = ("aiohttp", "psutil", "prometheus_client", "vllm", "torch")
+
+
+def _loaded_after(code: str) -> dict[str, list[str]]:
+    probe = code + (
+        "\nimport json, sys\n"
+        f"eng = {ENGINE_SIDE!r}\ndeps = {ENGINE_DEPS!r}\n"
+        "print(json.dumps({'specnb': sorted(m for m in sys.modules if m.startswith(eng)),"
+        " 'deps': sorted(m for m in sys.modules if m.split('.')[0] in deps)}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+                         cwd=paths.ROOT, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_import_specnb_and_the_analysis_api_load_no_engine():
+    loaded = _loaded_after(
+        "import specnb\n"
+        "import specnb.analysis, specnb.ledger, specnb.ledger.published, specnb.ledger.runs, specnb.prompts\n"
+        "import specnb.models.calibration, specnb.models.stepcost, specnb.models.hardware\n"
+        "import specnb.figures.panels, specnb.figures.published, specnb.figures.calculator\n"
+        "import specnb.notebooks.axis, specnb.sweep.study\n"
+    )
+    assert loaded == {"specnb": [], "deps": []}
+
+
+def test_a_notebook_opened_on_committed_ledgers_loads_no_engine():
+    run = next((p for p in sorted((paths.LEDGERS / "concurrency" / "cpu").glob("*")) if p.is_dir()), None)
+    if run is None:
+        pytest.skip("no committed concurrency run in this checkout")
+    loaded = _loaded_after(
+        "from specnb.notebooks import open_axis\n"
+        "from specnb.notebooks.runner import notebook_parameters\n"
+        "p = notebook_parameters('notebooks/01_concurrency.py')\n"
+        f"p['run'] = {run.name!r}\n"
+        "nb = open_axis('concurrency', p, quiet=True)\n"
+        "assert len(nb.table) > 0\n"
+    )
+    assert loaded == {"specnb": [], "deps": []}
+
+
+def test_engine_names_on_the_top_level_still_resolve_when_asked():
+    loaded = _loaded_after("import specnb\nassert specnb.run_sweep and specnb.SweepSpec and specnb.VllmServer\n")
+    assert "specnb.sweep.runner" in loaded["specnb"] and "aiohttp" in loaded["deps"]
+
+
+def _imports(path: Path) -> list[str]:
+    """Every module a file imports at its top level (not inside functions: those are lazy on purpose)."""
+    tree = ast.parse(path.read_text())
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+    return names
+
+
+@pytest.mark.parametrize("side", ANALYSIS_SIDE)
+def test_analysis_side_modules_import_nothing_from_the_engine_side(side):
+    for f in sorted((PACKAGE / side).rglob("*.py")):
+        bad = [m for m in _imports(f) if m.startswith(ENGINE_SIDE) or m.split(".")[0] in ENGINE_DEPS]
+        assert not bad, f"{f.relative_to(paths.ROOT)} imports {bad} at its top level"
+
+
+def test_the_top_folder_holds_only_the_entry_points():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert top == ["__init__.py", "cli.py", "errors.py", "paths.py"]
+    for sub in ("engine", "sweep", "ledger", "prompts", "analysis", "models", "figures", "notebooks", "setup"):
+        doc = ast.get_docstring(ast.parse((PACKAGE / sub / "__init__.py").read_text()))
+        assert doc and len(doc) > 80, f"{sub}/__init__.py needs a docstring that says what the folder is"
+
+
+def test_every_module_says_what_it_is():
+    for f in sorted(PACKAGE.rglob("*.py")):
+        doc = ast.get_docstring(ast.parse(f.read_text()))
+        assert doc, f"{f.relative_to(paths.ROOT)} has no module docstring"
