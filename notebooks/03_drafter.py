@@ -44,9 +44,9 @@ drafters = {"ngram-k4": {"method": "ngram", "num_speculative_tokens": 4, "prompt
 conditions = {}  # condition name -> what it changes; empty: one condition
 workloads = ["copy", "freeform"]  # bundled prompt sets (categories inside) or JSONL files
 concurrency = [1, 4]  # concurrency levels (requests in flight)
-repeats = 2  # server restarts per arm; arm order alternates
-requests_per_user = 5  # requests per point: concurrency x this ...
-min_requests = 20  # ... but at least this many (20 at c=1: every prompt category in every repeat)
+repeats = 3  # server restarts per arm; arm order alternates
+panel_size = 10  # prompts every point sends, balanced over categories, in whole passes
+work_floor_tokens = 400  # output tokens a point's steady window holds at least (sizes the passes)
 warmup_requests = 2  # per server start, not measured
 max_tokens = 64  # output tokens per request
 temperature = 0.0  # sampling temperature (0 is greedy)

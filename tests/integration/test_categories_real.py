@@ -45,7 +45,7 @@ def swept(tmp_path_factory):
     spec = SweepSpec.parse(dict(
         name="categories", model=str(MODEL), served_model_name="smol",
         server_args=["--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "2048"],
-        workloads=[str(prompts)], concurrency=[2], repeats=1, requests_per_user=4, min_requests=8,
+        workloads=[str(prompts)], concurrency=[2], repeats=1, panel_size=8, work_floor_tokens=None,
         warmup_requests=1, sampling={"max_tokens": 32}, ready_timeout_s=300, request_timeout_s=120,
         env={"VLLM_CPU_KVCACHE_SPACE": "1"},
         arms=[{"name": "baseline"},

@@ -43,7 +43,7 @@ def _errors(nb_path: Path) -> list[str]:
 def _measure(nb: str, tmp_path: Path, **params) -> tuple[Path, object]:
     root = tmp_path / "ledgers"
     base = {"measure": True, "ledger_root": str(root), "figures_dir": str(tmp_path / "fig"), "repeats": 1,
-            "requests_per_user": 1, "min_requests": 3, "warmup_requests": 1, "max_tokens": 24}
+            "panel_size": 3, "work_floor_tokens": None, "warmup_requests": 1, "max_tokens": 24}
     base.update(params)
     out = execute(nb, tmp_path / "out.ipynb", base)
     assert _errors(out) == []
@@ -70,7 +70,7 @@ def test_drafter_notebook_measures_ngram_and_a_draft_model(tmp_path):
     if not (MODEL.exists() and DRAFT.exists()):
         pytest.skip("the CPU models are not built: run `make setup`")
     nb = next(n for n in NOTEBOOKS if _axis(n) == "drafter")
-    root, df = _measure(nb, tmp_path, concurrency=[1], min_requests=4)
+    root, df = _measure(nb, tmp_path, concurrency=[1], panel_size=4)
     assert (df.status == "ok").all(), df[["point_id", "status", "flags"]]
     assert set(df.arm) == {"baseline", "ngram-k4", "draft-noise0.05"}
     draft = df[df.arm == "draft-noise0.05"]

@@ -38,7 +38,7 @@ def _model():
 def _spec(**kw) -> SweepSpec:
     base = dict(
         name="it", model=str(MODEL), served_model_name="smol", server_args=SERVER_ARGS,
-        workloads=["copy"], concurrency=[1, 2], repeats=1, requests_per_user=2, min_requests=3,
+        workloads=["copy"], concurrency=[1, 2], repeats=1, panel_size=4, work_floor_tokens=None,
         warmup_requests=1, sampling={"max_tokens": 32}, ready_timeout_s=300, request_timeout_s=120,
         metrics_interval_s=0.5,
         arms=[
@@ -161,7 +161,7 @@ def test_ctrl_c_stops_the_server_and_keeps_finished_points(tmp_path):
         f'model = "{MODEL}"\nserved_model_name = "smol"\n'
         f"server_args = {json.dumps(SERVER_ARGS)}\n"
         'workloads = ["copy"]\nconcurrency = [1, 2, 4, 8, 16]\nrepeats = 1\n'
-        "requests_per_user = 4\nmin_requests = 4\nwarmup_requests = 1\n"
+        "panel_size = 4\nwork_floor_tokens = 0\nwarmup_requests = 1\n"
         '[sampling]\nmax_tokens = 32\n[[arms]]\nname = "baseline"\n'
     )
     out = tmp_path / "out"

@@ -13,6 +13,7 @@ the data flows through them:
   crosses 1.0, with an interval on the crossing;
 - :mod:`~specnb.analysis.decisions`: attach the drafter or not, with seed 004's rule;
 - :mod:`~specnb.analysis.kv`: the KV pool the drafter takes (seed 000);
+- :mod:`~specnb.analysis.lossless`: whether the drafter changed the outputs at temperature 0;
 - :mod:`~specnb.analysis.mix`: the speedup to expect on a traffic mix;
 - :mod:`~specnb.analysis.tables`: the tables notebooks draw from;
 - :mod:`~specnb.analysis.text`: what ``specnb report`` prints.
@@ -33,6 +34,7 @@ from specnb.analysis.bootstrap import (
 from specnb.analysis.crossing import crossing, crossings
 from specnb.analysis.decisions import Decision, decide
 from specnb.analysis.kv import kv_capacity
+from specnb.analysis.lossless import lossless, lossless_summary
 from specnb.analysis.mix import MixEstimate, category_speedups, expected_speedup
 from specnb.analysis.pairing import AnalysisError, PairingError, baseline_arm, paired, speedup_table, usable
 from specnb.analysis.tables import (
@@ -88,6 +90,8 @@ __all__ = [
     "group_keys",
     "kv_capacity",
     "label_conditions",
+    "lossless",
+    "lossless_summary",
     "paired",
     "run_summary",
     "speedup_table",

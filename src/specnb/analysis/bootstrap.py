@@ -22,19 +22,24 @@ every replicate curve.
    A pair without a request sidecar enters through the repeat draw only.
 
 The interval is the percentile interval over ``n_boot`` replicates (default 2000, numpy-
-vectorised). Each curve is seeded from ``seed`` and its own key, so results are
-reproducible and one curve's interval does not change when other curves join the frame.
+vectorised). Draws are seeded from ``seed`` and the curve's key without its arm: results are
+reproducible, one curve's interval does not change when other curves join the frame, and the
+arms of one workload are compared on the same draws (replicate b of every arm uses the same
+server starts and prompt weights), so "which arm wins, and in what share of replicates" is a
+paired question. Levels added by the adaptive search (a later round, with servers started
+anew) share the start draw only with the levels of their own round.
 
 What it cannot do, said plainly. With 2 repeats the start draw takes only three shapes
 ({r0, r0}, {r0, r1}, {r1, r1}): that part of the interval is about the two starts' [min,
 max], a lower bound on start-to-start uncertainty rather than an estimate of it. With 1
 repeat there is no between-start information at all and the interval covers the prompt
 mix only. Requests served together share one server and are not independent; the prompt
-level treats them as exchangeable given the start. A sweep whose levels send different
-numbers of requests also sends different prompt subsets (request i gets prompt i), so
-part of a curve's shape can be prompt mix; shared prompt weights keep that coherent but
-cannot remove it. ``n_repeats`` and ``resampled`` columns say which case a row is, and the
-formatters flag rows with fewer than :data:`FEW_REPEATS` repeats.
+level treats them as exchangeable given the start. Every level of a sweep sends the same
+prompt panel in whole passes (:mod:`specnb.sweep.spec`), so one prompt weight means the same
+thing at every level; ledgers from before panels (schema 1) sent different prompt subsets at
+different levels, which the shared weights keep coherent but cannot remove. ``n_repeats`` and
+``resampled`` columns say which case a row is, and the formatters flag rows with fewer than
+:data:`FEW_REPEATS` repeats.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ __all__ = [
     "group_keys",
     "bootstrap_speedups",
     "quantiles",
+    "level_of",
 ]
 
 DEFAULT_N_BOOT = 2000
@@ -128,6 +134,14 @@ def _check_args(n_boot: int, seed: int, level: float) -> None:
         raise AnalysisError(f"level must be in (0, 1), got {level}")
 
 
+def level_of(df: pd.DataFrame) -> pd.Series:
+    """Each point's level: its concurrency in a closed loop, its offered rate in an open one."""
+    if "rate_rps" not in df.columns:
+        return df["concurrency"].astype(float)
+    rate = pd.to_numeric(df["rate_rps"], errors="coerce")
+    return rate.where(rate.notna(), df["concurrency"].astype(float))
+
+
 def bootstrap_speedups(
     df: pd.DataFrame,
     baseline: str | None = None,
@@ -169,31 +183,43 @@ def bootstrap_speedups(
     side = Sidecars()
     rows: list[dict[str, Any]] = []
     curves: list[Curve] = []
+    pairs["level"] = level_of(pairs)
+    if "search_round" not in pairs.columns:
+        pairs["search_round"] = 0
     for key, g in pairs.groupby(keys, sort=True, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
         group = dict(zip(keys, key, strict=True))
-        rng = np.random.default_rng([seed, _key_hash(key)])
-        levels = sorted(g["concurrency"].unique())
-        repeat_sets = {c: tuple(sorted(g.loc[g["concurrency"] == c, "repeat"])) for c in levels}
-        shared = len(set(repeat_sets.values())) == 1
-        n_rep_all = len(next(iter(repeat_sets.values())))
+        # draws are keyed without the arm: every arm of a workload sees the same server-start and
+        # prompt draws, so replicate b compares arms on equal luck (which K wins, and how often)
+        base_key = _key_hash(tuple(v for k, v in group.items() if k != "arm"))
+        levels = sorted(g["level"].unique())
+        repeat_sets = {c: tuple(sorted(g.loc[g["level"] == c, "repeat"])) for c in levels}
+        rounds = {c: int(g.loc[g["level"] == c, "search_round"].max()) for c in levels}
         # repeat draws shared along the curve: one server start serves every level of a repeat
-        shared_draw = rng.integers(0, n_rep_all, size=(n_rep_all, n_boot)) if shared else None
+        # (of one search round: a round restarts every server)
+        draws = {}
+        for rnd in sorted(set(rounds.values())):
+            sets = {repeat_sets[c] for c in levels if rounds[c] == rnd}
+            if len(sets) == 1:
+                n_rep = len(next(iter(sets)))
+                draws[rnd] = np.random.default_rng([seed, base_key, 1, rnd]).integers(0, n_rep, size=(n_rep, n_boot))
         terms = {i: pair_terms(row, side) if prompts else None for i, row in g.iterrows()}
         # prompt weights shared by both arms, every repeat and every level: the same prompts
         # recur in all of them, so one draw of "which prompts" must apply to all at once
         prompt_ids = sorted({p for t in terms.values() if t is not None for p in t[0].prompt_id})
         n_ids = len(prompt_ids)
-        weights = (rng.multinomial(n_ids, np.full(n_ids, 1.0 / n_ids), size=n_boot).astype(float)
-                   if n_ids else None)
+        weights = (np.random.default_rng([seed, base_key, 0]).multinomial(
+            n_ids, np.full(n_ids, 1.0 / n_ids), size=n_boot).astype(float) if n_ids else None)
         column = {p: j for j, p in enumerate(prompt_ids)}
         reps = {m: np.full((n_boot, len(levels)), np.nan) for m in METRICS}
         for ci, c in enumerate(levels):
-            pts = g[g["concurrency"] == c].sort_values("repeat")
+            pts = g[g["level"] == c].sort_values("repeat")
             n_rep = len(pts)
             # slot s of replicate b uses repeat draw[s, b]
-            draw = shared_draw if shared else np.random.default_rng(
-                [seed, _key_hash(key), int(c)]).integers(0, n_rep, size=(n_rep, n_boot))
+            draw = draws.get(rounds[c])
+            if draw is None:
+                draw = np.random.default_rng([seed, base_key, 2, int(round(1000 * c))]).integers(
+                    0, n_rep, size=(n_rep, n_boot))
             per_repeat = {m: np.empty((n_rep, n_boot)) for m in METRICS}
             n_req, with_requests = [], 0
             for k, (i, row) in enumerate(pts.iterrows()):
@@ -216,7 +242,10 @@ def bootstrap_speedups(
                 "+prompts" if with_requests == n_rep else "+some prompts" if with_requests else "")
             out = dict(group)
             out.update(
-                concurrency=int(c),
+                concurrency=int(pts["concurrency"].iloc[0]),
+                level=float(c),
+                rate_rps=pts["rate_rps"].iloc[0] if "rate_rps" in pts.columns else None,
+                search_round=rounds[c],
                 n_repeats=n_rep,
                 n_requests=min(n_req) if n_req else None,
                 resampled=resampled.lstrip("+") or "none",
@@ -235,6 +264,6 @@ def bootstrap_speedups(
                              ("accepted_output_share", "accepted_output_share")):
                 out[col] = pd.to_numeric(pts[src], errors="coerce").mean() if src in pts.columns else np.nan
             rows.append(out)
-        n_min = int(g.groupby("concurrency").size().min())
+        n_min = int(g.groupby("level").size().min())
         curves.append(Curve(group, np.asarray(levels, dtype=float), reps, n_min))
     return SpeedupBootstrap(pd.DataFrame(rows), curves, keys, n_boot, seed, level)

@@ -55,7 +55,7 @@ def decide(boot: SpeedupBootstrap, *, serving_concurrency: float | None = None,
     out = []
     for th in thresholds(boot, metric):
         rows = curve_rows(boot, th.group)
-        cs = rows["concurrency"].to_numpy(float)
+        cs = rows["level"].to_numpy(float)
         if serving_concurrency is not None:
             at = float(serving_concurrency)
         elif th.concurrency is not None:

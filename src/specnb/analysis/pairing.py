@@ -42,7 +42,9 @@ __all__ = [
 KEYS = ["sweep", "workload", "concurrency", "repeat"]
 # Present only in some frames (study notebooks): a pair never crosses a study or a condition.
 CONDITION_KEYS = ["study", "condition"]
-MUST_MATCH = ["workload_hash", "sampling_key", "engine_version"]
+# Open-loop points pair at the same offered rate (closed-loop points have none: NaN pairs with NaN).
+LOAD_KEYS = ["load_mode", "rate_rps"]
+MUST_MATCH = ["workload_hash", "panel_hash", "sampling_key", "engine_version"]
 
 
 class AnalysisError(SpecnbError):
@@ -86,8 +88,8 @@ def condition_keys(df: pd.DataFrame) -> list[str]:
 
 def pair_keys(df: pd.DataFrame) -> list[str]:
     """The columns two points must share to form a pair: sweep, workload, concurrency, repeat,
-    and study / condition where the frame has them."""
-    return KEYS + condition_keys(df)
+    and study / condition and the load shape where the frame has them."""
+    return KEYS + condition_keys(df) + [k for k in LOAD_KEYS if k in df.columns]
 
 
 def paired(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
@@ -110,8 +112,8 @@ def paired(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
     for col in MUST_MATCH:
         if col not in merged.columns:
             continue
-        a, b = merged[col].astype(str), merged[f"{col}_base"].astype(str)
-        bad = merged[a != b]
+        a, b = merged[col], merged[f"{col}_base"]
+        bad = merged[(a.astype(str) != b.astype(str)) & ~(a.isna() & b.isna())]
         if len(bad):
             row = bad.iloc[0]
             raise PairingError(

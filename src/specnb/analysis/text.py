@@ -21,6 +21,7 @@ from specnb.analysis.bootstrap import (
 )
 from specnb.analysis.decisions import Decision, decide
 from specnb.analysis.kv import kv_capacity
+from specnb.analysis.lossless import lossless, lossless_summary
 from specnb.analysis.pairing import curve_label, isna, redundant_keys
 from specnb.analysis.thresholds import Threshold, thresholds
 from specnb.ledger import PLAIN_CONDITION
@@ -34,6 +35,7 @@ __all__ = [
     "format_kv_capacity",
     "format_category_acceptance",
     "format_report",
+    "format_machine",
 ]
 
 
@@ -116,9 +118,16 @@ def format_threshold(th: Threshold, omit: Sequence[str] = ("sweep",)) -> str:
         side = "pays" if th.kind == "above" else "loses"
         text = (f"never crosses 1.0 in the measured range ({side} over {rng}; "
                 f"{crossing_share:.0%} of {th.n_boot} bootstrap curves cross)")
+    undecided = th.at("undecided")
+    if undecided:
+        text += f"; undecided at c={_levels(undecided)} (interval spans 1.0)"
     note = _repeats_note(th.n_repeats)
     what = "" if th.metric == "speedup" else f" [{th.metric}]"
     return f"{curve_label(th.group, omit)}{what}: {text}" + (f"; {note}" if note else "")
+
+
+def _levels(levels: Sequence[float]) -> str:
+    return ", ".join(f"{c:g}" for c in levels)
 
 
 def format_thresholds(ths: Sequence[Threshold]) -> str:
@@ -134,7 +143,16 @@ def format_decision(d: Decision, omit: Sequence[str] = ("sweep",)) -> str:
     rng = f"c={th.c_min}..{th.c_max}"
     ci = (f" ({100 * th.level:g}% CI {_c(th.lo, th)} to {_c(th.hi, th)})"
           if th.lo is not None and th.hi is not None else "")
-    if th.kind == "crosses":
+    pays, undecided, loses = th.at("pays"), th.at("undecided"), th.at("loses")
+    if undecided:
+        # an interval that spans 1.0 decides nothing at that level: say so, no implied crossing
+        parts = ([f"attach the drafter at c={_levels(pays)} (it pays there)"] if pays else []) + [
+            f"undecided at c={_levels(undecided)} (the interval spans 1.0)"] + (
+            [f"leave it off at c={_levels(loses)} (it loses there)"] if loses else [])
+        head = "; ".join(parts)
+        if th.kind in ("crosses", "rises"):
+            head += f" [the mean curve crosses 1.0 near c~{th.concurrency:.1f}{ci}]"
+    elif th.kind == "crosses":
         head = f"attach the drafter below c~{th.concurrency:.1f}{ci}"
     elif th.kind == "rises":
         head = f"attach the drafter only above c~{th.concurrency:.1f}{ci}: it loses below"
@@ -209,6 +227,21 @@ def format_category_acceptance(cats: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def format_machine(df: pd.DataFrame) -> str:
+    """Where the ledgers were measured: one line per machine and engine build (from provenance).
+    Numbers from one machine are that machine's: the same sweep elsewhere can cross 1.0 elsewhere."""
+    if df.empty or "machine" not in df.columns:
+        return "measured on: (no provenance in these ledgers)"
+    lines = []
+    cols = [c for c in ("machine", "engine_version", "vllm_version") if c in df.columns]
+    for _, r in df[cols].drop_duplicates().iterrows():
+        engine = f"vLLM {r.get('engine_version') or '?'}"
+        if r.get("vllm_version") and r.get("vllm_version") != r.get("engine_version"):
+            engine += f" (installed {r['vllm_version']})"
+        lines.append(f"measured on: {r['machine']}; engine {engine}")
+    return "\n".join(lines)
+
+
 def format_report(
     df: pd.DataFrame,
     baseline: str | None = None,
@@ -219,9 +252,9 @@ def format_report(
     context_tokens: float | None = None,
     serving_concurrency: float | None = None,
 ) -> str:
-    """What ``specnb report`` prints: the table, the thresholds, the decisions, the KV cost."""
+    """What ``specnb report`` prints: the machine, the table, the thresholds, the decisions, the KV cost."""
     boot = bootstrap_speedups(df, baseline, n_boot=n_boot, seed=seed, level=level)
-    parts = [format_speedup_table(boot.table, level)]
+    parts = [format_machine(df), "", format_speedup_table(boot.table, level)]
     if boot.curves:
         parts += ["", "where the speedup crosses 1.0 (log2-interpolated; interval from the bootstrap curves):",
                   format_thresholds(thresholds(boot)),
@@ -229,4 +262,7 @@ def format_report(
     kv = kv_capacity(df, context_tokens=context_tokens, baseline=baseline)
     if not kv.empty and kv["speculative"].any():
         parts += ["", "KV capacity:", format_kv_capacity(kv)]
+    same = lossless(df)
+    if not same.empty:
+        parts += ["", "lossless check (temperature 0; outputs compared request by request):", lossless_summary(same)]
     return "\n".join(parts)

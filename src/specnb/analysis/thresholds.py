@@ -11,7 +11,7 @@ cross is reported next to it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ from specnb.analysis.bootstrap import METRICS, SpeedupBootstrap
 from specnb.analysis.crossing import KINDS, crossing, crossings
 from specnb.analysis.pairing import AnalysisError, curve_label, isna
 
-__all__ = ["Threshold", "thresholds", "curve_rows", "interp"]
+__all__ = ["Threshold", "thresholds", "curve_rows", "interp", "verdict"]
 
 
 @dataclass(frozen=True)
@@ -47,10 +47,25 @@ class Threshold:
     n_repeats: int
     n_boot: int
     level: float
+    # per measured level: "pays" (interval above 1.0), "loses" (below) or "undecided" (spans 1.0)
+    verdicts: dict[float, str] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
         return curve_label(self.group)
+
+    def at(self, verdict: str) -> list[float]:
+        """The measured levels with this verdict, ascending."""
+        return sorted(c for c, v in self.verdicts.items() if v == verdict)
+
+
+def verdict(lo: float, hi: float) -> str:
+    """A level's reading of its interval: pays (above 1.0), loses (below) or undecided (spans it)."""
+    if lo > 1.0:
+        return "pays"
+    if hi < 1.0:
+        return "loses"
+    return "undecided"
 
 
 def thresholds(boot: SpeedupBootstrap, metric: str = "speedup") -> list[Threshold]:
@@ -77,11 +92,14 @@ def thresholds(boot: SpeedupBootstrap, metric: str = "speedup") -> list[Threshol
             vals = vals[~np.isnan(vals)]
             if vals.size:
                 lo, hi = (float(q) for q in np.quantile(vals, [a, 1.0 - a], method="inverted_cdf"))
+        rows = curve_rows(boot, curve.group)
+        verdicts = {float(r["level"]): verdict(r[f"{metric}_lo"], r[f"{metric}_hi"]) for _, r in rows.iterrows()
+                    if pd.notna(r[f"{metric}_lo"]) and pd.notna(r[f"{metric}_hi"])}
         out.append(Threshold(
             group=dict(curve.group), metric=metric, kind=kind, concurrency=at, lo=lo, hi=hi,
             share_no_crossing=shares["above"] + shares["below"], replicate_kinds=shares,
             c_min=int(cs.min()), c_max=int(cs.max()), n_repeats=curve.n_repeats,
-            n_boot=boot.n_boot, level=boot.level,
+            n_boot=boot.n_boot, level=boot.level, verdicts=verdicts,
         ))
     return out
 
@@ -91,7 +109,7 @@ def curve_rows(boot: SpeedupBootstrap, group: dict[str, Any]) -> pd.DataFrame:
     mask = np.ones(len(t), dtype=bool)
     for k, v in group.items():
         mask &= t[k].isna().to_numpy() if isna(v) else (t[k] == v).to_numpy()
-    return t[mask].sort_values("concurrency")
+    return t[mask].sort_values("level")
 
 
 def _curve_values(boot: SpeedupBootstrap, group: dict[str, Any], col: str) -> np.ndarray:

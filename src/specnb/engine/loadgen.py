@@ -27,6 +27,7 @@ the one place where copy-style and free-form acceptance are seen apart inside on
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -34,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import aiohttp
+import numpy as np
 
 from specnb.engine import stats
 from specnb.prompts.workload import UNCATEGORIZED
@@ -43,6 +45,8 @@ __all__ = [
     "StreamParser",
     "PointLoad",
     "run_load",
+    "run_rate_load",
+    "arrival_times",
     "summarize",
     "spec_decode_by_category",
 ]
@@ -76,6 +80,12 @@ class RequestRecord:
     spec_num_accepted_draft_tokens: int | None = None
     spec_num_draft_tokens: int | None = None
     spec_num_spec_tokens: int | None = None
+    # the response itself, for the lossless check: vLLM's token ids (return_token_ids) when it
+    # sent them, and a digest of the token ids (or of the text when there were none)
+    output_token_ids: list[int] | None = None
+    output_sha: str | None = None
+    # open loop: when the request was due (its arrival time); start_s is when it was sent
+    scheduled_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -118,7 +128,17 @@ class StreamParser:
         self.rec = record
         self._usage_seen = False
         self._last_completion = 0
+        self._text: list[str] = []
         self.done = False
+
+    def finish(self) -> None:
+        """The response's digest, once the stream ended: sha256 of the token ids when the server
+        sent them, else of the text (the lossless check compares arms with it)."""
+        if self.rec.output_token_ids:
+            data = ",".join(map(str, self.rec.output_token_ids)).encode()
+            self.rec.output_sha = "ids:" + hashlib.sha256(data).hexdigest()[:24]
+        elif self._text:
+            self.rec.output_sha = "text:" + hashlib.sha256("".join(self._text).encode()).hexdigest()[:24]
 
     def feed(self, line: bytes | str, t: float) -> None:
         if isinstance(line, bytes):
@@ -145,8 +165,15 @@ class StreamParser:
         has_content = False
         for choice in obj.get("choices") or ():
             delta = choice.get("delta") or {}
-            if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"):
+            text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+            if text:
                 has_content = True
+                self._text.append(text)
+            ids = choice.get("token_ids")
+            if ids:
+                if self.rec.output_token_ids is None:
+                    self.rec.output_token_ids = []
+                self.rec.output_token_ids.extend(ids)
             if choice.get("finish_reason"):
                 self.rec.finish_reason = choice["finish_reason"]
         metrics = obj.get("metrics")
@@ -215,7 +242,10 @@ class PointLoad:
     steady_start_s: float | None
     steady_end_s: float | None
     client_cpu_util: float | None = None  # CPU seconds of this process per wall second
-    host_other_cpu_cores: float | None = None  # cores used by other processes (sweep.HostLoad)
+    host_other_cpu_cores: float | None = None  # cores used by other processes (engine.hostload)
+    # open loop: the offered rate, and the most requests that were in flight at once
+    offered_rate_rps: float | None = None
+    peak_in_flight: int | None = None
 
 
 async def _one_request(
@@ -243,16 +273,19 @@ async def _one_request(
         rec.error = f"{type(exc).__name__}: {exc}"[:300]
     finally:
         rec.end_s = time.perf_counter() - t0
+        parser.finish()
 
 
 def chat_body(
     model: str,
     messages: list[dict[str, Any]],
     sampling: dict[str, Any],
+    return_token_ids: bool = False,
 ) -> dict[str, Any]:
     """One streaming chat request. ``messages`` go out exactly as given (system, earlier
     assistant and tool turns of a multi-turn conversation included); sampling keys are
-    added, ``None`` values left out."""
+    added, ``None`` values left out. ``return_token_ids`` asks vLLM for each chunk's token
+    ids (an extension of the OpenAI API: leave it off for other servers)."""
     body: dict[str, Any] = {
         "model": model,
         "messages": messages,
@@ -260,7 +293,24 @@ def chat_body(
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }
     body.update({k: v for k, v in sampling.items() if v is not None})
+    if return_token_ids:
+        body["return_token_ids"] = True
     return body
+
+
+def _request_params(sampling: dict[str, Any], prompt_index: int) -> dict[str, Any]:
+    params = dict(sampling)
+    if params.get("seed") is not None:
+        # Same prompt -> same seed in every arm, so sampled runs stay paired.
+        params["seed"] = int(params["seed"]) + prompt_index
+    return params
+
+
+def _session(request_timeout_s: float) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, force_close=False),
+        timeout=aiohttp.ClientTimeout(total=request_timeout_s),
+    )
 
 
 async def run_load(
@@ -275,6 +325,7 @@ async def run_load(
     session: aiohttp.ClientSession | None = None,
     on_done: Callable[[RequestRecord], None] | None = None,
     prompt_offset: int = 0,
+    return_token_ids: bool = False,
 ) -> PointLoad:
     """Run ``num_requests`` streaming requests with exactly ``concurrency`` in flight.
 
@@ -289,10 +340,7 @@ async def run_load(
     url = base_url.rstrip("/") + "/v1/chat/completions"
     own = session is None
     if own:
-        session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, force_close=False),
-            timeout=aiohttp.ClientTimeout(total=request_timeout_s),
-        )
+        session = _session(request_timeout_s)
     records: list[RequestRecord] = []
     next_index = 0
     first_starts: list[float] = []
@@ -314,11 +362,9 @@ async def run_load(
                 first_starts.append(rec.start_s)
                 first = False
             records.append(rec)
-            params = dict(sampling)
-            if params.get("seed") is not None:
-                # Same prompt -> same seed in every arm, so sampled runs stay paired.
-                params["seed"] = int(params["seed"]) + (prompt_offset + i) % len(prompts)
-            await _one_request(session, url, chat_body(model, p.messages, params), rec, t0)
+            params = _request_params(sampling, (prompt_offset + i) % len(prompts))
+            body = chat_body(model, p.messages, params, return_token_ids)
+            await _one_request(session, url, body, rec, t0)
             if on_done is not None:
                 on_done(rec)
         last_ends.append(time.perf_counter() - t0)
@@ -342,6 +388,95 @@ async def run_load(
         steady_end_s=steady_end,
     )
 
+
+
+def arrival_times(n: int, rate_rps: float, burstiness: float = 1.0, seed: int = 0) -> np.ndarray:
+    """When each of ``n`` open-loop requests is due, in seconds from the first (which is at 0).
+
+    As vLLM bench: gaps are gamma-distributed with shape ``burstiness`` and mean 1 / rate
+    (``burstiness = 1`` is a Poisson process; below 1 burstier, above 1 more regular), drawn
+    from ``seed`` so every arm of a sweep sees the same schedule.
+    """
+    if n < 1 or not rate_rps > 0 or not burstiness > 0:
+        raise ValueError("arrivals need n >= 1, rate > 0 and burstiness > 0")
+    gaps = np.random.default_rng(seed).gamma(shape=burstiness, scale=1.0 / (rate_rps * burstiness), size=n - 1)
+    return np.concatenate([[0.0], np.cumsum(gaps)])
+
+
+async def run_rate_load(
+    base_url: str,
+    model: str,
+    prompts: Sequence[Any],
+    rate_rps: float,
+    num_requests: int,
+    sampling: dict[str, Any],
+    *,
+    burstiness: float = 1.0,
+    max_in_flight: int = 64,
+    arrival_seed: int = 0,
+    request_timeout_s: float = 600.0,
+    session: aiohttp.ClientSession | None = None,
+    on_done: Callable[[RequestRecord], None] | None = None,
+    return_token_ids: bool = False,
+) -> PointLoad:
+    """Open-loop arrivals: request i is due at :func:`arrival_times`' i-th time, whether or not
+    earlier ones finished, with prompt ``i % len(prompts)``; at most ``max_in_flight`` are in
+    flight (an arrival that finds the cap full waits for a free slot). Each record keeps when it
+    was due (``scheduled_s``) and when it was sent (``start_s``): the difference is the
+    client's lateness, recorded so a schedule the client could not keep is seen. The window
+    counted for throughput runs from the first send to the last request's due time.
+    """
+    if num_requests < 1 or max_in_flight < 1:
+        raise ValueError("num_requests and max_in_flight must be >= 1")
+    if not prompts:
+        raise ValueError("no prompts")
+    url = base_url.rstrip("/") + "/v1/chat/completions"
+    due = arrival_times(num_requests, rate_rps, burstiness, arrival_seed)
+    own = session is None
+    if own:
+        session = _session(request_timeout_s)
+    slots = asyncio.Semaphore(max_in_flight)
+    records: list[RequestRecord] = []
+    in_flight = peak = 0
+    t0 = time.perf_counter()
+
+    async def one(i: int) -> None:
+        nonlocal in_flight, peak
+        wait = due[i] - (time.perf_counter() - t0)
+        if wait > 0:
+            await asyncio.sleep(wait)
+        async with slots:
+            p = prompts[i % len(prompts)]
+            rec = RequestRecord(index=i, worker=0, prompt_id=p.id, category=p.category,
+                                start_s=time.perf_counter() - t0, scheduled_s=float(due[i]))
+            records.append(rec)
+            in_flight += 1
+            peak = max(peak, in_flight)
+            body = chat_body(model, p.messages, _request_params(sampling, i % len(prompts)), return_token_ids)
+            try:
+                await _one_request(session, url, body, rec, t0)
+            finally:
+                in_flight -= 1
+            if on_done is not None:
+                on_done(rec)
+
+    try:
+        await asyncio.gather(*(one(i) for i in range(num_requests)))
+    finally:
+        if own:
+            await session.close()
+    records.sort(key=lambda r: r.index)
+    window_end = records[0].start_s + float(due[-1])
+    return PointLoad(
+        concurrency=max_in_flight,
+        records=records,
+        wall_start_s=min(r.start_s for r in records),
+        wall_end_s=max(r.end_s for r in records),
+        steady_start_s=records[0].start_s if num_requests > 1 else None,
+        steady_end_s=window_end if num_requests > 1 else None,
+        offered_rate_rps=rate_rps,
+        peak_in_flight=peak,
+    )
 
 def summarize(load: PointLoad) -> dict[str, Any]:
     """Per-point aggregates; names carry units. Failed requests count only as errors."""
@@ -382,10 +517,22 @@ def summarize(load: PointLoad) -> dict[str, Any]:
             k: sum(1 for r in ok if r.finish_reason == k) for k in sorted({str(r.finish_reason) for r in ok})
         },
     }
-    for name, values in (("ttft_ms", ttft), ("itl_ms", itl), ("tpot_ms", tpot)):
+    e2el = [(r.end_s - r.start_s) * 1e3 for r in ok]
+    for name, values in (("ttft_ms", ttft), ("itl_ms", itl), ("tpot_ms", tpot), ("e2el_ms", e2el)):
         for key, v in stats.percentiles(values).items():
             summary[f"{key}_{name}"] = v
         summary[f"mean_{name}"] = stats.mean(values)
+    if load.offered_rate_rps is not None:
+        # open loop: did the client keep the schedule, and what rate was served
+        late = [(r.start_s - r.scheduled_s) * 1e3 for r in load.records if r.scheduled_s is not None]
+        summary.update(
+            offered_rate_rps=load.offered_rate_rps,
+            achieved_rate_rps=len(ok) / wall if wall > 0 else None,
+            peak_in_flight=load.peak_in_flight,
+            p50_send_lateness_ms=stats.percentile(late, 50),
+            p99_send_lateness_ms=stats.percentile(late, 99),
+            max_send_lateness_ms=max(late) if late else None,
+        )
     return summary
 
 

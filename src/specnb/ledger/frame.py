@@ -17,7 +17,7 @@ from specnb.ledger.names import PLAIN_CONDITION
 from specnb.ledger.schema import PointLedger, drafter_method, synthetic_rates
 from specnb.ledger.store import read_ledger
 
-__all__ = ["load_ledgers", "load_requests", "load_spec_by_category", "ledger_files"]
+__all__ = ["load_ledgers", "load_requests", "load_spec_by_category", "ledger_files", "machine_label"]
 
 
 def _is_published(path: Path) -> bool:
@@ -27,6 +27,17 @@ def _is_published(path: Path) -> bool:
     except (OSError, UnicodeDecodeError, ValueError):
         return False  # not ours to judge: read_ledger reports what is wrong with it
     return isinstance(data, dict) and data.get("kind") == "published"
+
+
+# a sweep folder's own records beside its points (sweep.json, sizing/, search/): not ledgers
+SWEEP_RECORDS = ("sizing", "search")
+
+
+def _sweep_record(root: Path, p: Path) -> bool:
+    """True for a file in a sweep folder's ``sizing/`` or ``search/`` (the folder that holds sweep.json)."""
+    parts = p.relative_to(root).parts
+    return any(part in SWEEP_RECORDS and (root.joinpath(*parts[:i]) / "sweep.json").exists()
+               for i, part in enumerate(parts[:-1]))
 
 
 def ledger_files(sources: Iterable[Path | str] | Path | str, superseded: bool = False) -> list[Path]:
@@ -40,8 +51,8 @@ def ledger_files(sources: Iterable[Path | str] | Path | str, superseded: bool = 
             # published numbers must never share a frame, so a folder walk leaves them out.
             files += [
                 p for p in sorted(src.rglob("*.json"))
-                if p.name != "sweep.json" and not p.name.startswith(".") and not _is_published(p)
-                and (superseded or ".superseded-" not in p.name)
+                if p.name != "sweep.json" and not p.name.startswith(".") and not _sweep_record(src, p)
+                and not _is_published(p) and (superseded or ".superseded-" not in p.name)
             ]
         elif src.is_file():
             if _is_published(src):
@@ -78,16 +89,25 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
         "workload_hash": led.workload.content_hash,
         "workload_category": led.workload.category,
         "concurrency": led.concurrency,
+        "load_mode": led.load.mode if led.load else "closed",
+        "rate_rps": led.load.rate_rps if led.load else None,
         "repeat": led.repeat,
         "arm_position": led.arm_position,
         "temperature": led.sampling.temperature,
         "max_tokens": led.sampling.max_tokens,
         "sampling_key": led.sampling.model_dump_json(),
         "engine_version": led.server.engine_version if led.server else None,
+        "machine": machine_label(led.provenance.hardware),
         "vllm_version": led.provenance.versions.get("vllm"),
         "server_mode": led.server.mode if led.server else None,
         "kv_cache_tokens": (led.server.kv_capacity or {}).get("total_tokens") if led.server else None,
         "flags": ",".join(led.flags),
+        "panel_hash": led.workload.panel_hash,
+        "panel_size": led.sizing.panel_size if led.sizing else None,
+        "passes": led.sizing.passes if led.sizing else None,
+        "work_floor_tokens": led.sizing.work_floor_tokens if led.sizing else None,
+        "search_round": led.search.round if led.search else 0,
+        "search_reason": led.search.reason if led.search else None,
         "error_type": led.failure.error_type if led.failure else None,
         "started_at": led.started_at,
         "path": str(path),
@@ -107,6 +127,23 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
     for k, v in (led.cache or {}).items():
         row[k] = v
     return row
+
+
+def machine_label(hardware: dict[str, Any]) -> str:
+    """Where a point ran, in one phrase: CPU model and cores, and the GPUs with their driver."""
+    cpu = hardware.get("cpu_model") or hardware.get("machine") or "unknown CPU"
+    text = f"{cpu}, {hardware.get('cpu_count') or '?'} CPUs"
+    gpus = hardware.get("gpus") or []
+    if gpus:
+        names: dict[str, int] = {}
+        for g in gpus:
+            names[g.get("name", "GPU")] = names.get(g.get("name", "GPU"), 0) + 1
+        drivers = sorted({g.get("driver") for g in gpus if g.get("driver")})
+        text += ", " + ", ".join(f"{n} x {name}" for name, n in names.items())
+        text += f" (driver {', '.join(drivers)})" if drivers else ""
+    else:
+        text += ", no GPU"
+    return text
 
 
 def load_ledgers(sources: Iterable[Path | str] | Path | str, *, superseded: bool = False) -> pd.DataFrame:

@@ -31,6 +31,10 @@ __all__ = [
     "Failure",
     "WorkloadRecord",
     "TrafficImport",
+    "LoadShape",
+    "Sizing",
+    "SearchInfo",
+    "READABLE_VERSIONS",
     "CategorySpecDecode",
     "drafter_method",
     "synthetic_rates",
@@ -38,7 +42,9 @@ __all__ = [
     "schema_json",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Versions a reader accepts: 1 (before load shapes, panels and sizing) and 2.
+READABLE_VERSIONS = (1, 2)
 
 
 class _Model(BaseModel):
@@ -124,6 +130,43 @@ class WorkloadRecord(_Model):
     )
     parent_hash: str | None = Field(None, description="content hash of the set a category was cut from")
     imported: TrafficImport | None = Field(None, description="set when the prompts are imported traffic")
+    panel_ids: list[str] | None = Field(
+        None, description="the prompts every point of the sweep sends, in order (a panel balanced over "
+        "categories, cycled as often as a point needs); None = the whole workload (v1 ledgers)",
+    )
+    panel_hash: str | None = Field(None, description="content hash of the panel's prompts")
+
+
+class LoadShape(_Model):
+    """How requests arrived: a closed loop at fixed concurrency, or open-loop arrivals at a rate."""
+
+    mode: Literal["closed", "rate"] = "closed"
+    concurrency: int | None = Field(None, ge=1, description="closed loop: requests in flight")
+    rate_rps: float | None = Field(None, gt=0, description="open loop: offered requests per second")
+    burstiness: float | None = Field(
+        None, gt=0, description="open loop: shape of the gamma-distributed gaps (1 = Poisson), as vLLM bench")
+    max_in_flight: int | None = Field(None, ge=1, description="open loop: cap on requests in flight (recorded; "
+                                      "an arrival that finds the cap full waits, and its lateness is recorded)")
+    arrival_seed: int | None = Field(None, description="open loop: seed of the arrival times (same for every arm)")
+
+
+class Sizing(_Model):
+    """How many requests a point sent, and why: whole passes over the panel until the steady
+    window holds at least the work floor."""
+
+    panel_size: int = Field(ge=1)
+    passes: int = Field(ge=1, description="times the panel was sent")
+    work_floor_tokens: int | None = Field(None, ge=0, description="steady-window output tokens asked for (0 or None: none)")
+    tokens_per_request: float | None = Field(
+        None, description="output tokens per request the sizing assumed (measured on the panel at the run's "
+        "first server start)")
+
+
+class SearchInfo(_Model):
+    """A level the adaptive concurrency search added, and why."""
+
+    round: int = Field(ge=0, description="0 = the levels asked for; k = added in search round k")
+    reason: str = Field(description="why this level was measured")
 
 
 class ServerRecord(_Model):
@@ -197,11 +240,11 @@ class Failure(_Model):
 
 
 class PointLedger(_Model):
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[1, 2] = SCHEMA_VERSION
     kind: Literal["measured"] = "measured"
     status: Literal["ok", "failed"]
     sweep: str = Field(description="sweep name")
-    point_id: str = Field(description="<arm>/<workload>/c<concurrency>-r<repeat>")
+    point_id: str = Field(description="<arm>/<workload>/c<concurrency>-r<repeat> (rate<r> for open-loop points)")
     arm: ArmRecord
     workload: WorkloadRecord
     concurrency: int = Field(ge=1)
@@ -209,6 +252,9 @@ class PointLedger(_Model):
     arm_position: int = Field(ge=0, description="order of this arm within its repeat (ABBA)")
     num_requests: int = Field(ge=1)
     warmup_requests: int = Field(ge=0)
+    load: LoadShape | None = Field(None, description="closed loop or open-loop arrivals (None in v1: closed)")
+    sizing: Sizing | None = Field(None, description="panel passes and work floor (None in v1: requests_per_user)")
+    search: SearchInfo | None = Field(None, description="set when the adaptive search measured this level")
     sampling: Sampling
     server: ServerRecord | None
     provenance: Provenance

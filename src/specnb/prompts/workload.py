@@ -35,7 +35,7 @@ from typing import Any
 from specnb.errors import SpecnbError
 
 __all__ = ["Prompt", "Workload", "WorkloadError", "load_jsonl", "bundled", "resolve", "check_messages",
-           "BUNDLED", "UNCATEGORIZED"]
+           "prompts_hash", "BUNDLED", "UNCATEGORIZED"]
 
 BUNDLED = ("copy", "freeform")
 UNCATEGORIZED = "uncategorized"  # the category key of prompts that carry none
@@ -68,11 +68,7 @@ class Workload:
 
     @property
     def content_hash(self) -> str:
-        canon = json.dumps(
-            [{"id": p.id, "category": p.category, "messages": p.messages} for p in self.prompts],
-            sort_keys=True, ensure_ascii=False, separators=(",", ":"),
-        )
-        return "sha256:" + hashlib.sha256(canon.encode()).hexdigest()
+        return prompts_hash(self.prompts)
 
     @property
     def categories(self) -> dict[str, int]:
@@ -95,6 +91,30 @@ class Workload:
             parent_hash=self.content_hash, imported=self.imported,
         )
 
+    def panel(self, size: int | None) -> list[Prompt]:
+        """The prompts every point of a sweep sends: ``size`` of them, balanced over categories.
+
+        Categories take turns in order of first appearance, each giving its prompts in file order,
+        until ``size`` are chosen (all prompts when ``size`` is None or not smaller). Every
+        concurrency level covers the same panel in full, cycled as often as it needs, so a curve's
+        shape is concurrency, not prompt mix.
+        """
+        if size is None or size >= len(self.prompts):
+            return list(self.prompts)
+        if size < 1:
+            raise WorkloadError(f"a prompt panel needs at least one prompt, got {size}")
+        queues: dict[str, list[Prompt]] = {}
+        for p in self.prompts:
+            queues.setdefault(p.category or UNCATEGORIZED, []).append(p)
+        out: list[Prompt] = []
+        turn = 0
+        while len(out) < size:
+            for q in queues.values():
+                if turn < len(q) and len(out) < size:
+                    out.append(q[turn])
+            turn += 1
+        return out
+
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -106,6 +126,15 @@ class Workload:
             "parent_hash": self.parent_hash,
             "imported": self.imported,
         }
+
+
+def prompts_hash(prompts: list[Prompt]) -> str:
+    """sha256 over the canonical JSON of the prompts (ids, categories, messages), in order."""
+    canon = json.dumps(
+        [{"id": p.id, "category": p.category, "messages": p.messages} for p in prompts],
+        sort_keys=True, ensure_ascii=False, separators=(",", ":"),
+    )
+    return "sha256:" + hashlib.sha256(canon.encode()).hexdigest()
 
 
 def _parse_line(obj: Any, where: str, n: int, default_category: str | None) -> Prompt:

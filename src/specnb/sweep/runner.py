@@ -52,9 +52,12 @@ from specnb.engine.vllm import engine_supports_flag
 from specnb.ledger import (
     Failure,
     Flag,
+    LoadShape,
     PointLedger,
     Provenance,
+    SearchInfo,
     ServerRecord,
+    Sizing,
     SpecDecode,
     WorkloadRecord,
     provenance,
@@ -62,10 +65,10 @@ from specnb.ledger import (
     write_ledger,
     write_once,
 )
-from specnb.prompts.workload import Workload
+from specnb.prompts.workload import Prompt, Workload, prompts_hash
 from specnb.sweep.arm import Arm
 from specnb.sweep.preflight import prepare
-from specnb.sweep.spec import SweepError, SweepSpec, blocks, point_path
+from specnb.sweep.spec import SweepError, SweepSpec, blocks, level_tag, point_path
 
 __all__ = ["SweepOutcome", "run_sweep", "server_args_for", "PER_REQUEST_SPEC_FLAG", "CLIENT_BUSY"]
 
@@ -134,7 +137,7 @@ def _open_endpoint(spec: SweepSpec, arm: Arm, model: str | None, log_path: Path)
 
 
 async def _measure(
-    ep: Endpoint, spec: SweepSpec, wl: Workload, concurrency: int, n: int,
+    ep: Endpoint, spec: SweepSpec, panel: list[Prompt], pt: _Point, n: int,
     on_done: Callable[[loadgen.RequestRecord], None] | None,
 ) -> tuple[loadgen.PointLoad, metrics.Snapshot, metrics.Snapshot, metrics.GaugeSampler]:
     async with aiohttp.ClientSession(
@@ -146,10 +149,18 @@ async def _measure(
         sampler.start()
         cpu0, wall0 = time.process_time(), time.perf_counter()
         try:
-            pl = await loadgen.run_load(
-                ep.base_url, ep.model, wl.prompts, concurrency, n,
-                spec.sampling.model_dump(), session=session, on_done=on_done,
-            )
+            sampling = spec.sampling.model_dump()
+            if pt.load == "concurrency":
+                pl = await loadgen.run_load(
+                    ep.base_url, ep.model, panel, int(pt.level), n, sampling, session=session, on_done=on_done,
+                    return_token_ids=spec.return_token_ids,
+                )
+            else:
+                pl = await loadgen.run_rate_load(
+                    ep.base_url, ep.model, panel, pt.level, n, sampling, burstiness=spec.burstiness,
+                    max_in_flight=spec.max_in_flight, arrival_seed=spec.arrival_seed, session=session,
+                    on_done=on_done, return_token_ids=spec.return_token_ids,
+                )
         finally:
             await sampler.stop()
         # The client must never be the bottleneck: record how busy its one core was.
@@ -197,21 +208,29 @@ def _flags(arm: Arm, results: dict[str, Any], sd: dict[str, Any] | None, cache: 
 
 @dataclass(frozen=True)
 class _Point:
-    """One point of the plan: an arm's workload at one concurrency in one repeat."""
+    """One point of the plan: an arm's workload at one level in one repeat (and search round)."""
 
     arm: Arm
     workload: Workload
-    concurrency: int
+    level: float  # requests in flight (closed loop) or requests per second (open loop)
     repeat: int
     position: int
+    load: str = "concurrency"
+    round: int = 0
+    reason: str = ""
 
     @property
     def point_id(self) -> str:
-        return f"{self.arm.name}/{self.workload.name}/c{self.concurrency}-r{self.repeat}"
+        return f"{self.arm.name}/{self.workload.name}/{level_tag(self.level, self.load)}-r{self.repeat}"
+
+
+def _sizing_path(out_dir: Path, workload: str) -> Path:
+    return out_dir / "sizing" / f"{workload.replace('/', '_')}.json"
 
 
 class _SweepRun:
-    """Runs the plan block by block (one server per repeat and arm), point by point."""
+    """Runs the plan round by round (the levels asked for, then any the search adds), each
+    round block by block (one server per repeat and arm), point by point."""
 
     def __init__(self, spec: SweepSpec, out_dir: Path, progress: bool, echo: Callable[[str], None]):
         self.spec, self.out_dir, self.echo = spec, out_dir, echo
@@ -220,32 +239,72 @@ class _SweepRun:
         _sweep_record(out_dir, spec, self.workloads)
         self.provenance = Provenance(**provenance.collect())
         self.outcome = SweepOutcome(out_dir=out_dir)
-        self.plan = list(blocks(spec))
-        total = sum(spec.num_requests(c) for c in spec.concurrency) * len(self.workloads) * len(self.plan)
-        self.bar = tqdm(total=total, unit="req", disable=not progress, dynamic_ncols=True,
+        self.panels = {name: wl.panel(spec.panel_size) for name, wl in self.workloads.items()}
+        self.tokens_per_request: dict[str, float] = {}
+        for name in self.workloads:
+            f = _sizing_path(out_dir, name)
+            if f.exists():
+                self.tokens_per_request[name] = float(json.loads(f.read_text())["tokens_per_request"])
+        self.bar = tqdm(total=0, unit="req", disable=not progress, dynamic_ncols=True,
                         desc=spec.name, file=sys.stderr)
+        self.t_start = time.monotonic()
 
+    # -- the plan --------------------------------------------------------------------------
     def path(self, pt: _Point) -> Path:
-        return point_path(self.out_dir, pt.arm.name, pt.workload.name, pt.concurrency, pt.repeat)
+        return point_path(self.out_dir, pt.arm.name, pt.workload.name, pt.level, pt.repeat, pt.load)
+
+    def in_flight(self, pt: _Point) -> int:
+        return int(pt.level) if pt.load == "concurrency" else self.spec.max_in_flight
+
+    def num_requests(self, pt: _Point) -> int:
+        """Whole passes over the workload's panel, enough for the work floor (spec.passes)."""
+        panel = len(self.panels[pt.workload.name])
+        tpr = self.tokens_per_request.get(pt.workload.name, float(self.spec.sampling.max_tokens))
+        return panel * self.spec.passes(panel, self.in_flight(pt), tpr)
+
+    def points(self, levels: dict[str, list[tuple[float, str]]], round_: int) -> list[list[_Point]]:
+        """The blocks of one round: per (repeat, arm) in ABBA order, its points at the given
+        levels per workload."""
+        out = []
+        for r, pos, arm in blocks(self.spec):
+            out.append([_Point(arm, self.workloads[wl], level, r, pos, self.spec.load, round_, reason)
+                        for wl, lv in levels.items() for level, reason in lv])
+        return out
 
     def run(self) -> SweepOutcome:
         try:
-            for r, pos, arm in self.plan:
-                points = [_Point(arm, wl, c, r, pos) for wl in self.workloads.values()
-                          for c in self.spec.concurrency]
-                pending = []
-                for pt in points:
-                    if self.path(pt).exists():
-                        self.outcome.skipped.append(self.path(pt))
-                        self.bar.update(self.spec.num_requests(pt.concurrency))
-                    else:
-                        pending.append(pt)
-                if pending:
-                    self.run_block(arm, r, pending)
+            levels = {wl: [(lv, "asked for") for lv in self.spec.levels()] for wl in self.workloads}
+            round_ = 0
+            while levels:
+                t_round = time.monotonic()
+                self.run_round(self.points(levels, round_))
+                if self.spec.search is None:
+                    break
+                from specnb.sweep import search  # the search reads this run's ledgers
+
+                round_ += 1
+                levels = search.next_round(self.spec, self.out_dir, round_,
+                                           elapsed_s=time.monotonic() - self.t_start,
+                                           last_round_s=time.monotonic() - t_round, echo=self.echo)
         finally:
             self.bar.close()
         return self.outcome
 
+    def run_round(self, plan: list[list[_Point]]) -> None:
+        self.bar.total += sum(self.num_requests(pt) for block in plan for pt in block)
+        self.bar.refresh()
+        for block in plan:
+            pending = []
+            for pt in block:
+                if self.path(pt).exists():
+                    self.outcome.skipped.append(self.path(pt))
+                    self.bar.update(self.num_requests(pt))
+                else:
+                    pending.append(pt)
+            if pending:
+                self.run_block(pending[0].arm, pending[0].repeat, pending)
+
+    # -- one server ------------------------------------------------------------------------
     def run_block(self, arm: Arm, repeat: int, pending: list[_Point]) -> None:
         server_rec: ServerRecord | None = None
         started = utcnow()
@@ -254,6 +313,7 @@ class _SweepRun:
         try:
             with _open_endpoint(self.spec, arm, self.model, log_path) as (ep, server):
                 server_rec = ServerRecord(**ep.describe())
+                self.size_panels(ep, pending)
                 _run_async(_warmup(ep, self.spec, next(iter(self.workloads.values()))))
                 for pt in pending:
                     if server is not None and not server.alive():
@@ -270,6 +330,33 @@ class _SweepRun:
                 if not p.exists() and (p.parent, p.stem) not in done:
                     self.record_failure(pt, exc, server_rec, started)
 
+    def size_panels(self, ep: Endpoint, pending: list[_Point]) -> None:
+        """Measure output tokens per request on each workload's panel once per run (at its first
+        server start), so every point of the run is sized from the same number; kept in
+        ``sizing/<workload>.json``, write-once."""
+        if not self.spec.work_floor_tokens:
+            return
+        for name in dict.fromkeys(pt.workload.name for pt in pending):
+            if name in self.tokens_per_request:
+                continue
+            panel = self.panels[name]
+            self.bar.set_description(f"{self.spec.name}: sizing the {name} panel ({len(panel)} prompts)")
+            pl = _run_async(loadgen.run_load(
+                ep.base_url, ep.model, panel, min(len(panel), 4), len(panel), self.spec.sampling.model_dump(),
+                request_timeout_s=self.spec.request_timeout_s))
+            ok = [r.output_tokens for r in pl.records if r.ok]
+            if not ok:
+                raise ServerError(f"no request of the {name} panel succeeded while sizing points")
+            tpr = sum(ok) / len(ok)
+            doc = {"workload": name, "tokens_per_request": tpr, "requests": len(ok), "measured_at": utcnow(),
+                   "server": ep.describe()["argv"], "work_floor_tokens": self.spec.work_floor_tokens}
+            try:
+                write_once(_sizing_path(self.out_dir, name), (json.dumps(doc, indent=2) + "\n").encode())
+            except FileExistsError:  # another process sized it first: use that number
+                tpr = float(json.loads(_sizing_path(self.out_dir, name).read_text())["tokens_per_request"])
+            self.tokens_per_request[name] = tpr
+
+    # -- one point -------------------------------------------------------------------------
     def run_point(self, pt: _Point, ep: Endpoint, server: VllmServer | None,
                   server_rec: ServerRecord) -> None:
         """Measure one point; a measurement disturbed by another process (``host_busy``) is
@@ -285,9 +372,10 @@ class _SweepRun:
     def attempt_point(self, pt: _Point, ep: Endpoint, server: VllmServer | None,
                       server_rec: ServerRecord, last: bool = True) -> bool:
         """One measurement of a point; True when it was superseded for a busy host."""
-        spec, n = self.spec, self.spec.num_requests(pt.concurrency)
+        spec, n = self.spec, self.num_requests(pt)
         started = utcnow()
-        self.bar.set_description(f"{spec.name} r{pt.repeat} {pt.arm.name} {pt.workload.name} c={pt.concurrency}")
+        self.bar.set_description(f"{spec.name} r{pt.repeat} {pt.arm.name} {pt.workload.name} "
+                                 f"{level_tag(pt.level, pt.load)}")
         ticks = 0
 
         def tick(_rec: loadgen.RequestRecord) -> None:
@@ -298,7 +386,8 @@ class _SweepRun:
         try:
             reset = ep.reset_prefix_cache() if spec.reset_prefix_cache else None
             host = HostLoad(server.pid if server is not None else None)
-            pl, before, after, sampler = _run_async(_measure(ep, spec, pt.workload, pt.concurrency, n, tick))
+            pl, before, after, sampler = _run_async(
+                _measure(ep, spec, self.panels[pt.workload.name], pt, n, tick))
             pl.host_other_cpu_cores = host.other_cores()
             led = self.measured_ledger(pt, server_rec, reset, pl, before, after, sampler, started)
         except Exception as exc:  # noqa: BLE001 - recorded as a failure, the sweep goes on
@@ -328,11 +417,21 @@ class _SweepRun:
         params = dict(self.spec.parameters)
         if self.notes.get(pt.arm.name):
             params["notes"] = self.notes[pt.arm.name]
+        panel = self.panels[pt.workload.name]
+        n = self.num_requests(pt)
+        spec = self.spec
+        load = (LoadShape(mode="closed", concurrency=int(pt.level)) if pt.load == "concurrency" else
+                LoadShape(mode="rate", rate_rps=pt.level, burstiness=spec.burstiness,
+                          max_in_flight=spec.max_in_flight, arrival_seed=spec.arrival_seed))
         return dict(
-            sweep=self.spec.name, point_id=pt.point_id, arm=pt.arm.record(),
-            workload=WorkloadRecord(**pt.workload.describe()), concurrency=pt.concurrency,
-            repeat=pt.repeat, arm_position=pt.position, num_requests=self.spec.num_requests(pt.concurrency),
-            warmup_requests=self.spec.warmup_requests, sampling=self.spec.sampling,
+            sweep=spec.name, point_id=pt.point_id, arm=pt.arm.record(),
+            workload=WorkloadRecord(**pt.workload.describe(), panel_ids=[p.id for p in panel],
+                                    panel_hash=prompts_hash(panel)),
+            concurrency=self.in_flight(pt), repeat=pt.repeat, arm_position=pt.position, num_requests=n,
+            warmup_requests=spec.warmup_requests, sampling=spec.sampling, load=load,
+            sizing=Sizing(panel_size=len(panel), passes=n // len(panel), work_floor_tokens=spec.work_floor_tokens,
+                          tokens_per_request=self.tokens_per_request.get(pt.workload.name)),
+            search=SearchInfo(round=pt.round, reason=pt.reason) if spec.search is not None else None,
             provenance=self.provenance, parameters=params,
         )
 
@@ -347,7 +446,7 @@ class _SweepRun:
             **self.common(pt),
         )
         self.outcome.failed.append(write_ledger(_failed_path(self.path(pt)), led))
-        self.bar.update(self.spec.num_requests(pt.concurrency) if unticked is None else unticked)
+        self.bar.update(self.num_requests(pt) if unticked is None else unticked)
         self.echo(f"FAILED {pt.point_id}: {msg.splitlines()[0][:200] if msg else ''}")
 
     def measured_ledger(self, pt: _Point, server_rec: ServerRecord, reset: bool | None,

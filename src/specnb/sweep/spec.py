@@ -1,16 +1,29 @@
-"""A sweep's definition: arms x workloads x concurrency levels x repeats, validated.
+"""A sweep's definition: arms x workloads x load levels x repeats, validated.
 
 Loaded from TOML (``specnb sweep``) or built by a study (a notebook axis). Everything about
 it is checked here, in one line per mistake, before any file is written or server started;
 :mod:`specnb.sweep.preflight` then resolves models, workloads and drafters.
+
+**Levels.** A closed loop at fixed concurrency (``load = "concurrency"``, the default: exactly
+N requests in flight) or open-loop arrivals at a request rate (``load = "rate"``: gamma-
+distributed gaps, Poisson at ``burstiness = 1``, a recorded cap on requests in flight).
+
+**Points are sized in work, over one prompt panel.** Every point of a workload sends the same
+*panel* of prompts (``panel_size`` of them, balanced over categories), in whole passes, until
+its steady window holds at least ``work_floor_tokens`` output tokens: with L output tokens per
+request (measured on the panel at the run's first server start) and N in flight, a point sends
+``panel x passes`` requests, ``passes = max(min_passes, ceil((floor / L + N) / panel))``. Low
+concurrency points are then not the noisiest, and every level sees the same prompts, so a
+curve's shape is concurrency, not prompt mix.
 """
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -19,11 +32,27 @@ from specnb.ledger import Sampling
 from specnb.prompts.traffic import TrafficSource
 from specnb.sweep.arm import Arm
 
-__all__ = ["SweepError", "SweepSpec", "point_path", "blocks"]
+__all__ = ["SweepError", "SweepSpec", "SearchSpec", "point_path", "level_tag", "blocks"]
 
 
 class SweepError(SpecnbError):
     """A sweep that cannot start; the message is one line meant for the user."""
+
+
+class SearchSpec(BaseModel):
+    """Adaptive concurrency search: look for the crossing of 1.0 instead of a fixed grid
+    (:mod:`specnb.sweep.search`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target_log2_width: float = Field(
+        1.0, gt=0, description="refine until the crossing's interval spans fewer doublings than this "
+        "(1.0: its upper end is less than twice its lower end)")
+    max_concurrency: int | None = Field(
+        None, ge=2, description="never go above this; None: derived from the KV pool at the workload's "
+        "context length and --max-num-seqs")
+    budget_s: float | None = Field(None, gt=0, description="stop adding rounds once the sweep has run this long")
+    max_rounds: int = Field(4, ge=1, description="rounds of added levels at most")
 
 
 class SweepSpec(BaseModel):
@@ -42,11 +71,25 @@ class SweepSpec(BaseModel):
         description="bundled sets ('copy'), '<set>:<category>', .jsonl paths, or traffic imports "
         "({traffic = 'log.jsonl', sample = 200, seed = 0})",
     )
-    concurrency: list[int] = Field(min_length=1)
+    load: Literal["concurrency", "rate"] = Field(
+        "concurrency", description="closed loop at fixed concurrency, or open-loop arrivals at a rate")
+    concurrency: list[int] = Field(default_factory=list, description="closed-loop levels (requests in flight)")
+    rates: list[float] = Field(default_factory=list, description="open-loop levels (requests per second)")
+    burstiness: float = Field(1.0, gt=0, description="open loop: gamma shape of the gaps (1 = Poisson)")
+    max_in_flight: int = Field(64, ge=1, description="open loop: cap on requests in flight (recorded)")
+    arrival_seed: int = Field(0, description="open loop: seed of the arrival times, the same for every arm")
+    search: SearchSpec | None = Field(None, description="adaptive search for the crossing (closed loop)")
     repeats: int = Field(2, ge=1, description="server restarts per arm; arm order alternates")
-    requests_per_user: int = Field(4, ge=1, description="requests per point = concurrency x this")
-    min_requests: int = Field(8, ge=1, description="... but at least this many")
+    panel_size: int | None = Field(
+        10, ge=1, description="prompts every point sends, balanced over categories; None: the whole workload")
+    work_floor_tokens: int | None = Field(
+        1000, ge=0, description="steady-window output tokens a point reaches (whole panel passes); "
+        "None or 0: one pass, or enough for every request in flight to be sent twice")
+    min_passes: int = Field(1, ge=1, description="passes over the panel at the least")
     warmup_requests: int = Field(2, ge=0, description="per server start, excluded from results")
+    return_token_ids: bool = Field(
+        True, description="ask the server for each response's token ids (vLLM's return_token_ids): the "
+        "lossless check compares the arms' outputs token by token")
     sampling: Sampling = Field(default_factory=Sampling)
     ready_timeout_s: float = Field(600.0, gt=0)
     request_timeout_s: float = Field(600.0, gt=0)
@@ -69,6 +112,15 @@ class SweepSpec(BaseModel):
             raise ValueError("concurrency levels must be distinct")
         return sorted(v)
 
+    @field_validator("rates")
+    @classmethod
+    def _rates(cls, v: list[float]) -> list[float]:
+        if any(not r > 0 for r in v):
+            raise ValueError("request rates must be > 0 (requests per second)")
+        if len(set(v)) != len(v):
+            raise ValueError("request rates must be distinct")
+        return sorted(float(r) for r in v)
+
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
@@ -84,17 +136,39 @@ class SweepSpec(BaseModel):
         keys = [w if isinstance(w, str) else w.model_dump_json() for w in self.workloads]
         if len(set(keys)) != len(keys) or not keys:
             raise ValueError("workloads must be a non-empty list of distinct names")
+        if self.load == "concurrency" and not self.concurrency:
+            raise ValueError("a closed-loop sweep needs concurrency levels (concurrency = [1, 2, 4, 8])")
+        if self.load == "rate":
+            if not self.rates:
+                raise ValueError("an open-loop sweep (load = 'rate') needs request rates (rates = [0.5, 1, 2])")
+            if self.concurrency:
+                raise ValueError("load = 'rate' sends at request rates: give rates, not concurrency levels")
+            if self.search is not None:
+                raise ValueError("the adaptive search looks for a concurrency crossing: it needs load = 'concurrency'")
+        elif self.rates:
+            raise ValueError("rates are open-loop levels: set load = 'rate' to use them")
         return self
 
-    def num_requests(self, concurrency: int) -> int:
-        return max(self.min_requests, concurrency * self.requests_per_user)
+    def levels(self) -> list[float]:
+        """The levels asked for: concurrency levels, or request rates."""
+        return list(self.concurrency) if self.load == "concurrency" else list(self.rates)
+
+    def passes(self, panel: int, in_flight: int, tokens_per_request: float | None) -> int:
+        """Whole passes over a panel of ``panel`` prompts a point sends so that its steady window
+        holds ``work_floor_tokens`` output tokens at ``tokens_per_request`` (the window covers
+        about the requests sent minus those in flight at its ends)."""
+        if not self.work_floor_tokens or not tokens_per_request:
+            need = 2 * in_flight if self.load == "concurrency" else panel
+        else:
+            need = self.work_floor_tokens / tokens_per_request + (in_flight if self.load == "concurrency" else 0)
+        return max(self.min_passes, math.ceil(need / panel))
 
     def identity(self) -> dict[str, Any]:
         """What must not change between a sweep and its resumption (levels and repeats may)."""
         return self.model_dump(
-            include={"model", "served_model_name", "server_args", "env", "arms", "workloads",
-                     "requests_per_user", "min_requests", "warmup_requests", "sampling",
-                     "reset_prefix_cache"}
+            include={"model", "served_model_name", "server_args", "env", "arms", "workloads", "load",
+                     "burstiness", "max_in_flight", "arrival_seed", "panel_size", "work_floor_tokens",
+                     "min_passes", "warmup_requests", "sampling", "reset_prefix_cache", "return_token_ids"}
         )
 
     @classmethod
@@ -117,8 +191,13 @@ class SweepSpec(BaseModel):
             raise SweepError(f"{where}: {first_error(exc, count_more=True)}") from None
 
 
-def point_path(out_dir: Path, arm: str, workload: str, concurrency: int, repeat: int) -> Path:
-    return Path(out_dir) / arm / workload / f"c{concurrency:03d}-r{repeat:02d}.json"
+def level_tag(level: float, load: str = "concurrency") -> str:
+    """A level in a file name: ``c008`` (8 in flight) or ``rate0.50`` (0.5 requests per second)."""
+    return f"c{int(level):03d}" if load == "concurrency" else f"rate{level:g}"
+
+
+def point_path(out_dir: Path, arm: str, workload: str, level: float, repeat: int, load: str = "concurrency") -> Path:
+    return Path(out_dir) / arm / workload / f"{level_tag(level, load)}-r{repeat:02d}.json"
 
 
 def blocks(spec: SweepSpec) -> Iterator[tuple[int, int, Arm]]:

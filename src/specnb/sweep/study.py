@@ -12,7 +12,8 @@ conditions are compared on their absolute numbers only with their spread shown.
 
 Runs interleave conditions by repeat (repeat 0 of every condition, then repeat 1, ...) so
 that a slow drift of the machine lands on every condition alike; each repeat is a fresh
-server start, which is where most of the variance on these CPUs comes from. Run folders
+server start, which is where most of the variance on these CPUs comes from (a study of one
+condition runs as one sweep, so an adaptive search decides on every repeat). Run folders
 follow :mod:`specnb.ledger.runs`.
 
 A study's parameters come from its notebook's ``parameters`` cell, the one place their
@@ -68,11 +69,17 @@ class Study(BaseModel):
     drafters: dict[str, dict[str, Any]] = Field(description="arm name -> vLLM speculative config")
     conditions: dict[str, Condition]
     workloads: list[str]
-    concurrency: list[int] = Field(min_length=1)
+    concurrency: list[int] = Field(default_factory=list, description="closed-loop levels")
     repeats: int = Field(ge=1)
-    requests_per_user: int = Field(ge=1)
-    min_requests: int = Field(ge=1)
+    panel_size: int | None = Field(ge=1, description="prompts every point sends (None: the whole workload)")
+    work_floor_tokens: int | None = Field(ge=0, description="steady-window output tokens per point (0 or None: none)")
     warmup_requests: int = Field(ge=0)
+    search: dict[str, Any] | None = Field(None, description="adaptive concurrency search settings (SearchSpec)")
+    # open-loop arrivals: only notebooks that offer a `load` parameter use these
+    load: Literal["concurrency", "rate"] = "concurrency"
+    rates: list[float] = Field(default_factory=list, description="open-loop levels, requests per second")
+    burstiness: float = Field(1.0, gt=0)
+    max_in_flight: int = Field(64, ge=1)
     max_tokens: int = Field(ge=1)
     temperature: float = Field(ge=0.0)
     seed: int
@@ -151,10 +158,15 @@ class Study(BaseModel):
                 "env": {**self.env, **cond.env},
                 "arms": arms,
                 "workloads": cond.workloads or self.workloads,
-                "concurrency": cond.concurrency or self.concurrency,
+                "load": self.load,
+                "concurrency": (cond.concurrency or self.concurrency) if self.load == "concurrency" else [],
+                "rates": self.rates if self.load == "rate" else [],
+                "burstiness": self.burstiness,
+                "max_in_flight": self.max_in_flight,
+                "search": self.search if self.load == "concurrency" else None,
                 "repeats": self.repeats,
-                "requests_per_user": self.requests_per_user,
-                "min_requests": self.min_requests,
+                "panel_size": self.panel_size,
+                "work_floor_tokens": self.work_floor_tokens,
                 "warmup_requests": self.warmup_requests,
                 "sampling": {
                     "temperature": self.temperature if cond.temperature is None else cond.temperature,
@@ -188,6 +200,10 @@ class Study(BaseModel):
         self.check()
         folder = run_folder(self.axis, self.study, run or new_run_name(), root)
         outcomes: dict[str, SweepOutcome] = {}
+        if len(specs) == 1:  # one condition: one sweep, so an adaptive search decides on every repeat
+            (name, spec), = specs.items()
+            outcomes[name] = run_sweep(spec, folder / name, progress=progress)
+            return folder, list(outcomes.values())
         for r in range(self.repeats):  # repeat-major: drift lands on every condition alike
             for name, spec in specs.items():
                 part = spec.model_copy(update={"repeats": r + 1})

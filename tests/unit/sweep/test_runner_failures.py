@@ -85,8 +85,8 @@ def fake():
 
 def _spec(url):
     return SweepSpec.parse(dict(
-        name="f", workloads=["freeform"], concurrency=[1, 2], repeats=1, min_requests=2,
-        requests_per_user=1, warmup_requests=0, request_timeout_s=10, metrics_interval_s=0.05,
+        name="f", workloads=["freeform"], concurrency=[1, 2], repeats=1, panel_size=2,
+        work_floor_tokens=None, warmup_requests=0, request_timeout_s=10, metrics_interval_s=0.05,
         arms=[{"name": "theirs", "endpoint": url}],
     ))
 
@@ -138,8 +138,8 @@ def test_per_request_acceptance_lands_per_category(fake, tmp_path, monkeypatch):
         {"prompt": "No category here"},
     ]) + "\n")
     spec = SweepSpec.parse(dict(
-        name="s", workloads=[str(prompts)], concurrency=[2], repeats=1, min_requests=8,
-        requests_per_user=1, warmup_requests=0, request_timeout_s=10, metrics_interval_s=0.05,
+        name="s", workloads=[str(prompts)], concurrency=[2], repeats=1, panel_size=8, min_passes=2,
+        work_floor_tokens=None, warmup_requests=0, request_timeout_s=10, metrics_interval_s=0.05,
         arms=[{"name": "theirs", "endpoint": fake.url}],
     ))
     out = run_sweep(spec, tmp_path / "out", progress=False, echo=lambda s: None)

@@ -28,10 +28,14 @@ def test_arm_order_alternates_between_repeats():
     assert [pos for _, pos, _ in blocks(spec())] == [0, 1, 0, 1, 0, 1]
 
 
-def test_levels_sorted_and_request_budget():
-    s = spec(requests_per_user=3, min_requests=6)
+def test_levels_sorted_and_points_sized_in_whole_panel_passes():
+    s = spec(panel_size=10, work_floor_tokens=400)
     assert s.concurrency == [1, 2, 4]
-    assert [s.num_requests(c) for c in (1, 2, 4, 8)] == [6, 6, 12, 24]
+    # 400 tokens at 50 per request is 8 requests in the steady window, plus the N in flight at its ends
+    assert [s.passes(10, c, 50.0) for c in (1, 2, 4, 8, 16)] == [1, 1, 2, 2, 3]
+    assert s.passes(10, 1, 10.0) == 5  # short answers: more passes for the same work
+    assert spec(panel_size=10, work_floor_tokens=None).passes(10, 8, None) == 2  # each worker sent twice
+    assert spec(min_passes=3).passes(10, 1, 500.0) == 3
 
 
 def test_point_paths_are_stable(tmp_path):

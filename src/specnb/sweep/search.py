@@ -1,0 +1,191 @@
+"""Adaptive concurrency search: find where the speedup crosses 1.0 instead of hoping a fixed
+grid brackets it.
+
+A fixed grid of c = 1, 2, 4, 8 can miss the crossing entirely: on one 2-core machine n-gram
+drafting crossed near c=3.8, on another it still paid 1.37x at c=8. So after the levels asked
+for are measured (round 0), each round reads the run's ledgers, puts a bootstrap interval on
+every drafter's crossing (:mod:`specnb.analysis.thresholds`), and per workload adds at most one
+level per curve:
+
+- **extend** geometrically (c_max -> 2 c_max) while the crossing is not bracketed inside the
+  measured range: the curve pays everywhere, or its crossing's interval reaches past the
+  largest level; downward (c_min -> c_min / 2) when it reaches below the smallest level above 1;
+- **refine** a bracketed crossing at the geometric midpoint of the two levels around it while
+  its interval spans more than ``target_log2_width`` doublings;
+- **stop** a curve when its crossing's interval is narrower than the target, the bracket is two
+  adjacent integers, the curve loses from c=1, or the next level would pass the cap.
+
+The cap is derived and recorded: ``search.max_concurrency`` when given, ``--max-num-seqs`` in the
+server arguments, and the sessions the smallest KV pool of the run holds at the workload's
+context length (prompt + max_tokens), with 256 as a last resort. The search also stops when
+the run has used its time budget or ``max_rounds``. Every added level is measured for every arm
+and repeat, ABBA-ordered, with fresh server starts; each round's decisions are written once to
+``search/round-NN.json`` (so a resumed run replays them), and each point records its round and
+reason (``search`` in the ledger).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from specnb.analysis.bootstrap import bootstrap_speedups
+from specnb.analysis.thresholds import Threshold, thresholds
+from specnb.ledger import load_ledgers, utcnow, write_once
+from specnb.sweep.spec import SweepSpec
+
+__all__ = ["Step", "next_level", "search_cap", "next_round", "DEFAULT_CAP"]
+
+DEFAULT_CAP = 256  # when nothing else bounds the search
+
+
+@dataclass(frozen=True)
+class Step:
+    """One curve's decision: a level to add (or None: this curve is done), and why."""
+
+    level: int | None
+    reason: str
+
+
+def _c(v: float) -> str:
+    return f"{v:.1f}" if math.isfinite(v) else (">range" if v > 0 else "<range")
+
+
+def next_level(levels: Sequence[int], th: Threshold | None, cap: int, target_log2_width: float) -> Step:
+    """Where to measure next for one curve, from its measured levels and its crossing.
+
+    Pure: tested on hand-made curves. ``th`` is the curve's :class:`Threshold` (None when the
+    curve has no usable point); ``cap`` the largest concurrency allowed.
+    """
+    lv = sorted(int(c) for c in levels)
+    if th is None or not lv:
+        return Step(None, "no usable points")
+    c_min, c_max = lv[0], lv[-1]
+
+    def up(why: str) -> Step:
+        if c_max >= cap:
+            return Step(None, f"{why}, and c={c_max} is the cap ({cap})")
+        return Step(min(2 * c_max, cap), f"{why}: extend to c={min(2 * c_max, cap)}")
+
+    def down(why: str) -> Step:
+        if c_min <= 1:
+            return Step(None, f"{why} from c=1")
+        return Step(max(1, c_min // 2), f"{why}: extend down to c={max(1, c_min // 2)}")
+
+    if th.kind == "above":
+        return up(f"pays at every level up to c={c_max}")
+    if th.kind == "below":
+        return down("loses at every level")
+    if th.kind == "rises":
+        return up(f"loses below c~{th.concurrency:.1f} and pays above it: look for a fall")
+    # crosses: pays below th.concurrency
+    lo, hi = th.lo, th.hi
+    if hi is None or lo is None:
+        return Step(None, "no interval on the crossing")
+    if math.isinf(hi):
+        return up(f"crossing c~{th.concurrency:.1f}, interval reaches past c={c_max}")
+    if math.isinf(lo):
+        return down(f"crossing c~{th.concurrency:.1f}, interval reaches below c={c_min}")
+    width = math.log2(hi / lo)
+    if width <= target_log2_width:
+        return Step(None, f"settled: crossing c~{th.concurrency:.1f}, interval {_c(lo)}-{_c(hi)} "
+                          f"({width:.2f} doublings <= {target_log2_width:g})")
+    below = [c for c in lv if c <= th.concurrency]
+    above = [c for c in lv if c > th.concurrency]
+    if not below or not above:
+        return Step(None, f"crossing c~{th.concurrency:.1f} outside the measured levels")
+    a, b = below[-1], above[0]
+    mid = round(math.sqrt(a * b))
+    if mid <= a:
+        mid = a + 1
+    if mid >= b:
+        return Step(None, f"crossing c~{th.concurrency:.1f} between adjacent levels {a} and {b}: "
+                          f"interval {_c(lo)}-{_c(hi)} is as narrow as integer levels allow")
+    return Step(mid, f"refine: crossing c~{th.concurrency:.1f} in {a}..{b}, interval {_c(lo)}-{_c(hi)} "
+                     f"spans {width:.2f} doublings > {target_log2_width:g}")
+
+
+def _arg(args: Sequence[str], flag: str) -> str | None:
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def search_cap(spec: SweepSpec, df: pd.DataFrame, workload: str) -> tuple[int, str]:
+    """The largest concurrency the search may try for a workload, and what set it."""
+    caps: list[tuple[int, str]] = []
+    if spec.search is not None and spec.search.max_concurrency:
+        caps.append((spec.search.max_concurrency, "search.max_concurrency"))
+    for arm in spec.arms:
+        seqs = _arg([*spec.server_args, *arm.server_args], "--max-num-seqs")
+        if seqs is not None and seqs.isdigit():
+            caps.append((int(seqs), f"--max-num-seqs {seqs}"))
+    ok = df[(df["workload"] == workload) & (df["status"] == "ok")] if len(df) else df
+    if len(ok) and "kv_cache_tokens" in ok.columns and ok["kv_cache_tokens"].notna().any():
+        pool = float(pd.to_numeric(ok["kv_cache_tokens"], errors="coerce").min())
+        context = float((ok["prompt_tokens"] / ok["num_requests"]).max()) + spec.sampling.max_tokens
+        seats = int(pool // context) if context > 0 else 0
+        if seats >= 1:
+            caps.append((seats, f"KV pool {pool:,.0f} tokens holds {seats} requests of {context:.0f} tokens"))
+    if not caps:
+        return DEFAULT_CAP, f"default cap {DEFAULT_CAP}"
+    return min(caps)
+
+
+def _record(out_dir: Path, round_: int) -> Path:
+    return out_dir / "search" / f"round-{round_:02d}.json"
+
+
+def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float, last_round_s: float,
+               echo: Callable[[str], None] = print) -> dict[str, list[tuple[float, str]]]:
+    """The levels to measure in round ``round_`` per workload (empty: the search is over).
+
+    The decision is written once to ``search/round-NN.json``; a resumed run replays it.
+    """
+    assert spec.search is not None
+    path = _record(out_dir, round_)
+    if path.exists():
+        doc = json.loads(path.read_text())
+        return {wl: [(float(c), why) for c, why in lv] for wl, lv in doc["levels"].items()}
+    doc: dict[str, Any] = {"round": round_, "decided_at": utcnow(), "elapsed_s": round(elapsed_s, 1),
+                           "levels": {}, "curves": [], "stopped": None}
+    budget = spec.search.budget_s
+    if round_ > spec.search.max_rounds:
+        doc["stopped"] = f"max_rounds ({spec.search.max_rounds}) reached"
+    elif budget is not None and elapsed_s + last_round_s > budget:
+        doc["stopped"] = (f"time budget: {elapsed_s:.0f} s spent, the last round took {last_round_s:.0f} s, "
+                          f"budget {budget:.0f} s")
+    else:
+        df = load_ledgers(out_dir)
+        boot = bootstrap_speedups(df, n_boot=1000)
+        by_curve = {(t.group.get("arm"), t.group.get("workload")): t for t in thresholds(boot)}
+        for wl in sorted(set(df["workload"])) if len(df) else []:
+            cap, why_cap = search_cap(spec, df, wl)
+            rows = boot.table[boot.table["workload"] == wl] if len(boot.table) else boot.table
+            wanted: dict[int, str] = {}
+            for arm in sorted(set(rows["arm"])) if len(rows) else []:
+                levels = rows.loc[rows["arm"] == arm, "concurrency"].astype(int).tolist()
+                step = next_level(levels, by_curve.get((arm, wl)), cap, spec.search.target_log2_width)
+                doc["curves"].append({"workload": wl, "arm": arm, "cap": cap, "cap_from": why_cap,
+                                      "level": step.level, "reason": step.reason})
+                if step.level is not None and step.level not in levels:
+                    wanted.setdefault(step.level, f"{arm}: {step.reason}")
+            if wanted:
+                doc["levels"][wl] = [[c, why] for c, why in sorted(wanted.items())]
+        if not doc["levels"]:
+            doc["stopped"] = "every curve settled or reached its limit"
+    write_once(path, (json.dumps(doc, indent=2) + "\n").encode())
+    for c in doc["curves"]:
+        echo(f"search round {round_}: {c['arm']} / {c['workload']}: {c['reason']} (cap {c['cap']}: {c['cap_from']})")
+    if doc["stopped"]:
+        echo(f"search: stopped before round {round_}: {doc['stopped']}")
+    return {wl: [(float(c), why) for c, why in lv] for wl, lv in doc["levels"].items()}
