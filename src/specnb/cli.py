@@ -14,6 +14,7 @@ Bad input fails with one line on stderr and exit code 2, before any server start
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tomllib
 from collections import Counter
@@ -21,9 +22,11 @@ from pathlib import Path
 
 from specnb import paths
 from specnb.analysis import DEFAULT_N_BOOT, DEFAULT_SEED, category_speedups, expected_speedup, paired
+from specnb.analysis.latency import parse_slos
+from specnb.analysis.schedule import RULES, derive_policy, format_policy
 from specnb.analysis.text import format_category_acceptance, format_report
 from specnb.errors import SpecnbError, exit_code
-from specnb.ledger import SCHEMA_VERSION, Flag, load_ledgers, load_spec_by_category, schema_json
+from specnb.ledger import SCHEMA_VERSION, Flag, load_ledgers, load_spec_by_category, schema_json, write_once
 from specnb.ledger.runs import new_run_name
 from specnb.prompts.copyshare import MixError, format_mix, load_tokenizer, measure_mix
 from specnb.prompts.traffic import load_traffic
@@ -45,14 +48,14 @@ def _overrides(items: list[str]) -> dict:
 
 
 def _print_table(out_dir: Path, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED,
-                 context_tokens: int | None = None) -> int:
+                 context_tokens: int | None = None, slos: list[str] | None = None) -> int:
     df = load_ledgers(out_dir)
     if df.empty:
         print(f"no ledgers under {out_dir}", file=sys.stderr)
         return 1
     failed = int((df["status"] != "ok").sum())
     try:
-        print(format_report(df, n_boot=n_boot, seed=seed, context_tokens=context_tokens))
+        print(format_report(df, n_boot=n_boot, seed=seed, context_tokens=context_tokens, slos=parse_slos(slos)))
     except SpecnbError as exc:
         print(f"specnb: {exc}", file=sys.stderr)
         return 2
@@ -92,6 +95,23 @@ def _mix(a: argparse.Namespace) -> int:
     return 0
 
 
+def _policy(a: argparse.Namespace) -> int:
+    df = load_ledgers(a.folder)
+    if df.empty:
+        raise SpecnbError(f"no ledgers under {a.folder}")
+    config, chosen, doc = derive_policy(df, workload=a.workload, rule=a.rule, max_batch=a.max_batch,
+                                        n_boot=a.n_boot, source=str(a.folder))
+    print(format_policy(config, chosen, a.rule))
+    workload = json.loads(doc)["workload"]
+    out = a.out or a.folder / f"policy-{workload.replace('/', '_').replace(':', '-')}.json"
+    try:
+        write_once(out, doc.encode())
+    except FileExistsError:
+        raise SpecnbError(f"{out} exists (policies are written once): choose another --out") from None
+    print(f"written: {out}  (measure it: an arm with speculative_config = {{policy_file = \"{out}\"}})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="specnb", description="Paired speculative-decoding sweeps on vLLM.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -109,6 +129,19 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
     r.add_argument("--context", type=int, default=None, metavar="TOKENS",
                    help="also report concurrent sessions the KV pool holds at this context length")
+    r.add_argument("--slo", action="append", default=[], metavar="KEY=VALUE",
+                   help="an SLO for goodput: ttft_ms, itl_p99_ms, e2el_ms (at most) or decode_tok_s (at least); "
+                   "repeat for several; the report then names the arm and level with the most goodput")
+    po = sub.add_parser("policy", help="derive vLLM's dynamic speculation schedule (K per batch-size range) "
+                        "from a run, print it as a --speculative-config and write it to a file")
+    po.add_argument("folder", type=Path, help="a run with one arm per K (or one K and the baseline)")
+    po.add_argument("--workload", help="the workload your traffic looks like (needed when the run has several)")
+    po.add_argument("--rule", choices=RULES, default="lower_bound",
+                    help="keep a K where its speedup's lower bound clears 1.0 (default) or its point estimate does")
+    po.add_argument("--max-batch", type=int, default=None, help="end of the last range (default: the run's "
+                    "--max-num-seqs, else 256)")
+    po.add_argument("--out", type=Path, help="where to write the policy (default: <folder>/policy-<workload>.json)")
+    po.add_argument("--n-boot", type=int, default=DEFAULT_N_BOOT)
     sc = sub.add_parser("schema", help="write the ledger JSON Schema")
     sc.add_argument("--out", type=Path, default=paths.SCHEMAS)
     m = sub.add_parser("mix", help="copy share and copy-style / free-form mix of a traffic log with responses")
@@ -139,9 +172,11 @@ def main(argv: list[str] | None = None) -> int:
             print(outcome.summary(), file=sys.stderr)
             return _print_table(out)
         if a.cmd == "report":
-            return _print_table(a.folder, a.n_boot, a.seed, a.context)
+            return _print_table(a.folder, a.n_boot, a.seed, a.context, a.slo)
         if a.cmd == "mix":
             return _mix(a)
+        if a.cmd == "policy":
+            return _policy(a)
         if a.cmd == "schema":
             a.out.mkdir(parents=True, exist_ok=True)
             path = a.out / f"point-ledger.v{SCHEMA_VERSION}.json"

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specnb.analysis.bootstrap import level_of
 from specnb.analysis.pairing import paired, usable
 from specnb.ledger import load_requests
 
@@ -54,7 +55,7 @@ def compare_outputs(a_path: str, b_path: str) -> dict[str, Any] | None:
     a, b = _outputs(a_path), _outputs(b_path)
     if a.empty or b.empty:
         return None
-    both = a.join(b, lsuffix="_a", rsuffix="_b", how="inner")
+    both = a.join(b, how="inner", suffixes=("_a", "_b"))
     both = both[both["output_sha_a"].notna() & both["output_sha_b"].notna()]
     if both.empty:
         return None
@@ -88,7 +89,8 @@ def lossless(df: pd.DataFrame, *, threshold: float = DEFAULT_THRESHOLD) -> pd.Da
                          "reference": False, **cmp})
     if not pairs.empty:
         base = greedy[greedy["arm"] == pairs["baseline_arm"].iloc[0]]
-        for (wl, c), g in base.groupby(["workload", "concurrency"]):
+        base = base.assign(level=level_of(base))
+        for (wl, c), g in base.groupby(["workload", "level"]):
             g = g.sort_values("repeat")
             for _, later in g.iloc[1:].iterrows():
                 cmp = compare_outputs(g.iloc[0]["path"], later["path"])
@@ -116,5 +118,5 @@ def lossless_summary(table: pd.DataFrame, threshold: float = DEFAULT_THRESHOLD) 
     flagged = table[table.get("flagged", False) == True]  # noqa: E712 - pandas mask
     if len(flagged):
         lines.append(f"flagged (more than {threshold:.0%} of outputs differ): "
-                     + ", ".join(f"{r.arm} / {r.workload} c={r.concurrency} r={r.repeat}" for r in flagged.itertuples()))
+                     + ", ".join(f"{r.arm} / {r.workload} c={r.concurrency:g} r={r.repeat}" for r in flagged.itertuples()))
     return "\n".join(lines)

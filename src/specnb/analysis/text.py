@@ -21,6 +21,14 @@ from specnb.analysis.bootstrap import (
 )
 from specnb.analysis.decisions import Decision, decide
 from specnb.analysis.kv import kv_capacity
+from specnb.analysis.latency import (
+    best_goodput,
+    format_goodput,
+    format_latency_threshold,
+    goodput,
+    latency_by_rate,
+    latency_threshold,
+)
 from specnb.analysis.lossless import lossless, lossless_summary
 from specnb.analysis.pairing import curve_label, isna, redundant_keys
 from specnb.analysis.thresholds import Threshold, thresholds
@@ -72,7 +80,8 @@ def format_speedup_table(table: pd.DataFrame, level: float = DEFAULT_LEVEL) -> s
     # sweep / condition columns only when they tell rows apart
     shown = [k for k in ("sweep", "condition") if k in table.columns and k not in redundant_keys(table)]
     lead = "".join(f"{k:<12} " for k in shown)
-    head = (f"{lead}{'arm':<12} {'workload':<10} {'c':>3} {'n':>2} {'base tok/s':>10} {'spec tok/s':>10} "
+    by_rate = "rate_rps" in table.columns and table["rate_rps"].notna().all()
+    head = (f"{lead}{'arm':<12} {'workload':<10} {'rate' if by_rate else 'c':>4} {'n':>2} {'base tok/s':>10} {'spec tok/s':>10} "
             f"{'speedup [' + pct + ' CI]':>20} {'per-user [' + pct + ' CI]':>21} {'computed':>8} "
             f"{'acc len':>7} {'acc %':>5} {'drafted %':>9}")
     lines = [head, "-" * len(head)]
@@ -88,7 +97,8 @@ def format_speedup_table(table: pd.DataFrame, level: float = DEFAULT_LEVEL) -> s
         first = "".join(f"{'-' if isna(getattr(row, k)) else str(getattr(row, k)):<12} " for k in shown)
         mark = "*" if row.n_repeats < FEW_REPEATS else " "
         lines.append(
-            f"{first}{row.arm:<12} {row.workload:<10} {row.concurrency:>3} {row.n_repeats:>2}{mark}"
+            f"{first}{row.arm:<12} {row.workload:<10} {(row.rate_rps if by_rate else row.concurrency):>4g} "
+            f"{row.n_repeats:>2}{mark}"
             f"{_f(row.base_tok_s, '.1f'):>10} {_f(row.spec_tok_s, '.1f'):>10} {ci(row, 'speedup'):>20} "
             f"{ci(row, 'per_user_speedup'):>21} {_f(row.computed_speedup):>7}x "
             f"{_f(row.acceptance_length):>7} {_f(rate, '.0f'):>5} {_f(share, '.0f'):>9}"
@@ -227,6 +237,49 @@ def format_category_acceptance(cats: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def format_latency_table(t: pd.DataFrame) -> str:
+    """TTFT and TPOT p50 / p99 per arm and offered rate, with the rate achieved and peak in flight."""
+    head = (f"{'arm':<12} {'workload':<10} {'rate':>6} {'achieved':>8} {'peak':>4} {'TTFT p50':>9} {'TTFT p99':>9} "
+            f"{'TPOT p50':>9} {'TPOT p99':>9} {'late p99':>9}")
+    lines = [head, "-" * len(head)]
+    for r in t.itertuples(index=False):
+        lines.append(f"{r.arm:<12} {r.workload:<10} {r.rate_rps:>6g} {_f(getattr(r, 'achieved_rate_rps', None)):>8} "
+                     f"{_f(getattr(r, 'peak_in_flight', None), '.0f'):>4} {_f(r.p50_ttft_ms, '.0f'):>9} "
+                     f"{_f(r.p99_ttft_ms, '.0f'):>9} {_f(r.p50_tpot_ms, '.1f'):>9} {_f(r.p99_tpot_ms, '.1f'):>9} "
+                     f"{_f(getattr(r, 'p99_send_lateness_ms', None), '.0f'):>9}")
+    lines.append("rate and achieved in requests/s; TTFT, TPOT and send lateness (how late the client sent a "
+                 "request against its schedule) in ms.")
+    return "\n".join(lines)
+
+
+def _schedules(df: pd.DataFrame, n_boot: int, seed: int) -> str:
+    """The K schedule per workload of a closed-loop run with drafter arms; empty otherwise."""
+    from specnb.analysis.schedule import ScheduleError, derive_policy, format_policy
+
+    if df.empty or not df["speculative"].astype(bool).any() or ("load_mode" in df.columns and (df["load_mode"] == "rate").all()):
+        return ""
+    if "condition" in df.columns and df["condition"].nunique() > 1:
+        return ""
+    if any((cfg or {}).get("num_speculative_tokens_per_batch_size") for cfg in _arm_configs(df)):
+        return ""  # a run that measures a schedule: the verdict is in its table, not a new schedule
+    out = []
+    for wl in sorted(set(df["workload"])):
+        try:
+            config, chosen, _ = derive_policy(df, workload=wl, n_boot=n_boot, seed=seed)
+        except ScheduleError as exc:
+            out.append(f"{wl}: {exc}")
+            continue
+        out.append(f"{wl}:\n" + format_policy(config, chosen, "lower_bound"))
+    return "\n".join(out)
+
+
+def _arm_configs(df: pd.DataFrame) -> list[dict | None]:
+    from specnb.ledger import read_ledger
+
+    firsts = df.drop_duplicates("arm")
+    return [read_ledger(p).arm.speculative_config for p in firsts["path"]]
+
+
 def format_machine(df: pd.DataFrame) -> str:
     """Where the ledgers were measured: one line per machine and engine build (from provenance).
     Numbers from one machine are that machine's: the same sweep elsewhere can cross 1.0 elsewhere."""
@@ -251,17 +304,41 @@ def format_report(
     level: float = DEFAULT_LEVEL,
     context_tokens: float | None = None,
     serving_concurrency: float | None = None,
+    slos: dict[str, float] | None = None,
 ) -> str:
-    """What ``specnb report`` prints: the machine, the table, the thresholds, the decisions, the KV cost."""
-    boot = bootstrap_speedups(df, baseline, n_boot=n_boot, seed=seed, level=level)
-    parts = [format_machine(df), "", format_speedup_table(boot.table, level)]
-    if boot.curves:
-        parts += ["", "where the speedup crosses 1.0 (log2-interpolated; interval from the bootstrap curves):",
-                  format_thresholds(thresholds(boot)),
-                  "", "decision:", format_decisions(decide(boot, serving_concurrency=serving_concurrency))]
-    kv = kv_capacity(df, context_tokens=context_tokens, baseline=baseline)
-    if not kv.empty and kv["speculative"].any():
-        parts += ["", "KV capacity:", format_kv_capacity(kv)]
+    """What ``specnb report`` prints: the machine; for closed-loop points the table, the
+    thresholds, the decisions, the KV cost and the schedule to deploy; for open-loop points the
+    table over rate and latency against offered rate; goodput under SLOs; the lossless check."""
+    is_rate = (df["load_mode"] == "rate") if "load_mode" in df.columns else pd.Series(False, index=df.index)
+    closed, open_loop = df[~is_rate], df[is_rate]
+    parts = [format_machine(df)]
+    if len(closed):
+        boot = bootstrap_speedups(closed, baseline, n_boot=n_boot, seed=seed, level=level)
+        parts += ["", format_speedup_table(boot.table, level)]
+        if boot.curves:
+            parts += ["", "where the speedup crosses 1.0 (log2-interpolated; interval from the bootstrap curves):",
+                      format_thresholds(thresholds(boot)),
+                      "", "decision:", format_decisions(decide(boot, serving_concurrency=serving_concurrency))]
+        kv = kv_capacity(closed, context_tokens=context_tokens, baseline=baseline)
+        if not kv.empty and kv["speculative"].any():
+            parts += ["", "KV capacity:", format_kv_capacity(kv)]
+    rates = latency_by_rate(open_loop) if len(open_loop) else pd.DataFrame()
+    if len(open_loop):
+        rboot = bootstrap_speedups(open_loop, baseline, n_boot=n_boot, seed=seed, level=level)
+        parts += ["", "open loop (arrivals at a rate):", format_speedup_table(rboot.table, level)]
+        if not rates.empty:
+            parts += ["", "latency against offered rate (means over repeats):", format_latency_table(rates)]
+        ths = latency_threshold(open_loop, n_boot=n_boot, seed=seed, level=level)
+        if ths:
+            parts += ["", "where the drafter stops lowering per-token latency (per-user speedup crossing 1.0 "
+                          "over offered rate):", *[format_latency_threshold(t) for t in ths]]
+    if slos:
+        best = best_goodput(goodput(df, slos, n_boot=n_boot, seed=seed, level=level))
+        parts += ["", "goodput under SLOs (output tok/s of requests that met every SLO):",
+                  format_goodput(best, "rate" if len(open_loop) else "c")]
+    sched = _schedules(closed, n_boot=n_boot, seed=seed) if len(closed) else ""
+    if sched:
+        parts += ["", "the schedule to deploy (vLLM dynamic speculation; `specnb policy` writes it):", sched]
     same = lossless(df)
     if not same.empty:
         parts += ["", "lossless check (temperature 0; outputs compared request by request):", lossless_summary(same)]

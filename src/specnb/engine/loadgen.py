@@ -423,8 +423,9 @@ async def run_rate_load(
     earlier ones finished, with prompt ``i % len(prompts)``; at most ``max_in_flight`` are in
     flight (an arrival that finds the cap full waits for a free slot). Each record keeps when it
     was due (``scheduled_s``) and when it was sent (``start_s``): the difference is the
-    client's lateness, recorded so a schedule the client could not keep is seen. The window
-    counted for throughput runs from the first send to the last request's due time.
+    client's lateness, recorded so a schedule the client could not keep is seen. Throughput is
+    counted over the whole run (first send to last answer): an open loop has no steady window
+    of N requests in flight.
     """
     if num_requests < 1 or max_in_flight < 1:
         raise ValueError("num_requests and max_in_flight must be >= 1")
@@ -466,14 +467,13 @@ async def run_rate_load(
         if own:
             await session.close()
     records.sort(key=lambda r: r.index)
-    window_end = records[0].start_s + float(due[-1])
     return PointLoad(
         concurrency=max_in_flight,
         records=records,
         wall_start_s=min(r.start_s for r in records),
         wall_end_s=max(r.end_s for r in records),
-        steady_start_s=records[0].start_s if num_requests > 1 else None,
-        steady_end_s=window_end if num_requests > 1 else None,
+        steady_start_s=min(r.start_s for r in records),
+        steady_end_s=max(r.end_s for r in records),
         offered_rate_rps=rate_rps,
         peak_in_flight=peak,
     )

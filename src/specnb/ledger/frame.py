@@ -121,6 +121,7 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
     row["mean_acceptance_length"] = sd.mean_acceptance_length if sd else None
     row["num_drafts"] = sd.num_drafts if sd else None
     row["accepted_output_share"] = sd.accepted_output_share if sd else None
+    row["per_position_acceptance"] = list(sd.per_position_acceptance) if sd else None
     for k, v in (led.server_samples or {}).items():
         if isinstance(v, (int, float)) or v is None:
             row[k] = v

@@ -21,6 +21,7 @@ class Flag(StrEnum):
     SUPERSEDED = "superseded"  # measured again (the host was busy): a record, never a point
     SYNTHETIC_ACCEPTANCE = "synthetic_acceptance"  # a ceiling arm: acceptance forced, not earned
     SPEC_NO_DRAFTS = "spec_no_drafts"  # speculative arm whose draft counter did not move
+    SCHEDULE_OFF = "schedule_off"  # no drafts because the arm's K schedule is 0 at this batch size
     BASELINE_HAS_DRAFTS = "baseline_has_drafts"  # an arm without a drafter drafted anyway
     REQUEST_ERRORS = "request_errors"
     PREFIX_CACHE_NOT_RESET = "prefix_cache_not_reset"

@@ -33,10 +33,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from specnb import paths
+from specnb.analysis.schedule import SCHEDULE_KEY, ScheduleError, check_schedule
 from specnb.errors import SpecnbError
 from specnb.ledger.schema import ArmRecord, synthetic_rates
 
-__all__ = ["Arm", "ArmError", "check_drafter", "synthetic_rates"]
+__all__ = ["Arm", "ArmError", "check_drafter", "read_policy", "synthetic_rates"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _DRAFT_METHODS = {"ngram", "draft_model", "eagle", "eagle3", "mtp", "medusa", "mlp_speculator",
@@ -103,6 +105,17 @@ class Arm(BaseModel):
             raise ValueError(f"arm name {v!r} must be 1-64 of [A-Za-z0-9._-], starting alphanumeric")
         return v
 
+    @field_validator("speculative_config", mode="before")
+    @classmethod
+    def _policy_file(cls, v: Any) -> Any:
+        """``{policy_file = "..."}``: the config ``specnb policy`` wrote (a schedule to verify)."""
+        if isinstance(v, dict) and "policy_file" in v:
+            extra = sorted(set(v) - {"policy_file"})
+            if extra:
+                raise ValueError(f"a policy_file arm takes its whole config from the file; drop {extra}")
+            return read_policy(v["policy_file"])
+        return v
+
     @field_validator("speculative_config")
     @classmethod
     def _spec(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -118,6 +131,11 @@ class Arm(BaseModel):
         if v.get("method") == "ngram" and "model" in v:
             raise ValueError("an ngram arm takes no draft 'model'")
         _check_synthetic(v, k)
+        if SCHEDULE_KEY in v:
+            try:
+                v = {**v, SCHEDULE_KEY: check_schedule(v[SCHEDULE_KEY], k)}
+            except ScheduleError as exc:
+                raise ValueError(str(exc)) from None
         return v
 
     @field_validator("server_args")
@@ -132,6 +150,11 @@ class Arm(BaseModel):
         return self.speculative_config is not None
 
     @property
+    def schedule(self) -> list[list[int]] | None:
+        """vLLM's dynamic speculation schedule ([lo, hi, K] batch-size ranges), if the arm has one."""
+        return (self.speculative_config or {}).get(SCHEDULE_KEY)
+
+    @property
     def ceiling(self) -> bool:
         """True for a synthetic-acceptance arm: forced acceptance, not a drafter's."""
         return synthetic_rates(self.speculative_config) is not None
@@ -141,6 +164,24 @@ class Arm(BaseModel):
             name=self.name, speculative_config=self.speculative_config,
             server_args=self.server_args, endpoint=self.endpoint,
         )
+
+
+def read_policy(path: str | Path) -> dict[str, Any]:
+    """The speculative config of a policy file (``specnb policy`` writes them); relative paths
+    are read from the repository root when they are not found from here."""
+    p = Path(path)
+    if not p.is_file() and (paths.ROOT / p).is_file():
+        p = paths.ROOT / p
+    try:
+        doc = json.loads(p.read_text())
+    except OSError as exc:
+        raise ValueError(f"policy_file {str(path)!r}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ValueError(f"policy_file {str(path)!r}: not JSON ({exc})") from None
+    cfg = doc.get("speculative_config") if isinstance(doc, dict) else None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"policy_file {str(path)!r} has no 'speculative_config' (write one with `specnb policy`)")
+    return cfg
 
 
 def _read_config(model_dir: Path) -> dict[str, Any]:

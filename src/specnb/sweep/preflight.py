@@ -57,7 +57,45 @@ def prepare(spec: SweepSpec) -> tuple[str | None, dict[str, Workload], dict[str,
             raise SweepError(str(exc)) from None
     for name, note in _check_ceilings(spec).items():
         notes[name] = [*notes.get(name, []), note]
+    _check_schedules(spec)
     return model, wls, notes
+
+
+# vLLM's dynamic speculation (num_speculative_tokens_per_batch_size) came in 0.24.0, but the
+# default model runner of 0.29-0.31 ignores the per-step K; 0.32.0 is the first that honours it.
+SCHEDULE_MIN_VLLM = (0, 32, 0)
+
+
+def _version_tuple(v: str | None) -> tuple[int, ...] | None:
+    parts = []
+    for piece in (v or "").split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts) if parts else None
+
+
+def _check_schedules(spec: SweepSpec) -> None:
+    """A launched arm with a dynamic speculation schedule needs an engine that honours it, and
+    one engine: vLLM turns the schedule off (with a warning) under data parallelism."""
+    launched = [a for a in spec.arms if a.schedule and a.endpoint is None]
+    if not launched:
+        return
+    info = installed_vllm()
+    have = _version_tuple(info["version"])
+    need = ".".join(map(str, SCHEDULE_MIN_VLLM))
+    if have is not None and have < SCHEDULE_MIN_VLLM:
+        raise SweepError(f"arm {launched[0].name!r}: num_speculative_tokens_per_batch_size needs vLLM >= {need} "
+                         f"(the first whose default runner honours it); installed: {info['dist']} {info['version']}")
+    for arm in launched:
+        args = [*spec.server_args, *arm.server_args]
+        for i, a in enumerate(args):
+            size = args[i + 1] if a == "--data-parallel-size" and i + 1 < len(args) else (
+                a.split("=", 1)[1] if a.startswith("--data-parallel-size=") else None)
+            if size is not None and size.strip() != "1":
+                raise SweepError(f"arm {arm.name!r}: vLLM turns dynamic speculation off with --data-parallel-size "
+                                 f"{size}; measure the schedule on one engine")
 
 
 # Drafters seen to run on the CPU build (cpu-engine.md); a ceiling arm still runs its drafter.

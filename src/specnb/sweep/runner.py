@@ -45,6 +45,7 @@ import aiohttp
 import pandas as pd
 from tqdm.auto import tqdm
 
+from specnb.analysis.schedule import k_at
 from specnb.engine import loadgen, metrics
 from specnb.engine.hostload import HOST_BUSY, HostLoad, wait_for_quiet
 from specnb.engine.server import Endpoint, ServerError, VllmServer, attach
@@ -180,13 +181,16 @@ async def _warmup(ep: Endpoint, spec: SweepSpec, wl: Workload) -> None:
 
 
 def _flags(arm: Arm, results: dict[str, Any], sd: dict[str, Any] | None, cache: dict[str, float],
-           reset: bool | None) -> list[str]:
+           reset: bool | None, concurrency: int | None = None) -> list[str]:
     flags = []
     drafts = (sd or {}).get("num_drafts") or 0
     if arm.ceiling:
         flags.append(Flag.SYNTHETIC_ACCEPTANCE)  # forced acceptance: never mix with a real drafter's
     if arm.speculative and drafts == 0:
-        flags.append(Flag.SPEC_NO_DRAFTS)  # speculation silently off: never average this in
+        if arm.schedule and concurrency is not None and k_at(arm.schedule, concurrency) == 0:
+            flags.append(Flag.SCHEDULE_OFF)  # the schedule switched drafting off here, as asked: a real point
+        else:
+            flags.append(Flag.SPEC_NO_DRAFTS)  # speculation silently off: never average this in
     if not arm.speculative and drafts > 0:
         flags.append(Flag.BASELINE_HAS_DRAFTS)
     if results["num_errors"]:
@@ -480,7 +484,7 @@ class _SweepRun:
             results=results, server_samples=sampler.summary(), cache=cache,
             spec_decode=SpecDecode(**sd) if sd and (pt.arm.speculative or sd["num_drafts"]) else None,
             spec_decode_by_category=loadgen.spec_decode_by_category(pl.records),
-            flags=_flags(pt.arm, results, sd, cache, reset),
+            flags=_flags(pt.arm, results, sd, cache, reset, self.in_flight(pt)),
             failure=None if ok else Failure(error_type="AllRequestsFailed",
                                             message="; ".join(results["error_examples"])[:2000]),
             **self.common(pt),

@@ -132,7 +132,9 @@ def search_cap(spec: SweepSpec, df: pd.DataFrame, workload: str) -> tuple[int, s
     ok = df[(df["workload"] == workload) & (df["status"] == "ok")] if len(df) else df
     if len(ok) and "kv_cache_tokens" in ok.columns and ok["kv_cache_tokens"].notna().any():
         pool = float(pd.to_numeric(ok["kv_cache_tokens"], errors="coerce").min())
-        context = float((ok["prompt_tokens"] / ok["num_requests"]).max()) + spec.sampling.max_tokens
+        prompt = (float((ok["prompt_tokens"] / ok["num_requests"]).max())
+                  if "prompt_tokens" in ok.columns and ok["prompt_tokens"].notna().any() else 0.0)
+        context = prompt + spec.sampling.max_tokens
         seats = int(pool // context) if context > 0 else 0
         if seats >= 1:
             caps.append((seats, f"KV pool {pool:,.0f} tokens holds {seats} requests of {context:.0f} tokens"))

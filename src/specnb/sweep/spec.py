@@ -39,6 +39,9 @@ class SweepError(SpecnbError):
     """A sweep that cannot start; the message is one line meant for the user."""
 
 
+MIN_ARRIVALS = 20  # an open-loop point sends at least this many requests
+
+
 class SearchSpec(BaseModel):
     """Adaptive concurrency search: look for the crossing of 1.0 instead of a fixed grid
     (:mod:`specnb.sweep.search`)."""
@@ -161,6 +164,8 @@ class SweepSpec(BaseModel):
             need = 2 * in_flight if self.load == "concurrency" else panel
         else:
             need = self.work_floor_tokens / tokens_per_request + (in_flight if self.load == "concurrency" else 0)
+        if self.load == "rate":
+            need = max(need, MIN_ARRIVALS)  # percentiles of latency need arrivals, not only tokens
         return max(self.min_passes, math.ceil(need / panel))
 
     def identity(self) -> dict[str, Any]:

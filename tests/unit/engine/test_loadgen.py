@@ -14,8 +14,10 @@ from specnb.engine.loadgen import (
     PointLoad,
     RequestRecord,
     StreamParser,
+    arrival_times,
     chat_body,
     run_load,
+    run_rate_load,
     spec_decode_by_category,
     summarize,
 )
@@ -586,3 +588,65 @@ def test_multi_turn_messages_are_sent_as_given():
         sampling={"temperature": 0.0})))
     assert fake.bodies[0]["messages"] == convo
     assert chat_body("smol", convo, {"max_tokens": None})["messages"] is convo
+
+
+# ---------------------------------------------------------------- responses, for the lossless check
+
+
+def test_token_ids_are_collected_and_digested_text_otherwise():
+    rec = RequestRecord(index=0, worker=0, prompt_id="p", category=None, start_s=0.0)
+    p = StreamParser(rec)
+    for i, ids in enumerate(([11, 12], [13])):
+        obj = {"choices": [{"delta": {"content": "x"}, "token_ids": ids}],
+               "usage": {"prompt_tokens": 3, "completion_tokens": 2 + i}}
+        p.feed("data: " + json.dumps(obj), 0.1 * (i + 1))
+    p.finish()
+    assert rec.output_token_ids == [11, 12, 13] and rec.output_sha.startswith("ids:")
+    other = RequestRecord(index=0, worker=0, prompt_id="p", category=None, start_s=0.0)
+    q = StreamParser(other)
+    q.feed("data: " + json.dumps({"choices": [{"delta": {"content": "hello"}}], "usage": {"completion_tokens": 1}}), 0.1)
+    q.finish()
+    assert other.output_token_ids is None and other.output_sha.startswith("text:")
+    assert chat_body("m", [], {}, return_token_ids=True)["return_token_ids"] is True
+    assert "return_token_ids" not in chat_body("m", [], {})
+
+
+# ---------------------------------------------------------------- open-loop arrivals
+
+
+def test_arrivals_keep_the_rate_and_their_dispersion_on_a_fixed_seed():
+    t = arrival_times(4001, rate_rps=2.0, burstiness=1.0, seed=7)
+    gaps = np.diff(t)
+    assert t[0] == 0.0 and np.all(gaps > 0)
+    assert 1 / gaps.mean() == pytest.approx(2.0, rel=0.05)  # mean rate
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, rel=0.06)  # Poisson: coefficient of variation 1
+    bursty = np.diff(arrival_times(4001, 2.0, burstiness=0.25, seed=7))
+    assert bursty.std() / bursty.mean() == pytest.approx(2.0, rel=0.1)  # gamma shape k: CV = 1 / sqrt(k)
+    regular = np.diff(arrival_times(4001, 2.0, burstiness=16.0, seed=7))
+    assert regular.std() / regular.mean() == pytest.approx(0.25, rel=0.1)
+    assert np.array_equal(arrival_times(50, 3.0, seed=1), arrival_times(50, 3.0, seed=1))  # every arm alike
+    assert not np.array_equal(arrival_times(50, 3.0, seed=1), arrival_times(50, 3.0, seed=2))
+    with pytest.raises(ValueError):
+        arrival_times(10, 0.0)
+
+
+def test_open_loop_sends_on_schedule_records_lateness_and_caps_in_flight():
+    fake = FakeServer(cumulative=(1, 2, 3), delay_s=0.05)  # each request takes ~0.2 s
+    pl = asyncio.run(fake.run(lambda url: run_rate_load(
+        url, "smol", PROMPTS, rate_rps=40.0, num_requests=12, sampling={"temperature": 0.0},
+        max_in_flight=3, arrival_seed=5)))
+    due = arrival_times(12, 40.0, seed=5)
+    assert [r.scheduled_s for r in pl.records] == pytest.approx(list(due))
+    assert [r.prompt_id for r in pl.records] == [f"p{i % 5}" for i in range(12)]
+    assert fake.peak <= 3 and pl.peak_in_flight == 3  # the cap held, and was reached
+    late = [r.start_s - r.scheduled_s for r in pl.records]
+    assert min(late) >= -1e-3 and max(late) > 0.05  # arrivals that found the cap full waited
+    s = summarize(pl)
+    assert s["offered_rate_rps"] == 40.0 and s["peak_in_flight"] == 3
+    assert s["max_send_lateness_ms"] == pytest.approx(1e3 * max(late))
+    assert s["achieved_rate_rps"] < 40.0  # the server could not keep up with the offered rate
+    # under the server's capacity the schedule is kept to within a few milliseconds
+    fast = FakeServer(cumulative=(1, 2), delay_s=0.005)
+    pl = asyncio.run(fast.run(lambda url: run_rate_load(
+        url, "smol", PROMPTS, rate_rps=20.0, num_requests=10, sampling={"temperature": 0.0}, max_in_flight=8)))
+    assert summarize(pl)["p99_send_lateness_ms"] < 20

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections import Counter
 
 import pytest
 
 from specnb import paths
-from specnb.prompts.workload import BUNDLED, WorkloadError, bundled, load_jsonl, resolve
+from specnb.prompts.workload import BUNDLED, Prompt, Workload, WorkloadError, bundled, load_jsonl, resolve
 
 # max_model_len 2048 minus 256 output tokens leaves 1792 for the prompt; SmolLM2's tokenizer
 # spends at least ~2.5 characters per token on this text (the generator's --tokenizer prints
@@ -153,3 +154,16 @@ def test_tool_call_turns_are_valid_messages(tmp_path):
     bad = [{"role": "user", "content": None}]
     with pytest.raises(WorkloadError, match=r"messages\[0\]"):
         load_jsonl(_write(tmp_path, [json.dumps({"messages": bad})]))
+
+
+def test_a_panel_is_balanced_over_categories_and_stable():
+    wl = Workload(name="w", source="t", prompts=[
+        Prompt(id=f"{cat}{i}", category=cat, messages=[{"role": "user", "content": f"{cat} {i}"}])
+        for cat, n in (("a", 5), ("b", 1), ("c", 3)) for i in range(n)])
+    panel = wl.panel(6)
+    assert [p.id for p in panel] == ["a0", "b0", "c0", "a1", "c1", "a2"]  # turns in order of appearance
+    assert wl.panel(6) == panel and wl.panel(None) == wl.prompts and wl.panel(99) == wl.prompts
+    copy = bundled("copy").panel(10)
+    assert Counter(p.category for p in copy) == {c: 2 for c in bundled("copy").categories}
+    with pytest.raises(WorkloadError):
+        wl.panel(0)

@@ -185,3 +185,26 @@ def test_a_point_disturbed_by_another_process_is_kept_and_measured_again(fake, t
     assert "host_busy" in c2["flags"]  # retries ran out: the last attempt stands, flagged
     assert "host_busy" not in df[df["concurrency"] == 1].iloc[0]["flags"]
     assert len(load_ledgers(tmp_path, superseded=True)) == 5
+
+
+def test_points_are_sized_in_whole_panel_passes_from_the_measured_output_length(fake, tmp_path):
+    fake.fail = False
+    spec = SweepSpec.parse(dict(
+        name="z", workloads=["copy"], concurrency=[1, 4], repeats=2, panel_size=5, work_floor_tokens=12,
+        warmup_requests=0, request_timeout_s=10, metrics_interval_s=0.05, return_token_ids=True,
+        arms=[{"name": "a", "endpoint": fake.url}, {"name": "b", "endpoint": fake.url}],
+    ))
+    out = run_sweep(spec, tmp_path, progress=False, echo=lambda s: None)
+    sizing = json.loads((tmp_path / "sizing" / "copy.json").read_text())
+    assert sizing["tokens_per_request"] == 4.0  # the fake answers 4 tokens, measured once per run
+    df = load_ledgers(tmp_path)  # the sizing record is not a ledger
+    assert len(df) == len(out.written) == 8
+    # 12 tokens / 4 per request = 3 requests, plus the N in flight: one pass of 5 at c=1, two at c=4
+    assert dict(zip(df["concurrency"], df["num_requests"], strict=True)) == {1: 5, 4: 10}
+    led = read_ledger(out.written[0])
+    assert led.sizing.panel_size == 5 and led.sizing.tokens_per_request == 4.0
+    assert led.workload.panel_ids == ["copy-001", "copy-002", "copy-003", "copy-004", "copy-005"]
+    assert led.load.mode == "closed" and led.load.concurrency == led.concurrency
+    req = load_requests(out.written[0])
+    assert req["prompt_id"].tolist() == led.workload.panel_ids * (led.num_requests // 5)
+    assert set(df["panel_hash"]) == {led.workload.panel_hash}

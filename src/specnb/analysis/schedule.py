@@ -1,0 +1,207 @@
+"""From a measured K sweep to a speculative config an operator can deploy: vLLM's dynamic
+speculation schedule.
+
+vLLM (0.32 and later with the default model runner) takes
+``num_speculative_tokens_per_batch_size`` in ``--speculative-config``: a list of inclusive
+batch-size ranges ``[lo, hi, K]``, K = 0 turning drafting off for that range. The scheduler
+picks K from the number of requests it schedules in a step, prefills included, with no
+hysteresis (vLLM issue #49548 reports throughput collapsing when K flips at a boundary).
+
+**The rule** (stated, and recorded in the policy): at each measured concurrency keep the best
+K only where its speedup's *lower* bound clears 1.0 (``rule = "lower_bound"``, the default: the
+drafter must pay with 95 % confidence to be switched on), else 0; ``rule = "point"`` uses the
+point estimates. Between two measured levels whose choices differ the boundary is their
+geometric mean: levels 2 and 4 with K = 4 and 0 give ``[1, 2, 4], [3, max, 0]``. Adjacent
+ranges with the same K merge; the last range runs to ``max_batch``.
+
+**Batch size is not concurrency**: a closed loop at concurrency c schedules at most c requests
+in a step (fewer while some wait for their next request to arrive), so the mapping is an upper
+bound; the gauges in the ledgers (``num_requests_running_mean``) say what the batch really was.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from specnb.errors import SpecnbError
+from specnb.ledger import utcnow
+
+__all__ = ["ScheduleError", "SCHEDULE_KEY", "RULES", "check_schedule", "choose_k", "derive_schedule",
+           "policy_config", "policy_document", "k_at", "derive_policy", "format_policy"]
+
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+RULES = ("lower_bound", "point")
+DEFAULT_MAX_BATCH = 256
+
+
+class ScheduleError(SpecnbError):
+    """A schedule vLLM would refuse or misread; one line."""
+
+
+def check_schedule(schedule: Any, num_speculative_tokens: int) -> list[list[int]]:
+    """vLLM's rules, checked before any server starts: a list of ``[lo, hi, K]`` integers,
+    1 <= lo <= hi, ranges sorted, the first starting at 1, none overlapping, 0 <= K <=
+    num_speculative_tokens. Returns the schedule as lists of ints."""
+    if not isinstance(schedule, list) or not schedule:
+        raise ScheduleError(f"{SCHEDULE_KEY} must be a non-empty list of [lo, hi, K] ranges")
+    out = []
+    for i, r in enumerate(schedule):
+        if (not isinstance(r, (list, tuple)) or len(r) != 3
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in r)):
+            raise ScheduleError(f"{SCHEDULE_KEY}[{i}] must be three integers [lo, hi, K], got {r!r}")
+        lo, hi, k = r
+        if lo < 1 or hi < lo:
+            raise ScheduleError(f"{SCHEDULE_KEY}[{i}] = {list(r)}: a batch-size range needs 1 <= lo <= hi")
+        if not 0 <= k <= num_speculative_tokens:
+            raise ScheduleError(f"{SCHEDULE_KEY}[{i}] = {list(r)}: K must be in 0..num_speculative_tokens "
+                                f"({num_speculative_tokens})")
+        if out and lo <= out[-1][1]:
+            raise ScheduleError(f"{SCHEDULE_KEY}[{i}] = {list(r)} overlaps or precedes {out[-1]}: ranges must be "
+                                "sorted and must not overlap")
+        out.append([lo, hi, k])
+    if out[0][0] != 1:
+        raise ScheduleError(f"{SCHEDULE_KEY} must start at batch size 1 (vLLM requires it), starts at {out[0][0]}")
+    return out
+
+
+def k_at(schedule: Sequence[Sequence[int]], batch: int) -> int:
+    """The K a schedule gives a batch of ``batch`` requests (a gap carries the previous K, as vLLM does)."""
+    k = schedule[0][2]
+    for lo, hi, kk in schedule:
+        if batch >= lo:
+            k = kk
+        if lo <= batch <= hi:
+            return kk
+    return k
+
+
+def choose_k(choice: pd.DataFrame, rule: str = "lower_bound") -> pd.DataFrame:
+    """Per level of one workload: the K the rule keeps (0: leave drafting off) and why."""
+    if rule not in RULES:
+        raise ScheduleError(f"unknown rule {rule!r}; choose one of {list(RULES)}")
+    rows = []
+    for level, g in choice.groupby("level", sort=True):
+        drafters = g[g["k"] > 0]
+        best = drafters.loc[drafters["speedup"].idxmax()] if len(drafters) else None
+        if best is None:
+            k, why = 0, "no drafter measured"
+        elif rule == "lower_bound" and best["speedup_lo"] > 1.0:
+            k, why = int(best["k"]), f"{best['arm']} pays: {best['speedup']:.2f}x, lower bound {best['speedup_lo']:.2f} > 1"
+        elif rule == "point" and best["speedup"] > 1.0:
+            k, why = int(best["k"]), f"{best['arm']} pays: {best['speedup']:.2f}x (point estimate)"
+        else:
+            k, why = 0, (f"best K={int(best['k'])} ({best['speedup']:.2f}x, interval {best['speedup_lo']:.2f}-"
+                         f"{best['speedup_hi']:.2f}) does not clear 1.0" if rule == "lower_bound" else
+                         f"no K beats the baseline (best {best['speedup']:.2f}x)")
+        rows.append({"level": float(level), "concurrency": int(g["concurrency"].iloc[0]), "k": k, "reason": why,
+                     "win_share": float(g.loc[g["k"] == k, "win_share"].max()) if (g["k"] == k).any() else None})
+    return pd.DataFrame(rows)
+
+
+def derive_schedule(chosen: pd.DataFrame, max_batch: int = DEFAULT_MAX_BATCH) -> list[list[int]]:
+    """Batch-size ranges from the K chosen per level: boundaries at the geometric mean of two
+    measured levels whose K differ, equal neighbours merged, the last range to ``max_batch``."""
+    pts = chosen.sort_values("concurrency")[["concurrency", "k"]].astype(int).values.tolist()
+    if not pts:
+        raise ScheduleError("no levels to derive a schedule from")
+    if max_batch < pts[-1][0]:
+        raise ScheduleError(f"max_batch {max_batch} is below the largest measured level {pts[-1][0]}")
+    ranges: list[list[int]] = []
+    lo = 1
+    for (c, k), nxt in zip(pts, [*pts[1:], None], strict=True):
+        hi = max_batch if nxt is None else max(c, math.floor(math.sqrt(c * nxt[0])))
+        if nxt is not None and nxt[1] == k:
+            continue  # same K on both sides: no boundary here
+        ranges.append([lo, hi, k])
+        lo = hi + 1
+    return ranges
+
+
+def policy_config(base: dict[str, Any], schedule: list[list[int]]) -> dict[str, Any]:
+    """The ``--speculative-config`` to deploy: the drafter's config with the schedule; its
+    ``num_speculative_tokens`` is the largest K the schedule uses (at least 1)."""
+    k = max(1, max(r[2] for r in schedule))
+    cfg = {key: v for key, v in base.items() if key != SCHEDULE_KEY}
+    cfg["num_speculative_tokens"] = k
+    cfg[SCHEDULE_KEY] = check_schedule(schedule, k)
+    return cfg
+
+
+def policy_document(config: dict[str, Any], chosen: pd.DataFrame, *, source: str, workload: str, rule: str,
+                    max_batch: int) -> str:
+    """What ``specnb policy`` writes: the config, the rule, and the evidence per level."""
+    doc = {
+        "speculative_config": config,
+        "derived_from": source,
+        "workload": workload,
+        "rule": rule,
+        "max_batch": max_batch,
+        "created_at": utcnow(),
+        "levels": json.loads(chosen.to_json(orient="records")),
+        "note": "batch size counts every scheduled request, prefills included; boundaries are the geometric "
+                "means of the measured levels around each switch",
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def derive_policy(df: pd.DataFrame, *, workload: str | None = None, rule: str = "lower_bound",
+                  max_batch: int | None = None, n_boot: int = 2000, seed: int = 0,
+                  source: str = "") -> tuple[dict[str, Any], pd.DataFrame, str]:
+    """From a run with one arm per K (or one K and the baseline): the deployable config, the K
+    chosen per level with its reason, and the policy document to write."""
+    from specnb.analysis.bootstrap import bootstrap_speedups
+    from specnb.analysis.pairing import usable
+    from specnb.analysis.proposal import k_choice
+    from specnb.ledger import read_ledger
+
+    ok = usable(df)
+    if ok.empty or not ok["speculative"].astype(bool).any():
+        raise ScheduleError("no measured drafter arm to derive a schedule from")
+    if ok["concurrency"].nunique() < 1 or ("load_mode" in ok.columns and (ok["load_mode"] == "rate").any()):
+        raise ScheduleError("a schedule is derived from closed-loop levels (concurrency), not from rates")
+    workloads = sorted(set(ok["workload"]))
+    if workload is None:
+        if len(workloads) != 1:
+            raise ScheduleError(f"the run has workloads {workloads}: name the one your traffic looks like (--workload)")
+        workload = workloads[0]
+    if workload not in workloads:
+        raise ScheduleError(f"no workload {workload!r} in the run (it has {workloads})")
+    ok = ok[ok["workload"] == workload]
+    if "condition" in ok.columns and ok["condition"].nunique() > 1:
+        raise ScheduleError(f"the run has conditions {sorted(set(ok['condition']))}: derive from one of them")
+    choice = k_choice(bootstrap_speedups(ok, n_boot=n_boot, seed=seed), ok)
+    chosen = choose_k(choice, rule)
+    spec_rows = ok[ok["speculative"].astype(bool)]
+    keep = chosen.loc[chosen["k"] > 0, "k"]
+    k_ref = int(keep.max()) if len(keep) else int(pd.to_numeric(spec_rows["num_speculative_tokens"]).max())
+    ref = spec_rows[pd.to_numeric(spec_rows["num_speculative_tokens"]) == k_ref].iloc[0]
+    base = read_ledger(ref["path"]).arm.speculative_config or {}
+    if SCHEDULE_KEY in base:
+        raise ScheduleError("the run's drafter arms already carry a schedule: derive from a K sweep")
+    if max_batch is None:
+        argv = read_ledger(ref["path"]).server.argv or []
+        seqs = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--max-num-seqs"), None)
+        max_batch = int(seqs) if seqs and seqs.isdigit() else DEFAULT_MAX_BATCH
+    schedule = derive_schedule(chosen, max_batch)
+    config = policy_config(base, schedule)
+    doc = policy_document(config, chosen, source=source, workload=workload, rule=rule, max_batch=max_batch)
+    return config, chosen, doc
+
+
+def format_policy(config: dict[str, Any], chosen: pd.DataFrame, rule: str) -> str:
+    """The schedule as a ready ``--speculative-config`` and, per level, the K kept and why."""
+    lines = [f"K per concurrency (rule: {rule}; keep a K only where "
+             + ("its speedup's 95% lower bound clears 1.0)" if rule == "lower_bound" else "its point estimate beats 1.0)")]
+    for r in chosen.itertuples(index=False):
+        win = f"; K={r.k} wins in {r.win_share:.0%} of bootstrap replicates" if r.win_share is not None else ""
+        lines.append(f"  c={r.concurrency}: K={r.k}  ({r.reason}{win})")
+    if all(k == 0 for _, _, k in config[SCHEDULE_KEY]):
+        lines.append("no K pays with confidence at any measured concurrency: leave drafting off for this workload")
+    else:
+        lines.append("--speculative-config '" + json.dumps(config, separators=(", ", ": ")) + "'")
+    return "\n".join(lines)

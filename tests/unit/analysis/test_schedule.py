@@ -1,0 +1,139 @@
+"""From a K sweep to vLLM's dynamic speculation schedule: derivation on hand-made frames with
+known answers, the rule, validation, and the policy arm."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from specnb.analysis import bootstrap_speedups
+from specnb.analysis.proposal import fit_alpha, k_choice, k_model
+from specnb.analysis.schedule import (
+    ScheduleError,
+    check_schedule,
+    choose_k,
+    derive_policy,
+    derive_schedule,
+    k_at,
+)
+from specnb.ledger import ArmRecord, load_ledgers, write_ledger
+from specnb.models.theory import acceptance_length
+
+from tests.unit.factories import ledger
+
+LEVELS = [1, 2, 4, 8]
+
+
+def _k_sweep(tmp_path, speedups: dict[int, list[float]], factors=(0.98, 1.0, 1.02)):
+    """Baseline at 100 tok/s; arm k<K> at 100 x speedup[K][level] x the start's factor."""
+    i = 0
+    for r, f in enumerate(factors):
+        for j, c in enumerate(LEVELS):
+            write_ledger(tmp_path / f"{i:03d}.json", ledger("baseline", c=c, r=r, tok_s=100.0))
+            i += 1
+            for k, sp in speedups.items():
+                led = ledger(f"k{k}", c=c, r=r, tok_s=100.0 * sp[j] * f, mal=3.0)
+                led = led.model_copy(update={"arm": ArmRecord(name=f"k{k}", speculative_config={
+                    "method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4})})
+                write_ledger(tmp_path / f"{i:03d}.json", led)
+                i += 1
+    return load_ledgers(tmp_path)
+
+
+SWEEP = {1: [1.20, 1.15, 1.05, 0.97], 2: [1.35, 1.25, 1.02, 0.90], 4: [1.50, 1.30, 0.96, 0.80]}
+
+
+def test_the_best_k_moves_left_as_concurrency_rises_and_the_schedule_follows(tmp_path):
+    df = _k_sweep(tmp_path, SWEEP)
+    choice = k_choice(bootstrap_speedups(df, n_boot=500, prompts=False), df)
+    best = choice[choice["best"]].set_index("concurrency")["k"].to_dict()
+    assert best == {1: 4, 2: 4, 4: 1, 8: 0}
+    # the shares of replicates in which each K wins add to 1 per level, the baseline included
+    assert choice.groupby("level")["win_share"].sum().round(6).eq(1.0).all()
+    chosen = choose_k(choice).set_index("concurrency")["k"].to_dict()
+    assert chosen == {1: 4, 2: 4, 4: 1, 8: 0}
+    schedule = derive_schedule(choose_k(choice), max_batch=256)
+    assert schedule == [[1, 2, 4], [3, 5, 1], [6, 256, 0]]  # boundaries at sqrt(2*4)=2.8, sqrt(4*8)=5.7
+    assert [k_at(schedule, b) for b in (1, 2, 3, 5, 6, 100)] == [4, 4, 1, 1, 0, 0]
+
+
+def test_the_lower_bound_rule_keeps_a_k_only_where_it_surely_pays(tmp_path):
+    noisy = _k_sweep(tmp_path, {4: [1.50, 1.04, 0.96, 0.80]}, factors=(0.85, 1.0, 1.15))
+    choice = k_choice(bootstrap_speedups(noisy, n_boot=500, prompts=False), noisy)
+    by_rule = {rule: choose_k(choice, rule).set_index("concurrency")["k"].to_dict() for rule in ("lower_bound", "point")}
+    assert by_rule["point"][2] == 4 and by_rule["lower_bound"][2] == 0  # 1.04x inside the noise: off
+    assert by_rule["lower_bound"][1] == 4
+    with pytest.raises(ScheduleError, match="unknown rule"):
+        choose_k(choice, "optimistic")
+
+
+def test_derive_policy_writes_a_config_vllm_takes(tmp_path):
+    df = _k_sweep(tmp_path, SWEEP)
+    config, chosen, doc = derive_policy(df, n_boot=300, max_batch=64, source="run")
+    assert config["method"] == "ngram" and config["num_speculative_tokens"] == 4
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 2, 4], [3, 5, 1], [6, 64, 0]]
+    parsed = json.loads(doc)
+    assert parsed["rule"] == "lower_bound" and len(parsed["levels"]) == 4 and parsed["derived_from"] == "run"
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ([], "non-empty"), ([[1, 2]], "three integers"), ([[0, 2, 1]], "1 <= lo <= hi"), ([[3, 2, 1]], "1 <= lo <= hi"),
+    ([[1, 4, 5]], "0..num_speculative_tokens"), ([[1, 4, -1]], "0..num_speculative_tokens"),
+    ([[1, 4, 2], [4, 8, 0]], "overlaps"), ([[2, 4, 2]], "start at batch size 1"), ([[1, 2.5, 1]], "three integers"),
+])
+def test_schedules_vllm_would_refuse_are_one_line(bad, needle):
+    with pytest.raises(ScheduleError, match=needle):
+        check_schedule(bad, 4)
+    assert check_schedule([[1, 2, 4], [5, 8, 0]], 4) == [[1, 2, 4], [5, 8, 0]]  # a gap carries K on, as in vLLM
+
+
+def test_a_policy_arm_takes_its_config_from_the_file_and_is_checked(tmp_path):
+    from specnb.sweep.arm import Arm
+    from specnb.sweep.spec import SweepError, SweepSpec
+
+    good = tmp_path / "p.json"
+    good.write_text(json.dumps({"speculative_config": {"method": "ngram", "num_speculative_tokens": 4,
+                                                       "num_speculative_tokens_per_batch_size": [[1, 2, 4], [3, 256, 0]]}}))
+    arm = Arm(name="policy", speculative_config={"policy_file": str(good)})
+    assert arm.schedule == [[1, 2, 4], [3, 256, 0]] and arm.speculative
+    for text, needle in [("{}", "no 'speculative_config'"), ("{", "not JSON")]:
+        (tmp_path / "bad.json").write_text(text)
+        with pytest.raises(SweepError, match=needle):
+            SweepSpec.parse({"name": "s", "model": "m", "concurrency": [1],
+                             "arms": [{"name": "p", "speculative_config": {"policy_file": str(tmp_path / "bad.json")}}]})
+    with pytest.raises(SweepError, match="No such file"):
+        SweepSpec.parse({"name": "s", "model": "m", "concurrency": [1],
+                         "arms": [{"name": "p", "speculative_config": {"policy_file": "missing.json"}}]})
+
+
+def test_dp_and_old_engines_are_refused_before_start(monkeypatch):
+    import specnb.sweep.preflight as preflight
+    from specnb.sweep.spec import SweepError, SweepSpec
+
+    sched = {"method": "ngram", "num_speculative_tokens": 4, "num_speculative_tokens_per_batch_size": [[1, 2, 4], [3, 9, 0]]}
+    spec = SweepSpec.parse({"name": "s", "model": "some/hub-id", "concurrency": [1], "workloads": ["copy"],
+                            "arms": [{"name": "b"}, {"name": "p", "speculative_config": sched}]})
+    monkeypatch.setattr(preflight, "installed_vllm", lambda: {"dist": "vllm", "version": "0.31.2", "cpu_build": False})
+    with pytest.raises(SweepError, match=r"needs vLLM >= 0\.32\.0.*installed: vllm 0\.31\.2"):
+        preflight.prepare(spec)
+    monkeypatch.setattr(preflight, "installed_vllm", lambda: {"dist": "vllm", "version": "0.32.1", "cpu_build": False})
+    dp = spec.model_copy(update={"server_args": ["--data-parallel-size", "2"]})
+    with pytest.raises(SweepError, match="data-parallel-size 2"):
+        preflight.prepare(dp)
+
+
+def test_measured_acceptance_against_the_model(tmp_path):
+    assert fit_alpha([0.8, 0.64, 0.512]) == pytest.approx(0.8, abs=0.002)
+    assert fit_alpha([]) is None
+    df = _k_sweep(tmp_path, SWEEP)
+    df["per_position_acceptance"] = [[0.8, 0.64, 0.512, 0.41][: int(k)] if s else None for k, s in
+                                     zip(df["num_speculative_tokens"].fillna(0), df["speculative"], strict=True)]
+    choice = k_choice(bootstrap_speedups(df, n_boot=200, prompts=False), df)
+    model = k_model(choice, df)
+    row = model[(model["k"] == 4) & (model["concurrency"] == 1)].iloc[0]
+    assert row["alpha"] == pytest.approx(0.8, abs=0.01)
+    assert row["mal_model"] == pytest.approx(acceptance_length(0.8, 4), rel=0.02)
+    assert row["step_cost"] == pytest.approx(3.0 / 1.5, rel=0.02)  # tokens per step / speedup
+    assert pd.notna(row["overhead"])

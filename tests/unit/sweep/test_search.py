@@ -1,0 +1,133 @@
+"""The adaptive concurrency search's decisions, on hand-made curves with known answers."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from specnb.analysis import bootstrap_speedups, thresholds
+from specnb.analysis.thresholds import Threshold
+from specnb.ledger import load_ledgers, write_ledger
+from specnb.sweep.search import DEFAULT_CAP, next_level, next_round, search_cap
+from specnb.sweep.spec import SweepSpec
+from tests.unit.factories import ledger
+
+
+def th(kind, at=None, lo=None, hi=None, c_min=1, c_max=8):
+    return Threshold(group={"arm": "a", "workload": "copy"}, metric="speedup", kind=kind, concurrency=at, lo=lo,
+                     hi=hi, share_no_crossing=0.0, replicate_kinds={}, c_min=c_min, c_max=c_max, n_repeats=3,
+                     n_boot=1000, level=0.95)
+
+
+LEVELS = [1, 2, 4, 8]
+
+
+def test_a_crossing_inside_the_grid_is_refined_until_its_interval_is_narrow():
+    step = next_level(LEVELS, th("crosses", 3.8, 2.5, 6.0), cap=256, target_log2_width=1.0)
+    assert step.level == 3 and step.reason.startswith("refine")  # round(sqrt(2 * 4)) = 3
+    step = next_level([1, 2, 3, 4, 8], th("crosses", 3.6, 3.1, 4.2), cap=256, target_log2_width=1.0)
+    assert step.level is None and step.reason.startswith("settled")
+
+
+def test_a_bracket_of_adjacent_integers_cannot_be_refined():
+    step = next_level([1, 2, 3, 4], th("crosses", 3.5, 2.2, 4.0, c_max=4), cap=256, target_log2_width=0.2)
+    assert step.level is None and "adjacent" in step.reason
+
+
+def test_a_crossing_beyond_the_grid_extends_it_up_to_the_cap():
+    step = next_level(LEVELS, th("above"), cap=256, target_log2_width=1.0)
+    assert step.level == 16 and "pays at every level" in step.reason
+    step = next_level(LEVELS, th("crosses", 7.0, 5.0, math.inf), cap=256, target_log2_width=1.0)
+    assert step.level == 16 and "past c=8" in step.reason
+    assert next_level(LEVELS, th("above"), cap=12, target_log2_width=1.0).level == 12  # never past the cap
+    step = next_level([1, 2, 4, 8, 12], th("above", c_max=12), cap=12, target_log2_width=1.0)
+    assert step.level is None and "cap" in step.reason
+
+
+def test_a_curve_that_never_pays_stops_at_c1_and_looks_lower_otherwise():
+    step = next_level(LEVELS, th("below"), cap=256, target_log2_width=1.0)
+    assert step.level is None and "from c=1" in step.reason
+    assert next_level([4, 8, 16], th("below", c_min=4, c_max=16), cap=256, target_log2_width=1.0).level == 2
+    assert next_level(LEVELS, th("crosses", 1.5, -math.inf, 3.0), cap=256, target_log2_width=1.0).level is None
+
+
+def _noisy(tmp_path, speedups, factors):
+    rows = []
+    for r, f in enumerate(factors):
+        for c, sp in zip(LEVELS, speedups, strict=True):
+            rows += [ledger("baseline", c=c, r=r, tok_s=100.0), ledger("ngram-k4", c=c, r=r, tok_s=100 * sp * f, mal=3)]
+    for i, led in enumerate(rows):
+        write_ledger(tmp_path / f"{i:03d}.json", led)
+    return load_ledgers(tmp_path)
+
+
+def test_a_noisy_curve_does_not_stop_early(tmp_path):
+    # the mean curve crosses near c~3, but one start's luck moves every level by 30 %: the
+    # crossing's interval reaches past the grid, so the search must look further, not stop
+    df = _noisy(tmp_path, [1.3, 1.1, 0.97, 0.95], factors=[0.75, 1.0, 1.3])
+    (t,) = thresholds(bootstrap_speedups(df, n_boot=500, prompts=False))
+    assert t.kind == "crosses" and t.hi == math.inf
+    step = next_level(LEVELS, t, cap=256, target_log2_width=1.0)
+    assert step.level == 16
+    # the same curve measured without the start-to-start noise settles inside the grid
+    quiet = _noisy(tmp_path / "q", [1.3, 1.1, 0.8, 0.7], factors=[0.99, 1.0, 1.01])
+    (t,) = thresholds(bootstrap_speedups(quiet, n_boot=500, prompts=False))
+    assert t.kind == "crosses" and math.isfinite(t.hi) and 2 < t.concurrency < 4
+
+
+def _spec(**kw):
+    base = dict(name="s", model="m", concurrency=[1, 2, 4, 8], repeats=1, workloads=["copy"],
+                arms=[{"name": "baseline"}, {"name": "ngram-k4", "speculative_config": {
+                    "method": "ngram", "num_speculative_tokens": 4}}], search={})
+    base.update(kw)
+    return SweepSpec.parse(base)
+
+
+def test_the_cap_comes_from_the_arguments_the_kv_pool_or_the_default(tmp_path):
+    leds = [ledger("baseline", c=1, kv_tokens=46592), ledger("ngram-k4", c=1, mal=3, kv_tokens=23296)]
+    for i, led in enumerate(leds):
+        led.results.update(prompt_tokens=8 * 200, output_tokens=8 * 50)
+        write_ledger(tmp_path / f"{i}.json", led)
+    df = load_ledgers(tmp_path)
+    cap, why = search_cap(_spec(), df, "copy")
+    assert cap == 23296 // (200 + 64) and "KV pool 23,296 tokens" in why  # the drafter's smaller pool
+    cap, why = search_cap(_spec(server_args=["--max-num-seqs", "16"]), df, "copy")
+    assert (cap, why) == (16, "--max-num-seqs 16")
+    assert search_cap(_spec(search={"max_concurrency": 12}), df, "copy")[0] == 12
+    assert search_cap(_spec(), df.iloc[0:0], "copy") == (DEFAULT_CAP, f"default cap {DEFAULT_CAP}")
+
+
+def test_a_round_is_decided_once_written_and_replayed(tmp_path):
+    df_rows = []
+    for c, sp in zip(LEVELS, [1.5, 1.4, 1.3, 1.2], strict=True):
+        df_rows += [ledger("baseline", c=c, tok_s=100.0), ledger("ngram-k4", c=c, tok_s=100 * sp, mal=3)]
+    for i, led in enumerate(df_rows):
+        write_ledger(tmp_path / "points" / f"{i:03d}.json", led)
+    said = []
+    levels = next_round(_spec(), tmp_path, 1, elapsed_s=10, last_round_s=5, echo=said.append)
+    assert levels == {"copy": [(16.0, "ngram-k4: pays at every level up to c=8: extend to c=16")]}
+    record = json.loads((tmp_path / "search" / "round-01.json").read_text())
+    assert record["curves"][0]["cap_from"] and said
+    # the record is what a resumed run follows, even if the data would now say otherwise
+    write_ledger(tmp_path / "points" / "late.json", ledger("ngram-k4", c=16, tok_s=10.0, mal=3))
+    assert next_round(_spec(), tmp_path, 1, elapsed_s=999, last_round_s=5) == levels
+    # rounds and the time budget bound it
+    assert next_round(_spec(search={"max_rounds": 1}), tmp_path, 2, elapsed_s=0, last_round_s=0) == {}
+    assert "max_rounds" in json.loads((tmp_path / "search" / "round-02.json").read_text())["stopped"]
+    assert next_round(_spec(search={"budget_s": 60}), tmp_path, 3, elapsed_s=50, last_round_s=20) == {}
+    assert "time budget" in json.loads((tmp_path / "search" / "round-03.json").read_text())["stopped"]
+
+
+@pytest.mark.parametrize("bad, needle", [
+    (dict(load="rate", rates=[1.0], concurrency=[], search={}), "needs load = 'concurrency'"),
+    (dict(search={"target_log2_width": 0}), "target_log2_width"),
+    (dict(search={"max_concurrency": 1}), "max_concurrency"),
+])
+def test_bad_search_settings_are_one_line(bad, needle):
+    from specnb.sweep.spec import SweepError
+
+    with pytest.raises(SweepError) as exc:
+        _spec(**bad)
+    assert needle in str(exc.value) and "\n" not in str(exc.value)
