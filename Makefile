@@ -20,8 +20,9 @@ PARAMS    ?=
 RUN       ?=
 nb_of      = $(filter %_$(1),$(NOTEBOOKS))
 axis_of    = $(word 2,$(subst _, ,$(1)))
-# which ledgers a notebook draws from (the calculator marks the concurrency run's acceptance)
-ledger_dirs = $(if $(filter calculator,$(1)),concurrency,$(if $(filter index,$(1)),.,$(1)))
+# which ledgers a notebook draws from (the calculator marks the concurrency run's acceptance; the
+# policy notebook measures the schedule derived from the newest proposal run)
+ledger_dirs = $(if $(filter calculator,$(1)),concurrency,$(if $(filter index,$(1)),.,$(if $(filter policy,$(1)),policy proposal,$(1))))
 ledgers_of  = $(shell find $(addprefix ledgers/,$(call ledger_dirs,$(1))) ledgers/published -type f \
                  ! -path '*/logs/*' 2>/dev/null | sed 's/ /\\ /g')
 

@@ -43,7 +43,14 @@ env = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # environment for every launch (CPU KV po
 drafters = {"ngram-k4": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}}  # arm -> --speculative-config
 conditions = {}  # condition name -> what it changes (model, server_args, env, temperature); empty: one condition
 workloads = ["copy", "freeform"]  # bundled prompt sets or JSONL files
-concurrency = [1, 2, 4, 8]  # concurrency levels (requests in flight)
+concurrency = [1, 2, 4, 8]  # concurrency levels (requests in flight); the search may add more
+search = {"target_log2_width": 1.0, "budget_s": 1800, "max_rounds": 3}  # look for the crossing beyond and between the levels (None: the levels only)
+load = "concurrency"  # "concurrency": closed loop at the levels above; "rate": open-loop arrivals at `rates`, measured into `rate_study`
+rates = [0.5, 1.0, 2.0, 3.0]  # offered requests per second in open-loop mode (around the CPU baseline's saturation)
+burstiness = 1.0  # gamma shape of the gaps between arrivals (1: Poisson; below 1 burstier)
+max_in_flight = 32  # open loop: cap on requests in flight (recorded)
+rate_study = "cpu-rate"  # ledgers/concurrency/<rate_study>/: the open-loop runs this notebook draws when present
+slos = {"ttft_ms": 1000, "decode_tok_s": 20}  # goodput: a request counts when it meets every bound (ttft_ms, itl_p99_ms, e2el_ms at most; decode_tok_s at least)
 repeats = 3  # server restarts per arm; arm order alternates
 panel_size = 10  # prompts every point sends, balanced over categories, in whole passes
 work_floor_tokens = 400  # output tokens a point's steady window holds at least (sizes the passes)
@@ -57,14 +64,27 @@ traffic_mix = {"copy-style": 0.065, "free-form": 0.935}  # your traffic by class
 import pandas as pd
 from IPython.display import Markdown, display
 
-from specnb.analysis import by_category, category_speedups, expected_speedup, paired
+from specnb.analysis import by_category, category_speedups, expected_speedup, lossless, lossless_summary, paired
+from specnb.analysis.latency import (
+    best_goodput,
+    format_goodput,
+    format_latency_threshold,
+    frontier,
+    goodput,
+    latency_by_rate,
+    latency_threshold,
+)
+from specnb.analysis.schedule import derive_policy, format_policy
 from specnb.figures import arm_colors, panels
 from specnb.figures import published as seeds
 from specnb.ledger import PLAIN_CONDITION, load_spec_by_category
 from specnb.notebooks import open_axis
 from specnb.prompts.copyshare import MixError
 
-nb = open_axis("concurrency", globals())
+closed_loop = load == "concurrency"
+nb = open_axis("concurrency", {**globals(), "load": "concurrency", "measure": measure and closed_loop})
+rate_nb = open_axis("concurrency", {**globals(), "study": rate_study, "load": "rate", "measure": measure and not closed_loop,
+                                    "run": "" if closed_loop else run}, missing_ok=True)
 table = nb.table
 
 # %% [markdown]
@@ -120,6 +140,53 @@ nb.save(fig, "concurrency-throughput-acceptance", caption="Top: output tok/s wit
         "Bottom: acceptance length and the share of output tokens the drafter supplied.")
 
 # %% [markdown]
+# ## Throughput against interactivity, and goodput under your latency targets
+#
+# The crossing of 1.0 answers "does the drafter raise aggregate throughput at concurrency c";
+# an operator decides "at my latency target, which configuration serves the most traffic?".
+# Each point below is one arm at one level: per-user decode speed (mean of each request's
+# 1 / TPOT) against aggregate output tok/s; rings mark the Pareto front over every arm, the
+# points no other point beats on both. Goodput counts only the requests that met every SLO
+# of the parameters cell (vLLM bench's definition), with an interval over repeats and prompts.
+
+# %%
+front = frontier(nb.df)
+fig, axes = panels.new_figure(ncols=front.workload.nunique(), width=4.6, height=3.6)
+for ax, (wl, g) in zip(axes[0], front.groupby("workload", sort=True)):
+    panels.frontier(ax, g, colors=colors, title=wl)
+axes[0][0].legend(loc="lower left")
+nb.save(fig, "concurrency-frontier", caption="Per-user decode tok/s against aggregate output tok/s per arm and "
+        "concurrency (labels); rings: the Pareto front over both arms; bars: min-max over repeats.")
+good = goodput(nb.df, slos)
+display(Markdown(format_goodput(best_goodput(good))))
+fig, axes = panels.new_figure(ncols=good.workload.nunique(), width=4.2, height=3.0, sharey=True)
+for ax, (wl, g) in zip(axes[0], good.groupby("workload", sort=True)):
+    panels.curves(ax, g, "goodput_tok_s", lo="goodput_tok_s_lo", hi="goodput_tok_s_hi", colors=colors,
+                  ylabel="goodput, tok/s", title=wl)
+axes[0][0].legend(loc="upper left")
+fig.suptitle("Goodput under " + ", ".join(f"{k} {'>=' if k == 'decode_tok_s' else '<='} {v:g}" for k, v in slos.items()))
+nb.save(fig, "concurrency-goodput", caption="Output tok/s of the requests that met every SLO, per arm and concurrency; "
+        "band: 95 % bootstrap interval over server starts and prompts.")
+good.round(3)
+
+# %% [markdown]
+# ## Where the search looked, whether the drafter changed the outputs, and the schedule to deploy
+#
+# Levels beyond the parameters' were added by the adaptive search (each records its round and
+# reason). The lossless check compares every request's output token ids between the arms at
+# temperature 0, against the baseline's own start-to-start reference. The schedule is vLLM's
+# `num_speculative_tokens_per_batch_size`, derived with the rule printed above it.
+
+# %%
+added = nb.df[nb.df.search_round > 0].drop_duplicates(["workload", "concurrency"])
+display(Markdown("\n".join(f"- {r.workload} c={r.concurrency} (round {r.search_round}): {r.search_reason}"
+                            for r in added.itertuples()) or "The search added no level to this run."))
+display(Markdown("```\n" + lossless_summary(lossless(nb.df)) + "\n```"))
+for wl in sorted(set(nb.df.workload)):
+    config, chosen, _ = derive_policy(nb.df, workload=wl)
+    display(Markdown(f"**{wl}**\n```\n" + format_policy(config, chosen, "lower_bound") + "\n```"))
+
+# %% [markdown]
 # ## By prompt category, and on your traffic mix
 #
 # The bundled sets hold five categories each. Acceptance per category comes from vLLM's
@@ -154,15 +221,45 @@ nb.save(fig, "concurrency-by-category",
 
 pairs = paired(nb.df)
 rows = []
-try:
-    for arm in sorted(set(pairs.arm)):
-        for c in levels:
+notes = []
+for arm in sorted(set(pairs.arm)):
+    for c in levels:
+        try:
             est = expected_speedup(category_speedups(pairs, arm=arm, concurrency=c), traffic_mix)
-            rows.append({"arm": arm, "concurrency": c, "expected_speedup": est.speedup, "lo": est.lo, "hi": est.hi})
-    display(Markdown(f"Expected speedup on a mix of {traffic_mix} (time-weighted, 95 % bootstrap over repeats):"))
-except MixError as exc:  # the run did not measure every kind of work the mix names
-    display(Markdown(f"No expected speedup for the mix {traffic_mix}: {exc}"))
+        except MixError as exc:  # a level the run did not measure for every kind of work the mix names
+            notes.append(f"c={c}: {exc}")
+            continue
+        rows.append({"arm": arm, "concurrency": c, "expected_speedup": est.speedup, "lo": est.lo, "hi": est.hi})
+display(Markdown(f"Expected speedup on a mix of {traffic_mix} (time-weighted, 95 % bootstrap over repeats)"
+                 + (": " if rows else " cannot be formed: ") + "; ".join(notes[:3])))
 pd.DataFrame(rows).round(3)
+
+# %% [markdown]
+# ## Open loop: latency against offered rate
+#
+# Production traffic arrives at a rate whether or not earlier requests finished: near the
+# server's saturation queues form and latency diverges, which a closed loop never shows. This
+# section draws the newest open-loop run of `rate_study` (measure one with `load = "rate"`):
+# TTFT and TPOT percentiles per arm against the offered rate (same arrival times for both
+# arms; a cap on requests in flight is recorded), the rate the server achieved, and the rate
+# above which the drafter stops lowering per-token latency.
+
+# %%
+if rate_nb is None:
+    display(Markdown(f"No open-loop run under `ledgers/concurrency/{rate_study}/` yet: measure one with "
+                     "`make measure-concurrency PARAMS=notebooks/params/rate/concurrency.yaml`."))
+else:
+    display(Markdown(rate_nb.summary))
+    lat = latency_by_rate(rate_nb.df)
+    fig, axes = panels.new_figure(ncols=4, width=3.2, height=2.9)
+    for ax, metric in zip(axes[0], ["p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms"]):
+        panels.latency_vs_rate(ax, lat, metric, colors=colors, title=metric.replace("_", " "))
+    axes[0][0].legend(loc="upper left")
+    rate_nb.save(fig, "concurrency-latency-vs-rate", caption="TTFT and TPOT percentiles against offered rate per arm "
+                 "(open-loop Poisson arrivals, the same schedule for both arms); band: min-max over repeats.")
+    display(Markdown("\n".join(f"- {format_latency_threshold(t)}" for t in latency_threshold(rate_nb.df))))
+    display(lat[["workload", "arm", "rate_rps", "achieved_rate_rps", "peak_in_flight", "p50_ttft_ms", "p99_ttft_ms",
+                 "p50_tpot_ms", "p99_tpot_ms", "p99_send_lateness_ms"]].round(2))
 
 # %% [markdown]
 # ## What the seeds published (separate panels)

@@ -24,15 +24,18 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from specnb import paths
 from specnb.errors import SpecnbError
 from specnb.ledger import utcnow
 
 __all__ = ["ScheduleError", "SCHEDULE_KEY", "RULES", "check_schedule", "choose_k", "derive_schedule",
-           "policy_config", "policy_document", "k_at", "derive_policy", "format_policy"]
+           "policy_config", "policy_document", "k_at", "derive_policy", "format_policy", "policy_check",
+           "policy_file_for", "boundary_levels"]
 
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 RULES = ("lower_bound", "point")
@@ -136,6 +139,7 @@ def policy_document(config: dict[str, Any], chosen: pd.DataFrame, *, source: str
                     max_batch: int) -> str:
     """What ``specnb policy`` writes: the config, the rule, and the evidence per level."""
     doc = {
+        "kind": "policy",
         "speculative_config": config,
         "derived_from": source,
         "workload": workload,
@@ -205,3 +209,73 @@ def format_policy(config: dict[str, Any], chosen: pd.DataFrame, rule: str) -> st
     else:
         lines.append("--speculative-config '" + json.dumps(config, separators=(", ", ": ")) + "'")
     return "\n".join(lines)
+
+
+def policy_check(table: pd.DataFrame, df: pd.DataFrame, *, policy: str, always_on: str) -> pd.DataFrame:
+    """Per level: the policy arm's speedup against the envelope max(baseline, always-on), whether
+    it is at least the better of the two within its interval, the K its schedule gives that
+    concurrency, its drafts per output token, and the batch the server really ran (the mean of
+    ``num_requests_running``: requests in prefill count, waiting ones do not).
+
+    ``table`` is a bootstrap table (:func:`specnb.analysis.tables.summarize`) holding both arms."""
+    from specnb.ledger import read_ledger
+
+    pol = table[table["arm"] == policy].set_index("level")
+    on = table[table["arm"] == always_on].set_index("level")
+    if pol.empty or on.empty:
+        raise ScheduleError(f"the table needs arms {policy!r} and {always_on!r} (has {sorted(set(table['arm']))})")
+    rows_pol = df[(df["arm"] == policy) & (df["status"] == "ok")]
+    schedule = (read_ledger(rows_pol["path"].iloc[0]).arm.speculative_config or {}).get(SCHEDULE_KEY) if len(rows_pol) else None
+    out = []
+    for level in sorted(set(pol.index) & set(on.index)):
+        p, a = pol.loc[level], on.loc[level]
+        envelope = max(1.0, float(a["speedup"]))
+        at = rows_pol[rows_pol["concurrency"] == int(p["concurrency"])]
+        drafts = pd.to_numeric(at.get("num_drafts"), errors="coerce").sum()
+        tokens = pd.to_numeric(at.get("output_tokens"), errors="coerce").sum()
+        out.append({"level": level, "concurrency": int(p["concurrency"]),
+                    "k_scheduled": k_at(schedule, int(p["concurrency"])) if schedule else None,
+                    "always_on": float(a["speedup"]), "policy": float(p["speedup"]),
+                    "policy_lo": float(p["speedup_lo"]), "policy_hi": float(p["speedup_hi"]), "envelope": envelope,
+                    "meets_envelope": bool(p["speedup_hi"] >= envelope),
+                    "short_by": max(0.0, envelope - float(p["speedup"])),
+                    "drafts_per_output_token": drafts / tokens if tokens else None,
+                    "running_mean": pd.to_numeric(at.get("num_requests_running_mean"), errors="coerce").mean()})
+    return pd.DataFrame(out)
+
+
+def policy_file_for(source: str, workload: str, rule: str = "lower_bound", root: str | None = None) -> Path:
+    """The policy to measure: ``source`` is a policy JSON file, a run folder, or ``"<axis>/<study>"``
+    (its newest run). A policy derived from a run is written once beside it
+    (``policy-<workload>-<rule>.json``) and read from there afterwards, so a notebook re-run
+    measures and draws the same schedule."""
+    from specnb.ledger import load_ledgers, write_once
+    from specnb.ledger.runs import find_run
+
+    p = Path(source)
+    if p.suffix == ".json":
+        if not p.is_file():
+            raise ScheduleError(f"no policy file {source}")
+        return p
+    if p.is_dir() and not (Path(root or paths.LEDGERS) / source).is_dir():
+        run = p
+    else:
+        axis, _, study = source.partition("/")
+        if not study:
+            raise ScheduleError(f"policy source {source!r}: give a policy .json, a run folder or '<axis>/<study>'")
+        run = find_run(axis, study, "", root)
+    out = run / f"policy-{workload.replace('/', '_').replace(':', '-')}-{rule}.json"
+    if out.is_file():
+        return out
+    _, _, doc = derive_policy(load_ledgers(run), workload=workload, rule=rule, source=str(run))
+    write_once(out, doc.encode())
+    return out
+
+
+def boundary_levels(policy: Path, levels: Sequence[int]) -> list[int]:
+    """The levels plus both sides of every switch of the policy's schedule (b and b + 1), where
+    vLLM flips K as the batch size crosses the boundary."""
+    cfg = json.loads(Path(policy).read_text())["speculative_config"]
+    sched = cfg.get(SCHEDULE_KEY) or []
+    extra = {b for (_, hi, k), (_, _, k2) in zip(sched, sched[1:], strict=False) if k != k2 for b in (hi, hi + 1)}
+    return sorted(set(levels) | extra)

@@ -24,7 +24,7 @@ from specnb.figures.save import apply_style, arm_colors
 __all__ = [
     "speedup_curves", "throughput_curves", "acceptance_curves", "mark_crossing", "heatmap",
     "grouped_bars", "new_figure", "concurrency_axis", "published_note", "crossings", "mark_best",
-    "curves_against",
+    "curves_against", "frontier", "latency_vs_rate", "curves",
 ]
 
 
@@ -228,3 +228,62 @@ def curves_against(ax: Axes, table: pd.DataFrame, x: str, y: str, *, lo: str | N
                 label=f"{arm}, c={c}")
         if lo and hi:
             ax.fill_between(g[x], g[lo], g[hi], color=colors[arm], alpha=0.12, lw=0)
+
+
+def frontier(ax: Axes, table: pd.DataFrame, *, colors: dict[str, str] | None = None,
+             title: str | None = None) -> None:
+    """Per-user decode tok/s (x) against aggregate output tok/s (y), one curve per arm across its
+    levels (labelled with the level), the Pareto front over every arm marked with rings and a
+    step line (table: :func:`specnb.analysis.latency.frontier`)."""
+    colors = colors or arm_colors(table["arm"])
+    by_rate = "rate_rps" in table.columns and table["rate_rps"].notna().all()
+    level = "rate_rps" if by_rate else "concurrency"
+    for arm, g in table.sort_values(level).groupby("arm", sort=True):
+        ax.errorbar(g["per_user_tok_s"], g["output_tok_s"],
+                    xerr=[g["per_user_tok_s"] - g["per_user_tok_s_min"], g["per_user_tok_s_max"] - g["per_user_tok_s"]],
+                    yerr=[g["output_tok_s"] - g["output_tok_s_min"], g["output_tok_s_max"] - g["output_tok_s"]],
+                    marker="o", ms=4, lw=1.2, elinewidth=0.6, capsize=0, color=colors.get(arm, "k"), label=str(arm))
+        for r in g.itertuples(index=False):
+            ax.annotate(f"{getattr(r, level):g}", (r.per_user_tok_s, r.output_tok_s), textcoords="offset points",
+                        xytext=(3, 3), fontsize=7, color=colors.get(arm, "k"))
+    front = table[table["pareto"]].sort_values("per_user_tok_s")
+    ax.plot(front["per_user_tok_s"], front["output_tok_s"], ls="none", marker="o", ms=10, mfc="none", mec="0.2",
+            mew=0.9, label="Pareto front")
+    ax.plot(front["per_user_tok_s"], front["output_tok_s"], ls=":", color="0.2", lw=0.9, drawstyle="steps-post")
+    ax.set_xlabel("per-user decode tok/s (mean 1 / TPOT)")
+    ax.set_ylabel("aggregate output tok/s")
+    ax.set_ylim(bottom=0)
+    ax.set_xlim(left=0)
+    if title:
+        ax.set_title(title + (" (labels: rate, req/s)" if by_rate else " (labels: concurrency)"))
+
+
+def latency_vs_rate(ax: Axes, table: pd.DataFrame, metric: str, *, colors: dict[str, str] | None = None,
+                    title: str | None = None) -> None:
+    """A latency percentile (e.g. ``p99_ttft_ms``) against offered rate, one line per arm, band =
+    min-max over repeats where the table has it (:func:`specnb.analysis.latency.latency_by_rate`)."""
+    colors = colors or arm_colors(table["arm"])
+    for arm, g in table.sort_values("rate_rps").groupby("arm", sort=True):
+        lo, hi = (g.get(f"{metric}_min"), g.get(f"{metric}_max"))
+        _band(ax, g["rate_rps"], g[metric], lo, hi, color=colors.get(arm, "k"), label=str(arm))
+    ax.set_xlabel("offered rate, requests/s")
+    ax.set_ylabel(metric.replace("_ms", ", ms").replace("_", " "))
+    ax.set_ylim(bottom=0)
+    if title:
+        ax.set_title(title)
+
+
+def curves(ax: Axes, table: pd.DataFrame, y: str, *, lo: str | None = None, hi: str | None = None,
+           x: str = "concurrency", hue: str = "arm", colors: dict[str, str] | None = None,
+           ylabel: str = "", title: str | None = None) -> None:
+    """Any measure against concurrency, one line per ``hue`` value, band from ``lo``/``hi``."""
+    colors = colors or arm_colors(table[hue])
+    for key, g in table.sort_values(x).groupby(hue, sort=True):
+        band = (g[lo], g[hi]) if lo and hi and lo in g and hi in g else (None, None)
+        _band(ax, g[x], g[y], *band, color=colors.get(key, "k"), label=str(key))
+    if x == "concurrency":
+        concurrency_axis(ax, table[x])
+    ax.set_ylabel(ylabel or y)
+    ax.set_ylim(bottom=0)
+    if title:
+        ax.set_title(title)

@@ -20,13 +20,22 @@ from specnb.ledger.store import read_ledger
 __all__ = ["load_ledgers", "load_requests", "load_spec_by_category", "ledger_files", "machine_label"]
 
 
-def _is_published(path: Path) -> bool:
-    """True for a number transcribed from a write-up (``specnb.published``), not measured here."""
+# JSON files that live among ledgers but are not measurements: a published table, a policy
+# derived from a run (``specnb policy``), a sweep's sizing and search records.
+NOT_MEASURED = ("published", "policy", "sizing", "search")
+
+
+def _kind(path: Path) -> str | None:
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError):
-        return False  # not ours to judge: read_ledger reports what is wrong with it
-    return isinstance(data, dict) and data.get("kind") == "published"
+        return None  # not ours to judge: read_ledger reports what is wrong with it
+    return data.get("kind") if isinstance(data, dict) else None
+
+
+def _is_published(path: Path) -> bool:
+    """True for a number transcribed from a write-up (``specnb.published``), not measured here."""
+    return _kind(path) == "published"
 
 
 # a sweep folder's own records beside its points (sweep.json, sizing/, search/): not ledgers
@@ -52,7 +61,7 @@ def ledger_files(sources: Iterable[Path | str] | Path | str, superseded: bool = 
             files += [
                 p for p in sorted(src.rglob("*.json"))
                 if p.name != "sweep.json" and not p.name.startswith(".") and not _sweep_record(src, p)
-                and not _is_published(p) and (superseded or ".superseded-" not in p.name)
+                and _kind(p) not in NOT_MEASURED and (superseded or ".superseded-" not in p.name)
             ]
         elif src.is_file():
             if _is_published(src):
@@ -100,6 +109,7 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
         "machine": machine_label(led.provenance.hardware),
         "vllm_version": led.provenance.versions.get("vllm"),
         "server_mode": led.server.mode if led.server else None,
+        "server_ready_s": led.server.ready_s if led.server else None,
         "kv_cache_tokens": (led.server.kv_capacity or {}).get("total_tokens") if led.server else None,
         "flags": ",".join(led.flags),
         "panel_hash": led.workload.panel_hash,

@@ -15,7 +15,7 @@ from specnb.errors import SpecnbError, plain_name
 
 __all__ = ["AXES", "RunError", "new_run_name", "run_folder", "latest_run", "find_run"]
 
-AXES = ("concurrency", "quantization", "drafter", "temperature", "kv", "parallelism")
+AXES = ("concurrency", "quantization", "drafter", "temperature", "kv", "parallelism", "proposal", "policy")
 
 
 class RunError(SpecnbError):

@@ -26,7 +26,7 @@ from specnb import paths
 from specnb.analysis.tables import label_conditions, run_summary, summarize
 from specnb.figures.save import save_figure
 from specnb.ledger import load_ledgers
-from specnb.ledger.runs import find_run
+from specnb.ledger.runs import RunError, find_run
 from specnb.sweep.study import Study
 
 __all__ = ["AxisRun", "open_axis", "notebook_id", "show"]
@@ -80,11 +80,13 @@ class AxisRun:
                            out_dir=self.figures_dir, notebook=self.notebook, **kwargs)
 
 
-def open_axis(axis: str, params: Mapping[str, Any], *, progress: bool = True, quiet: bool = False) -> AxisRun:
+def open_axis(axis: str, params: Mapping[str, Any], *, progress: bool = True, quiet: bool = False,
+              missing_ok: bool = False) -> AxisRun | None:
     """Validate the notebook's parameters, measure or find the run, load and pair it.
 
     ``params`` is the notebook's namespace (``globals()``): its study parameters and
-    ``measure``, ``run``, ``ledger_root`` and ``figures_dir``.
+    ``measure``, ``run``, ``ledger_root`` and ``figures_dir``. ``missing_ok``: None instead of an
+    error when the study has no run yet (a notebook's optional sections).
     """
     study = Study.from_namespace(axis, dict(params))
     root = params.get("ledger_root") or None
@@ -94,7 +96,12 @@ def open_axis(axis: str, params: Mapping[str, Any], *, progress: bool = True, qu
         for o in outcomes:
             print(o.summary())
     else:
-        folder = find_run(axis, study.study, run, root)
+        try:
+            folder = find_run(axis, study.study, run, root)
+        except RunError:
+            if missing_ok:
+                return None
+            raise
     labels = study.labels()
     df = label_conditions(load_ledgers(folder), labels)
     out = AxisRun(axis=axis, study=study, folder=folder, df=df, table=summarize(df, labels=labels),

@@ -280,7 +280,6 @@ class _SweepRun:
             levels = {wl: [(lv, "asked for") for lv in self.spec.levels()] for wl in self.workloads}
             round_ = 0
             while levels:
-                t_round = time.monotonic()
                 self.run_round(self.points(levels, round_))
                 if self.spec.search is None:
                     break
@@ -288,8 +287,7 @@ class _SweepRun:
 
                 round_ += 1
                 levels = search.next_round(self.spec, self.out_dir, round_,
-                                           elapsed_s=time.monotonic() - self.t_start,
-                                           last_round_s=time.monotonic() - t_round, echo=self.echo)
+                                           elapsed_s=time.monotonic() - self.t_start, echo=self.echo)
         finally:
             self.bar.close()
         return self.outcome
@@ -352,7 +350,7 @@ class _SweepRun:
             if not ok:
                 raise ServerError(f"no request of the {name} panel succeeded while sizing points")
             tpr = sum(ok) / len(ok)
-            doc = {"workload": name, "tokens_per_request": tpr, "requests": len(ok), "measured_at": utcnow(),
+            doc = {"kind": "sizing", "workload": name, "tokens_per_request": tpr, "requests": len(ok), "measured_at": utcnow(),
                    "server": ep.describe()["argv"], "work_floor_tokens": self.spec.work_floor_tokens}
             try:
                 write_once(_sizing_path(self.out_dir, name), (json.dumps(doc, indent=2) + "\n").encode())

@@ -17,8 +17,9 @@ level per curve:
 
 The cap is derived and recorded: ``search.max_concurrency`` when given, ``--max-num-seqs`` in the
 server arguments, and the sessions the smallest KV pool of the run holds at the workload's
-context length (prompt + max_tokens), with 256 as a last resort. The search also stops when
-the run has used its time budget or ``max_rounds``. Every added level is measured for every arm
+context length (prompt + max_tokens), with 256 as a last resort. The search also stops before
+a round that would end past the time budget (estimated from the server starts and points
+measured so far) or after ``max_rounds``. Every added level is measured for every arm
 and repeat, ABBA-ordered, with fresh server starts; each round's decisions are written once to
 ``search/round-NN.json`` (so a resumed run replays them), and each point records its round and
 reason (``search`` in the ledger).
@@ -40,7 +41,7 @@ from specnb.analysis.thresholds import Threshold, thresholds
 from specnb.ledger import load_ledgers, utcnow, write_once
 from specnb.sweep.spec import SweepSpec
 
-__all__ = ["Step", "next_level", "search_cap", "next_round", "DEFAULT_CAP"]
+__all__ = ["Step", "next_level", "search_cap", "next_round", "round_cost", "DEFAULT_CAP"]
 
 DEFAULT_CAP = 256  # when nothing else bounds the search
 
@@ -143,11 +144,22 @@ def search_cap(spec: SweepSpec, df: pd.DataFrame, workload: str) -> tuple[int, s
     return min(caps)
 
 
+def round_cost(spec: SweepSpec, df: pd.DataFrame, new_levels: int) -> float:
+    """About how long a round takes: a server start per repeat and arm (as measured so far) and
+    ``new_levels`` points per start (their mean duration so far)."""
+    blocks = spec.repeats * len(spec.arms)
+    ready = pd.to_numeric(df.get("server_ready_s"), errors="coerce").mean() if len(df) else float("nan")
+    point = pd.to_numeric(df.get("duration_s"), errors="coerce").mean() if len(df) else float("nan")
+    ready = 30.0 if pd.isna(ready) else float(ready)
+    point = 30.0 if pd.isna(point) else float(point)
+    return blocks * (ready + new_levels * point)
+
+
 def _record(out_dir: Path, round_: int) -> Path:
     return out_dir / "search" / f"round-{round_:02d}.json"
 
 
-def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float, last_round_s: float,
+def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
                echo: Callable[[str], None] = print) -> dict[str, list[tuple[float, str]]]:
     """The levels to measure in round ``round_`` per workload (empty: the search is over).
 
@@ -158,14 +170,11 @@ def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
     if path.exists():
         doc = json.loads(path.read_text())
         return {wl: [(float(c), why) for c, why in lv] for wl, lv in doc["levels"].items()}
-    doc: dict[str, Any] = {"round": round_, "decided_at": utcnow(), "elapsed_s": round(elapsed_s, 1),
+    doc: dict[str, Any] = {"kind": "search", "round": round_, "decided_at": utcnow(), "elapsed_s": round(elapsed_s, 1),
                            "levels": {}, "curves": [], "stopped": None}
     budget = spec.search.budget_s
     if round_ > spec.search.max_rounds:
         doc["stopped"] = f"max_rounds ({spec.search.max_rounds}) reached"
-    elif budget is not None and elapsed_s + last_round_s > budget:
-        doc["stopped"] = (f"time budget: {elapsed_s:.0f} s spent, the last round took {last_round_s:.0f} s, "
-                          f"budget {budget:.0f} s")
     else:
         df = load_ledgers(out_dir)
         boot = bootstrap_speedups(df, n_boot=1000)
@@ -185,6 +194,13 @@ def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
                 doc["levels"][wl] = [[c, why] for c, why in sorted(wanted.items())]
         if not doc["levels"]:
             doc["stopped"] = "every curve settled or reached its limit"
+        elif budget is not None:
+            cost = round_cost(spec, df, sum(len(v) for v in doc["levels"].values()))
+            doc["estimated_s"] = round(cost, 1)
+            if elapsed_s + cost > budget:
+                doc["stopped"] = (f"time budget: {elapsed_s:.0f} s spent, the round would take about {cost:.0f} s "
+                                  f"(server starts and points as measured so far), budget {budget:.0f} s")
+                doc["levels"] = {}
     write_once(path, (json.dumps(doc, indent=2) + "\n").encode())
     for c in doc["curves"]:
         echo(f"search round {round_}: {c['arm']} / {c['workload']}: {c['reason']} (cap {c['cap']}: {c['cap_from']})")

@@ -11,12 +11,11 @@ from specnb.analysis.latency import (
     format_goodput,
     frontier,
     goodput,
-    parse_slos,
     pareto_front,
+    parse_slos,
 )
 from specnb.analysis.pairing import AnalysisError
 from specnb.ledger import load_ledgers, write_ledger
-
 from tests.unit.factories import ledger
 
 

@@ -6,7 +6,6 @@ import pandas as pd
 
 from specnb.analysis.lossless import compare_outputs, lossless, lossless_summary
 from specnb.ledger import load_ledgers, write_ledger
-
 from tests.unit.factories import ledger
 
 

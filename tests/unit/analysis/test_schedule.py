@@ -20,7 +20,6 @@ from specnb.analysis.schedule import (
 )
 from specnb.ledger import ArmRecord, load_ledgers, write_ledger
 from specnb.models.theory import acceptance_length
-
 from tests.unit.factories import ledger
 
 LEVELS = [1, 2, 4, 8]

@@ -106,18 +106,22 @@ def test_a_round_is_decided_once_written_and_replayed(tmp_path):
     for i, led in enumerate(df_rows):
         write_ledger(tmp_path / "points" / f"{i:03d}.json", led)
     said = []
-    levels = next_round(_spec(), tmp_path, 1, elapsed_s=10, last_round_s=5, echo=said.append)
+    levels = next_round(_spec(), tmp_path, 1, elapsed_s=10, echo=said.append)
     assert levels == {"copy": [(16.0, "ngram-k4: pays at every level up to c=8: extend to c=16")]}
     record = json.loads((tmp_path / "search" / "round-01.json").read_text())
     assert record["curves"][0]["cap_from"] and said
     # the record is what a resumed run follows, even if the data would now say otherwise
     write_ledger(tmp_path / "points" / "late.json", ledger("ngram-k4", c=16, tok_s=10.0, mal=3))
-    assert next_round(_spec(), tmp_path, 1, elapsed_s=999, last_round_s=5) == levels
+    assert next_round(_spec(), tmp_path, 1, elapsed_s=999) == levels
     # rounds and the time budget bound it
-    assert next_round(_spec(search={"max_rounds": 1}), tmp_path, 2, elapsed_s=0, last_round_s=0) == {}
+    assert next_round(_spec(search={"max_rounds": 1}), tmp_path, 2, elapsed_s=0) == {}
     assert "max_rounds" in json.loads((tmp_path / "search" / "round-02.json").read_text())["stopped"]
-    assert next_round(_spec(search={"budget_s": 60}), tmp_path, 3, elapsed_s=50, last_round_s=20) == {}
-    assert "time budget" in json.loads((tmp_path / "search" / "round-03.json").read_text())["stopped"]
+    # the factory's servers took 20 s to start and its points record no duration (30 s assumed):
+    # a round of one new level costs 2 blocks x (20 + 30) s
+    assert next_round(_spec(search={"budget_s": 60}), tmp_path, 3, elapsed_s=50) == {}
+    rec = json.loads((tmp_path / "search" / "round-03.json").read_text())
+    assert "time budget" in rec["stopped"] and rec["estimated_s"] == pytest.approx(100.0)
+    assert next_round(_spec(search={"budget_s": 200}), tmp_path, 4, elapsed_s=50) != {}
 
 
 @pytest.mark.parametrize("bad, needle", [

@@ -1,0 +1,151 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 8 · Proposal length: which K, at which concurrency?
+#
+# Seed 002 (PrimaLabs, *Speculative decoding under load*) writes throughput as
+# MAL(alpha, K) / T(K): a longer draft raises the mean acceptance length
+# MAL(alpha, K) = (1 - alpha^(K+1)) / (1 - alpha), and raises the step cost
+# T(K) = t0 (1 + (v + d) K) with it; concurrency raises the overhead v + d, so the best K moves
+# left as load grows. Seed 004 advises three to five tokens and says "more is not better".
+# Nobody can deploy "the drafter pays below c~X"; an operator can deploy a K per batch size:
+# vLLM's dynamic speculation schedule. This notebook measures K = 1, 2, 4, 8 against the same
+# baseline at every concurrency, names the best K per level with the share of bootstrap
+# replicates in which it wins, compares the measured acceptance with seed 002's model, and
+# derives the schedule (`specnb policy` writes it; notebook 9 measures it).
+
+# %% tags=["parameters"]
+measure = False  # True: start vLLM and measure a new run before the analysis (minutes)
+study = "cpu"  # ledgers/proposal/<study>/<run>/
+run = ""  # empty: the newest run (or a new time-stamped one when measuring); a run name reads or resumes it
+ledger_root = "ledgers"  # folder holding the <axis>/<study>/<run> tree
+figures_dir = "figures"  # where figures are written (SVG + PNG + sidecar)
+model = "models/SmolLM2-135M-Instruct"  # target checkpoint: local folder or hub id
+served_model_name = "smollm2-135m"  # name the server answers to
+endpoint = ""  # URL of a running server to attach to instead of launching (empty: launch)
+server_args = ["--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "2048"]  # every launch
+env = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # environment for every launch (CPU KV pool in GiB)
+drafters = {"ngram-k1": {"method": "ngram", "num_speculative_tokens": 1, "prompt_lookup_max": 4}, "ngram-k2": {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 4}, "ngram-k4": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}, "ngram-k8": {"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_max": 4}}  # one arm per K
+conditions = {}  # condition name -> what it changes; empty: one condition
+workloads = ["copy"]  # bundled prompt sets or JSONL files (copy-style work: where n-gram drafting pays)
+concurrency = [1, 2, 4, 8]  # concurrency levels (requests in flight)
+search = None  # adaptive search for the crossing (a dict of SearchSpec settings), or None: the levels only
+repeats = 3  # server restarts per arm; arm order alternates
+panel_size = 10  # prompts every point sends, balanced over categories, in whole passes
+work_floor_tokens = 400  # output tokens a point's steady window holds at least (sizes the passes)
+warmup_requests = 2  # per server start, not measured
+max_tokens = 64  # output tokens per request
+temperature = 0.0  # sampling temperature (0 is greedy)
+seed = 0  # sampling seed (per request: seed + prompt index)
+rule = "lower_bound"  # schedule rule: keep a K only where its speedup's lower bound clears 1.0 ("point": the estimate)
+
+# %%
+from IPython.display import Markdown, display
+
+from specnb.analysis import bootstrap_speedups
+from specnb.analysis.proposal import acceptance_vs_model, k_choice, k_model
+from specnb.analysis.schedule import choose_k, derive_policy, format_policy
+from specnb.figures import arm_colors, panels
+from specnb.notebooks import open_axis
+
+nb = open_axis("proposal", globals())
+table = nb.table
+
+# %% [markdown]
+# ## Speedup of each K against concurrency
+#
+# Every K is paired with the same baseline (same prompts, engine build and sampling); bands are
+# 95 % bootstrap intervals over server starts and prompts.
+
+# %%
+colors = arm_colors(table["arm"])
+fig, axes = panels.new_figure(ncols=table.workload.nunique(), width=5.0, height=3.4, sharey=True)
+for ax, (wl, g) in zip(axes[0], table.groupby("workload", sort=True)):
+    panels.speedup_curves(ax, g, colors=colors, title=wl)
+axes[0][0].legend(loc="best")
+nb.save(fig, "proposal-speedup", caption="Paired speedup of n-gram drafting with K = 1, 2, 4, 8 against concurrency; "
+        "band: 95 % bootstrap interval over server starts and prompts.")
+
+# %% [markdown]
+# ## The best K per level, and how sure that choice is
+#
+# The arms of a workload are resampled on the same server starts and prompts, so each bootstrap
+# replicate compares every K on equal luck; the share of replicates in which a K is the best
+# (the baseline, K = 0, included) says how sure the choice is.
+
+# %%
+boot = table.attrs["bootstrap"]
+choice = k_choice(boot, nb.df)
+fig, axes = panels.new_figure(ncols=2, width=4.6, height=3.0)
+for ax, (value, center, cmap, title, fmt) in zip(axes[0], [
+        ("speedup", 1.0, "RdBu", "paired speedup", "{:.2f}"),
+        ("win_share", None, "viridis", "share of replicates where this K is best", "{:.0%}")]):
+    piv = choice.pivot_table(index="k", columns="concurrency", values=value, sort=True)
+    panels.heatmap(ax, piv.sort_index(ascending=False), center=center, cmap=cmap, fmt=fmt, title=title,
+                   cbar_label="on / off" if value == "speedup" else "share")
+    ax.set(xlabel="concurrency", ylabel="K (0 = no drafter)")
+nb.save(fig, "proposal-best-k", caption="Left: paired speedup per K and concurrency. Right: the share of bootstrap "
+        "replicates in which each K (0 = the baseline) is the best at that concurrency.")
+choice[choice.best][["workload", "concurrency", "arm", "k", "speedup", "speedup_lo", "speedup_hi", "win_share"]].round(3)
+
+# %% [markdown]
+# ## Measured acceptance against MAL(alpha, K), and the step cost T(K)
+#
+# alpha is fitted to the per-position acceptance (vLLM's accepted at position i / drafts; under
+# the model position i is accepted with probability alpha^(i+1)). The step cost each K implied
+# is tokens per step / speedup = T(K) / t0; (T(K) / t0 - 1) / K is the overhead per proposed
+# token, v + d in seed 002's notation, and seed 002's best K for it sits beside the measured one.
+# n-gram drafts only when it finds a match: its acceptance counts only the steps that drafted.
+
+# %%
+model_table = k_model(choice, nb.df)
+display(Markdown("```\n" + acceptance_vs_model(model_table) + "\n```"))
+fig, axes = panels.new_figure(ncols=2, width=4.4, height=3.2)
+for (c, g) in model_table.groupby("concurrency", sort=True):
+    g = g.sort_values("k")
+    axes[0][0].plot(g.k, g.mal_measured, marker="o", ms=4, label=f"c={c} measured")
+    axes[0][1].plot(g.k, g.step_cost, marker="o", ms=4, label=f"c={c}")
+ks = sorted(model_table.k.unique())
+alpha = model_table.alpha.dropna().median()
+axes[0][0].plot(ks, [model_table.mal_model[model_table.k == k].mean() for k in ks], "k--", lw=1.2,
+                label=f"MAL(alpha, K), alpha {alpha:.2f}")
+axes[0][0].set(xlabel="K", ylabel="mean acceptance length", title="acceptance length: measured vs model", xticks=ks)
+axes[0][1].set(xlabel="K", ylabel="T(K) / t0 (tokens per step / speedup)", title="step cost each K implied", xticks=ks)
+axes[0][0].legend(fontsize=7)
+axes[0][1].legend(fontsize=7)
+nb.save(fig, "proposal-acceptance-and-step-cost", caption="Left: measured acceptance length per K against "
+        "MAL(alpha, K) with alpha fitted to per-position acceptance. Right: the step cost each K implied.")
+model_table.round(3)
+
+# %% [markdown]
+# ## The schedule to deploy
+#
+# The rule in the parameters cell picks K per measured concurrency; boundaries between two
+# levels whose K differ sit at their geometric mean. Batch size is not concurrency: vLLM counts
+# every scheduled request, prefills included, so a closed loop at concurrency c runs batches of
+# at most c; notebook 9 measures the schedule beside always-on and always-off, including at the
+# boundary.
+
+# %%
+for wl in sorted(set(nb.df.workload)):
+    config, chosen, _ = derive_policy(nb.df, workload=wl, rule=rule)
+    display(Markdown(f"**{wl}**\n```\n" + format_policy(config, chosen, rule) + "\n```"))
+choose_k(choice[choice.workload == sorted(set(nb.df.workload))[0]], rule)
+
+# %% [markdown]
+# ## How to read this
+#
+# On 2 CPU cores a 135M model is compute-bound from the first request, so the CPU curves show
+# the method, not GPU numbers: what carries over is how the best K moves with concurrency and
+# how sure each choice is. The GPU parameter file sweeps K = 1 to 8 for n-gram and EAGLE-3 on
+# Llama-3.1-8B.

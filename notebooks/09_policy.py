@@ -1,0 +1,110 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 9 · The policy: measure the schedule you would deploy
+#
+# Notebook 8 derives a speculative config from a K sweep: vLLM's dynamic speculation schedule
+# (`num_speculative_tokens_per_batch_size`), a K per batch-size range, 0 where no K pays. A
+# derived policy is a claim until it is measured. This notebook measures it as its own arm,
+# paired with the baseline (always off) and always-on, in one run; the policy should be at
+# least the better of the two at every concurrency: on the envelope max(1, always-on speedup).
+#
+# Where it falls short the table says by how much and why. Batch size is not concurrency:
+# vLLM picks K from the requests it schedules in a step, prefills included, with no hysteresis,
+# so near a boundary the batch flips between two ranges (vLLM issue #49548 reports throughput
+# collapsing there on GPU); the run measures both sides of every switch and records how often
+# the policy arm drafted and what batch the server really ran.
+
+# %% tags=["parameters"]
+measure = False  # True: start vLLM and measure a new run before the analysis (minutes)
+study = "cpu"  # ledgers/policy/<study>/<run>/
+run = ""  # empty: the newest run (or a new time-stamped one when measuring); a run name reads or resumes it
+ledger_root = "ledgers"  # folder holding the <axis>/<study>/<run> tree
+figures_dir = "figures"  # where figures are written (SVG + PNG + sidecar)
+model = "models/SmolLM2-135M-Instruct"  # target checkpoint: local folder or hub id
+served_model_name = "smollm2-135m"  # name the server answers to
+endpoint = ""  # URL of a running server to attach to instead of launching (empty: launch)
+server_args = ["--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "2048"]  # every launch
+env = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # environment for every launch (CPU KV pool in GiB)
+drafters = {"always-on": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}}  # the drafter always on; the policy arm is added from policy_from
+policy_from = "proposal/cpu"  # the schedule to measure: a policy .json, a run folder, or <axis>/<study> (its newest run)
+policy_workload = "copy"  # the workload the schedule is derived for
+rule = "lower_bound"  # how the schedule keeps a K: where its lower bound clears 1.0 ("point": the estimate)
+conditions = {}  # condition name -> what it changes; empty: one condition
+workloads = ["copy"]  # bundled prompt sets or JSONL files
+concurrency = [1, 2, 4, 8]  # concurrency levels; both sides of every switch of the schedule are added
+search = None  # adaptive search for the crossing (SearchSpec settings), or None: the levels only
+repeats = 3  # server restarts per arm; arm order alternates
+panel_size = 10  # prompts every point sends, balanced over categories, in whole passes
+work_floor_tokens = 400  # output tokens a point's steady window holds at least (sizes the passes)
+warmup_requests = 2  # per server start, not measured
+max_tokens = 64  # output tokens per request
+temperature = 0.0  # sampling temperature (0 is greedy)
+seed = 0  # sampling seed (per request: seed + prompt index)
+
+# %%
+import json
+
+from IPython.display import Markdown, display
+
+from specnb.analysis.schedule import boundary_levels, policy_check, policy_file_for
+from specnb.figures import arm_colors, panels
+from specnb.notebooks import open_axis
+
+policy = policy_file_for(policy_from, policy_workload, rule, ledger_root)
+levels = boundary_levels(policy, concurrency)
+nb = open_axis("policy", {**globals(), "drafters": {**drafters, "policy": {"policy_file": str(policy)}},
+                          "concurrency": levels})
+table = nb.table
+config = json.loads(policy.read_text())["speculative_config"]
+display(Markdown(f"Policy `{policy}`: `--speculative-config '{json.dumps(config)}'`"))
+
+# %% [markdown]
+# ## Three curves and the envelope
+#
+# Speedup against the baseline (always off, 1.0) of always-on and of the policy, with 95 %
+# bootstrap intervals; the dashed line is the envelope max(1, always-on): the better of the two
+# fixed choices at each concurrency, which a schedule should reach.
+
+# %%
+check = policy_check(table, nb.df, policy="policy", always_on="always-on")
+colors = arm_colors(table["arm"])
+fig, axes = panels.new_figure(width=5.2, height=3.6)
+ax = axes[0][0]
+panels.speedup_curves(ax, table, colors=colors, title=policy_workload)
+ax.plot(check.concurrency, check.envelope, ls="--", color="0.3", lw=1.0, label="envelope max(off, on)")
+for r in check[check.k_scheduled.notna()].itertuples():
+    ax.annotate(f"K={int(r.k_scheduled)}", (r.concurrency, r.policy), textcoords="offset points", xytext=(0, -12),
+                fontsize=7, ha="center", color=colors.get("policy", "k"))
+ax.legend(loc="best")
+nb.save(fig, "policy-vs-always", caption="Speedup of always-on n-gram and of the derived schedule (K labelled) against "
+        "the baseline; dashed: the envelope max(baseline, always-on); bands: 95 % bootstrap intervals.")
+met = check.meets_envelope.all()
+display(Markdown(("At every measured concurrency the policy reaches the envelope within its interval." if met else
+                  "The policy falls short of the envelope at c=" + ", ".join(
+                      f"{r.concurrency} (by {r.short_by:.2f}x; K={r.k_scheduled}, batch {r.running_mean:.1f}, "
+                      f"{r.drafts_per_output_token or 0:.2f} drafts per output token)"
+                      for r in check[~check.meets_envelope].itertuples()))))
+check.round(3)
+
+# %% [markdown]
+# ## At the boundary
+#
+# Both sides of every switch are measured. `running_mean` is the batch vLLM really ran (the
+# mean of `num_requests_running`); `drafts_per_output_token` shows how often the policy arm
+# drafted: near a boundary the batch crosses it as requests finish and new ones prefill, so the
+# arm drafts at some steps and not at others.
+
+# %%
+check[["concurrency", "k_scheduled", "running_mean", "drafts_per_output_token", "always_on", "policy", "policy_lo",
+       "policy_hi", "envelope", "meets_envelope"]].round(3)
