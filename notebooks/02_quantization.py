@@ -40,6 +40,7 @@ drafters = {"ngram-k4": {"method": "ngram", "num_speculative_tokens": 4, "prompt
 conditions = {"bf16": {"label": "bf16"}, "w8a8": {"model": "models/SmolLM2-135M-Instruct-W8A8", "label": "INT8 W8A8"}, "w4a16": {"model": "models/SmolLM2-135M-Instruct-W4A16-G64", "label": "INT4 W4A16 g64"}}  # checkpoint -> its folder
 workloads = ["copy"]  # bundled prompt sets or JSONL files
 concurrency = [1, 4]  # concurrency levels (requests in flight)
+search = None  # adaptive search for each curve's crossing (SearchSpec settings such as budget_s), or None: the levels only
 repeats = 2  # server restarts per arm; arm order alternates (3 would narrow the intervals; 2 bounds this CPU run's time)
 panel_size = 10  # prompts every point sends, balanced over categories, in whole passes
 work_floor_tokens = 400  # output tokens a point's steady window holds at least (sizes the passes)

@@ -44,6 +44,7 @@ drafters = {"ngram-k4": {"method": "ngram", "num_speculative_tokens": 4, "prompt
 conditions = {}  # condition name -> what it changes; empty: one condition
 workloads = ["copy", "freeform"]  # bundled prompt sets (categories inside) or JSONL files
 concurrency = [1, 4]  # concurrency levels (requests in flight)
+search = None  # adaptive search for each curve's crossing (SearchSpec settings such as budget_s), or None: the levels only
 repeats = 3  # server restarts per arm; arm order alternates
 panel_size = 10  # prompts every point sends, balanced over categories, in whole passes
 work_floor_tokens = 400  # output tokens a point's steady window holds at least (sizes the passes)

@@ -38,6 +38,7 @@ drafters = {"ngram-k4": {"method": "ngram", "num_speculative_tokens": 4, "prompt
 conditions = {"t0": {"temperature": 0.0, "label": "T 0"}, "t0.5": {"temperature": 0.5, "label": "T 0.5"}, "t1": {"temperature": 1.0, "label": "T 1"}}  # temperature conditions
 workloads = ["copy"]  # bundled prompt sets or JSONL files
 concurrency = [1, 4]  # concurrency levels (requests in flight)
+search = None  # adaptive search for each curve's crossing (SearchSpec settings such as budget_s), or None: the levels only
 repeats = 2  # server restarts per arm; arm order alternates (3 would narrow the intervals; 2 bounds this CPU run's time)
 panel_size = 10  # prompts every point sends, balanced over categories, in whole passes
 work_floor_tokens = 400  # output tokens a point's steady window holds at least (sizes the passes)

@@ -43,6 +43,7 @@ drafters = {"draft-noise0.05": {"model": "models/SmolLM2-135M-Instruct-noise0.05
 conditions = {"pool": {"label": "1 GiB pool", "concurrency": [4]}, "fp8": {"server_args": ["--kv-cache-dtype", "fp8"], "label": "1 GiB, fp8 KV", "concurrency": [4]}, "tight": {"server_args": ["--max-model-len", "1024", "--num-gpu-blocks-override", "9"], "max_tokens": 128, "label": "9 blocks (1,152 tokens)"}}  # pool conditions
 workloads = ["copy"]  # bundled prompt sets or JSONL files
 concurrency = [1, 4, 8]  # concurrency levels (requests in flight)
+search = None  # adaptive search for each curve's crossing (SearchSpec settings such as budget_s), or None: the levels only
 context_tokens = 2048  # context length for the sessions-per-pool reading
 repeats = 2  # server restarts per arm; arm order alternates (3 would narrow the intervals; 2 bounds this CPU run's time)
 panel_size = 10  # prompts every point sends, balanced over categories, in whole passes

@@ -42,6 +42,7 @@ drafters = {"ngram-k4": {"method": "ngram", "num_speculative_tokens": 4, "prompt
 conditions = {"single": {"label": "1 engine"}, "dp2": {"server_args": ["--data-parallel-size", "2"], "env": {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}, "label": "DP 2"}, "tp2": {"server_args": ["--tensor-parallel-size", "2"], "env": {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}, "label": "TP 2"}}  # layout -> server changes
 workloads = ["copy"]  # bundled prompt sets or JSONL files
 concurrency = [1, 4, 8]  # concurrency levels (requests in flight)
+search = None  # adaptive search for each curve's crossing (SearchSpec settings such as budget_s), or None: the levels only
 repeats = 2  # server restarts per arm; arm order alternates (3 would narrow the intervals; 2 bounds this CPU run's time)
 panel_size = 10  # prompts every point sends, balanced over categories, in whole passes
 work_floor_tokens = 400  # output tokens a point's steady window holds at least (sizes the passes)
