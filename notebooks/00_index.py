@@ -20,17 +20,19 @@
 #
 # | notebook | question | seed |
 # | --- | --- | --- |
-# | `01_concurrency` | Below which concurrency does the drafter pay (threshold concurrency, with its interval)? | 000, 002 |
+# | `01_concurrency` | Below which concurrency does the drafter pay (threshold with its interval, found by an adaptive search)? Which arm and level serve the most traffic under a latency target (frontier, goodput)? Latency against offered rate (open loop). | 000, 002 |
 # | `02_quantization` | Does a quantized checkpoint keep the gain? Judge on final throughput, not the multiplier. | 000 |
 # | `03_drafter` | n-gram or a trained drafter, on which kind of prompts (per category)? | 000, 004 |
 # | `04_temperature` | Does the drafter still pay at the temperature the service samples at? | 000 |
 # | `05_kv` | How many KV seats does the drafter take; what happens under a small pool? | 000, 002 |
 # | `06_parallelism` | Tensor vs data parallel x drafter: which lever is worth more? | 002 |
 # | `07_calculator` | The seeds' formulas: acceptance length, best K, Amdahl, KV sessions, a step-cost model. | 000, 002, 004 |
+# | `08_proposal` | Which K at which concurrency, how sure is that choice, and the schedule to deploy (vLLM's K per batch size)? | 002, 004 |
+# | `09_policy` | Does the derived schedule reach the better of always-on and always-off at every concurrency? | 002 |
 #
 # Every axis notebook has one `parameters` cell. `measure = False` (the default) reads the
 # newest committed run under `ledgers/<axis>/<study>/`; `make measure-<axis>` runs it with
-# `measure = True` and the CPU parameters (the notebook's own parameters cell), or with
+# `measure = True` and the CPU defaults (the notebook's own parameters cell), or with
 # `PARAMS=notebooks/params/gpu/<axis>.yaml` on a GPU machine. `make figures` re-executes all of
 # them on the committed ledgers and writes `figures/` and `notebooks/executed/`.
 #
