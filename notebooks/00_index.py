@@ -46,17 +46,16 @@ ledger_root = "ledgers"  # folder holding the <axis>/<study>/<run> tree
 # ## The runs the notebooks read now
 
 # %%
-from pathlib import Path
-
 import pandas as pd
 
+from specnb import paths
 from specnb.ledger import load_ledgers
 from specnb.ledger.published import list_published
 from specnb.ledger.runs import AXES
 
 rows = []
 for axis in AXES:
-    for study_dir in sorted(p for p in (Path(ledger_root) / axis).glob("*") if p.is_dir()):
+    for study_dir in sorted(p for p in (paths.resolve(ledger_root) / axis).glob("*") if p.is_dir()):
         runs = sorted(p for p in study_dir.iterdir() if p.is_dir())
         if not runs:
             continue

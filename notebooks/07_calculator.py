@@ -72,11 +72,11 @@ figures_dir = "figures"  # where save_figure writes
 
 # %%
 import dataclasses
-from pathlib import Path
 
 import ipywidgets as w
 from IPython.display import Markdown, display
 
+from specnb import paths
 from specnb.analysis import kv_capacity, speedup_table
 from specnb.figures import calculator as calc
 from specnb.figures import save_figure
@@ -87,7 +87,7 @@ from specnb.models import stepcost as sc
 
 NB = "07_calculator"
 SLIDERS = calc.interactive_mode(interactive)
-folder = Path(ledgers)
+folder = paths.resolve(ledgers)  # relative to the repository, wherever the kernel runs
 df = load_ledgers(folder) if folder.is_dir() else None
 if df is None:
     print(f"note: no ledgers at {folder}; measured marks and the model check are skipped "

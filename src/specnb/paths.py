@@ -2,6 +2,11 @@
 
 The repository root is found from this file when specnb is installed in editable mode
 (the normal set-up); ``SPECNB_ROOT`` overrides it, e.g. for a wheel install.
+
+Relative paths a notebook is given (``ledger_root = "ledgers"``, ``figures_dir = "figures"``)
+mean the same folder whoever runs it: papermill runs a kernel in the repository root, but
+JupyterLab starts it in the notebook's own folder (``notebooks/``). :func:`resolve` reads
+them against :data:`ROOT`.
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["ROOT", "MODELS", "LEDGERS", "CACHE", "SCHEMAS", "CONFIGS"]
+__all__ = ["ROOT", "MODELS", "LEDGERS", "CACHE", "SCHEMAS", "CONFIGS", "resolve"]
 
 
 def _root() -> Path:
@@ -29,3 +34,9 @@ LEDGERS = ROOT / "ledgers"
 CACHE = ROOT / ".cache"
 SCHEMAS = ROOT / "schemas"
 CONFIGS = ROOT / "configs"
+
+
+def resolve(path: str | os.PathLike[str]) -> Path:
+    """``path`` itself when absolute, else read against the repository root (not the working folder)."""
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else ROOT / p

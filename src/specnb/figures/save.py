@@ -65,7 +65,7 @@ def arm_colors(names: Iterable[str]) -> dict[str, str]:
 def _files(sources: Iterable[Path | str]) -> list[Path]:
     out: list[Path] = []
     for s in sources:
-        p = Path(s)
+        p = paths.resolve(s)
         if p.is_dir():
             out += sorted(q for q in p.rglob("*") if q.is_file() and "logs" not in q.parts)
         elif p.is_file():
@@ -87,7 +87,7 @@ def sources_digest(sources: Iterable[Path | str]) -> tuple[str, int]:
 
 
 def _rel(p: Path | str) -> str:
-    p = Path(p).resolve()
+    p = paths.resolve(p).resolve()
     try:
         return str(p.relative_to(paths.ROOT))
     except ValueError:
@@ -107,11 +107,13 @@ def save_figure(
     """Write ``<out_dir>/<fig_id>.{svg,png}`` and ``<fig_id>.json`` (what it was drawn from).
 
     ``sources`` are the ledger files or folders (measured or published) the figure shows.
+    Relative ``sources`` and ``out_dir`` are read against the repository root
+    (:func:`specnb.paths.resolve`), whichever folder the kernel runs in.
     """
     if not _ID.match(fig_id):
         raise ValueError(f"figure id {fig_id!r}: use lowercase letters, digits and '-'")
     sources = list(sources)
-    out = Path(out_dir) if out_dir is not None else FIGURES
+    out = paths.resolve(out_dir) if out_dir is not None else FIGURES
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
     for fmt in formats:

@@ -85,11 +85,14 @@ def open_axis(axis: str, params: Mapping[str, Any], *, progress: bool = True, qu
     """Validate the notebook's parameters, measure or find the run, load and pair it.
 
     ``params`` is the notebook's namespace (``globals()``): its study parameters and
-    ``measure``, ``run``, ``ledger_root`` and ``figures_dir``. ``missing_ok``: None instead of an
-    error when the study has no run yet (a notebook's optional sections).
+    ``measure``, ``run``, ``ledger_root`` and ``figures_dir`` (relative paths are read against
+    the repository root, :func:`specnb.paths.resolve`, so JupyterLab and papermill agree).
+    ``missing_ok``: None instead of an error when the study has no run yet (a notebook's
+    optional sections).
     """
     study = Study.from_namespace(axis, dict(params))
-    root = params.get("ledger_root") or None
+    # relative to the repository, not the kernel's folder (JupyterLab starts it in notebooks/)
+    root = paths.resolve(params["ledger_root"]) if params.get("ledger_root") else None
     run = params.get("run") or ""
     if params.get("measure"):
         folder, outcomes = study.run(root, run or None, progress=progress)
@@ -105,7 +108,7 @@ def open_axis(axis: str, params: Mapping[str, Any], *, progress: bool = True, qu
     labels = study.labels()
     df = label_conditions(load_ledgers(folder), labels)
     out = AxisRun(axis=axis, study=study, folder=folder, df=df, table=summarize(df, labels=labels),
-                  figures_dir=params.get("figures_dir") or "figures", notebook=notebook_id(axis), labels=labels)
+                  figures_dir=paths.resolve(params.get("figures_dir") or "figures"), notebook=notebook_id(axis), labels=labels)
     if not quiet:
         show(out.summary)
     return out

@@ -7,6 +7,15 @@ to a notebook in memory, lets papermill inject the parameters after the tagged c
 from the repository root (so relative paths such as ``ledgers/...`` mean the same thing in
 every caller) and writes the executed copy for review.
 
+The executed copy is byte-stable: two runs on the same ledgers write the same file
+(:func:`stabilise`: cell ids from each cell's content instead of random ones, no timings,
+no kernel noise, no widget state), so ``make -B figures`` leaves ``git status`` clean.
+
+With ``progress``, the kernel's own output is relayed as it comes (``make demo``), and the
+kernel's sweep prints one plain line per measured point (``SPECNB_PROGRESS=lines``,
+:mod:`specnb.sweep.progress`): a notebook's widget bar never advances outside a notebook
+front end, and a ``\r``-redrawn bar does not survive the kernel's output channel.
+
 A notebook's ``parameters`` cell holds its defaults (the CPU run); a parameter file
 (``notebooks/params/gpu/<axis>.yaml``, YAML: papermill's own format) overrides some of them.
 :func:`read_params` reads one and refuses keys the notebook's parameters cell does not
@@ -16,7 +25,10 @@ define, so a typo fails in one line instead of being silently injected.
 from __future__ import annotations
 
 import ast
+import hashlib
+import os
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +37,13 @@ import yaml
 from specnb import paths
 from specnb.errors import SpecnbError, exit_code
 
-__all__ = ["NotebookError", "notebook_parameters", "read_params", "execute", "NOTEBOOKS"]
+__all__ = ["NotebookError", "notebook_parameters", "read_params", "execute", "stabilise", "stable_cell_ids",
+           "NOTEBOOKS", "KERNELSPEC"]
 
 NOTEBOOKS = paths.ROOT / "notebooks"
+# what JupyterLab writes when it saves a notebook, so a save from Lab leaves a header as committed
+KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 class NotebookError(SpecnbError):
@@ -105,38 +121,73 @@ def execute(
     if unknown:
         raise NotebookError(f"{source.name}: unknown parameter(s) {unknown}")
     nb = _read(source)
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_suffix(".src.ipynb")
     nbformat.write(nb, tmp)
+    # the kernel inherits this process' environment: a sweep in it prints a line per point
+    saved = os.environ.get("SPECNB_PROGRESS")
+    if progress and saved is None:
+        os.environ["SPECNB_PROGRESS"] = "lines"
     try:
+        # relayed raw (stdout_file / stderr_file) as the kernel writes it, not through papermill's
+        # logger, which would print stderr twice
         pm.execute_notebook(
             str(tmp), str(output), parameters=params, cwd=str(cwd or paths.ROOT),
-            kernel_name="python3", progress_bar=progress, log_output=progress,
-            execution_timeout=timeout_s, stdout_file=None, stderr_file=sys.stderr if progress else None,
+            kernel_name="python3", progress_bar=False, log_output=False,
+            execution_timeout=timeout_s, stdout_file=sys.stdout if progress else None,
+            stderr_file=sys.stderr if progress else None,
         )
     finally:
+        if progress and saved is None:
+            os.environ.pop("SPECNB_PROGRESS", None)
         tmp.unlink(missing_ok=True)
         if output.exists():
-            _stabilise(output)
+            stabilise(output)
     return output
 
 
-def _stabilise(path: Path) -> None:
-    """Drop papermill's timings and kernel noise so a re-run on the same data diffs clean."""
+def stable_cell_ids(nb: Any) -> None:
+    """Give every cell an id made from its type and source (in place).
+
+    A jupytext ``.py`` stores no cell ids, so reading one gives every cell a random id, and
+    papermill gives its injected-parameters cell another: without this, every run of the same
+    notebook on the same data writes a different file. Content ids (the first 8 hex digits of
+    sha256(type NUL source), ``-2``, ``-3``... for repeated content) stay put when another
+    cell is inserted, so diffs stay small and the reports' ``#cell-id=`` links keep working.
+    """
+    seen: Counter[str] = Counter()
+    for cell in nb.cells:
+        src = cell.source if isinstance(cell.source, str) else "".join(cell.source)
+        digest = hashlib.sha256(f"{cell.cell_type}\0{src}".encode()).hexdigest()[:8]
+        seen[digest] += 1
+        cell["id"] = digest if seen[digest] == 1 else f"{digest}-{seen[digest]}"
+
+
+def stabilise(path: Path | str) -> Path:
+    """Rewrite an executed notebook without what differs between two runs on the same data:
+    papermill's timings and paths, nbclient's per-cell timings, stderr (kernel warnings),
+    widget state and views (random model ids; a measuring run's progress widget), random
+    cell ids. Idempotent."""
     import nbformat
 
+    path = Path(path)
     nb = nbformat.read(path, as_version=4)
     pm_meta = nb.metadata.get("papermill", {})
     for key in ("start_time", "end_time", "duration", "input_path", "output_path", "environment_variables"):
         pm_meta.pop(key, None)
+    nb.metadata.pop("widgets", None)
     for cell in nb.cells:
         cell.metadata.pop("papermill", None)
         cell.metadata.pop("execution", None)
         if cell.cell_type == "code":
             cell.outputs = [o for o in cell.outputs
-                            if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
+                            if not (o.get("output_type") == "stream" and o.get("name") == "stderr")
+                            and WIDGET_VIEW not in o.get("data", {})]
+    stable_cell_ids(nb)
+    nbformat.validate(nb)
     nbformat.write(nb, path)
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,12 +203,6 @@ def main(argv: list[str] | None = None) -> int:
                    help="a parameter, value in YAML syntax (e.g. -p measure true)")
     p.add_argument("--progress", action="store_true")
     a = p.parse_args(argv)
-    if a.progress:
-        import logging
-
-        # papermill relays the kernel's output (the sweep's progress bar) through its logger
-        logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-
     def run() -> int:
         try:
             params = {k: yaml.safe_load(v) for k, v in a.param}

@@ -43,7 +43,6 @@ from typing import Any
 
 import aiohttp
 import pandas as pd
-from tqdm.auto import tqdm
 
 from specnb.analysis.schedule import k_at
 from specnb.engine import loadgen, metrics
@@ -69,6 +68,7 @@ from specnb.ledger import (
 from specnb.prompts.workload import Prompt, Workload, prompts_hash
 from specnb.sweep.arm import Arm
 from specnb.sweep.preflight import prepare
+from specnb.sweep.progress import progress_bar
 from specnb.sweep.spec import SweepError, SweepSpec, blocks, level_tag, point_path
 
 __all__ = ["SweepOutcome", "run_sweep", "server_args_for", "PER_REQUEST_SPEC_FLAG", "CLIENT_BUSY"]
@@ -249,8 +249,7 @@ class _SweepRun:
             f = _sizing_path(out_dir, name)
             if f.exists():
                 self.tokens_per_request[name] = float(json.loads(f.read_text())["tokens_per_request"])
-        self.bar = tqdm(total=0, unit="req", disable=not progress, dynamic_ncols=True,
-                        desc=spec.name, file=sys.stderr)
+        self.bar = progress_bar(0, desc=spec.name, enabled=progress, dynamic_ncols=True, file=sys.stderr)
         self.t_start = time.monotonic()
 
     # -- the plan --------------------------------------------------------------------------
