@@ -108,19 +108,20 @@ def save_figure(
 
     ``sources`` are the ledger files or folders (measured or published) the figure shows.
     Relative ``sources`` and ``out_dir`` are read against the repository root
-    (:func:`specnb.paths.resolve`), whichever folder the kernel runs in.
+    (:func:`specnb.paths.resolve`), whichever folder the kernel runs in; the returned paths
+    keep ``out_dir`` as given (a notebook shows the same text in every checkout).
     """
     if not _ID.match(fig_id):
         raise ValueError(f"figure id {fig_id!r}: use lowercase letters, digits and '-'")
     sources = list(sources)
-    out = paths.resolve(out_dir) if out_dir is not None else FIGURES
+    named = Path(out_dir) if out_dir is not None else FIGURES  # returned as the caller named it
+    out = paths.resolve(named)
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
     for fmt in formats:
-        path = out / f"{fig_id}.{fmt}"
         meta = {"Date": None} if fmt == "svg" else ({"Software": None} if fmt == "png" else None)
-        fig.savefig(path, format=fmt, metadata=meta)
-        written[fmt] = path
+        fig.savefig(out / f"{fig_id}.{fmt}", format=fmt, metadata=meta)
+        written[fmt] = named / f"{fig_id}.{fmt}"
     digest, n = sources_digest(sources)
     sidecar = {
         "id": fig_id,
@@ -131,7 +132,6 @@ def save_figure(
         "sources_sha256": digest,
         "files": sorted(p.name for p in written.values()),
     }
-    side = out / f"{fig_id}.json"
-    side.write_text(json.dumps(sidecar, indent=2) + "\n")
-    written["json"] = side
+    (out / f"{fig_id}.json").write_text(json.dumps(sidecar, indent=2) + "\n")
+    written["json"] = named / f"{fig_id}.json"
     return written

@@ -108,7 +108,7 @@ def open_axis(axis: str, params: Mapping[str, Any], *, progress: bool = True, qu
     labels = study.labels()
     df = label_conditions(load_ledgers(folder), labels)
     out = AxisRun(axis=axis, study=study, folder=folder, df=df, table=summarize(df, labels=labels),
-                  figures_dir=paths.resolve(params.get("figures_dir") or "figures"), notebook=notebook_id(axis), labels=labels)
+                  figures_dir=params.get("figures_dir") or "figures", notebook=notebook_id(axis), labels=labels)
     if not quiet:
         show(out.summary)
     return out
