@@ -13,13 +13,14 @@ from pathlib import Path
 
 from specnb import paths
 from specnb.engine.plugins import ENTRY_POINT_GROUP, synthetic_cpu
+from specnb.engine.releases import parse_version, required_release
 from specnb.engine.vllm import installed_vllm
 from specnb.ledger.schema import drafter_method
 from specnb.prompts.workload import Workload, WorkloadError, resolve
 from specnb.sweep.arm import ArmError, check_drafter
 from specnb.sweep.spec import SweepError, SweepSpec
 
-__all__ = ["prepare", "CPU_CEILING_DRAFTERS"]
+__all__ = ["prepare", "check_engine_release", "CPU_CEILING_DRAFTERS"]
 
 
 def _resolve_model(model: str | None) -> str | None:
@@ -40,6 +41,7 @@ def prepare(spec: SweepSpec) -> tuple[str | None, dict[str, Workload], dict[str,
     if any(a.endpoint is None for a in spec.arms) and importlib.util.find_spec("vllm") is None:
         raise SweepError("vLLM is not installed in this environment: run `make setup` "
                          "(`make setup EXTRA=gpu` on a GPU machine), or attach to running endpoints")
+    check_engine_release(spec)
     wls: dict[str, Workload] = {}
     try:
         for w in spec.workloads:
@@ -96,6 +98,23 @@ def _check_schedules(spec: SweepSpec) -> None:
             if size is not None and size.strip() != "1":
                 raise SweepError(f"arm {arm.name!r}: vLLM turns dynamic speculation off with --data-parallel-size "
                                  f"{size}; measure the schedule on one engine")
+
+
+def check_engine_release(spec: SweepSpec, version: str | None = None) -> None:
+    """Refuse, in one line, an installed vLLM older than what this sweep's launched arms need
+    (:mod:`specnb.engine.releases`); attached endpoints are not ours to check."""
+    launched = [a for a in spec.arms if a.endpoint is None]
+    if not launched:
+        return
+    version = version or installed_vllm()["version"]
+    have = parse_version(version)
+    if have is None:
+        return  # not installed (said elsewhere) or a build without a release number
+    need, why = required_release(a.speculative_config for a in launched)
+    if have < need:
+        wanted = ".".join(map(str, need))
+        raise SweepError(f"vLLM {version} is installed; this sweep needs {wanted} or newer "
+                         f"({'; '.join(why) or 'per-request acceptance'}): pip install -U 'vllm>={wanted}'")
 
 
 # Drafters seen to run on the CPU build (cpu-engine.md); a ceiling arm still runs its drafter.
