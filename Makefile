@@ -53,13 +53,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m specnb.setup.machine engine
 	@touch $@
 
-# the lab extra (JupyterLab) and, for the browser tests, playwright: not part of the core install
+# the lab extra (JupyterLab) and, for the browser tests, playwright: not part of the core install.
+# Not '.[$(EXTRA),...]': that would put back the engine's broken extras the repair removed.
 $(LAB_STAMP): $(STAMP) pyproject.toml
-	$(PY) -m pip install -q -e '.[$(EXTRA),dev,lab]'
+	$(PY) -m pip install -q -e '.[lab]'
+	$(PY) -m specnb.setup.machine engine
 	@touch $@
 
 $(BROWSER_STAMP): $(LAB_STAMP) pyproject.toml
-	$(PY) -m pip install -q -e '.[$(EXTRA),dev,lab,browser]'
+	$(PY) -m pip install -q -e '.[lab,browser]'
+	$(PY) -m specnb.setup.machine engine
 	@touch $@
 
 $(MODEL)/config.json: | $(STAMP)

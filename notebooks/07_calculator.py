@@ -48,6 +48,7 @@ kv_sessions = 6.7  # sessions the KV pool holds without a drafter (seed 000)
 kv_context_tokens = 256000  # context length those sessions have, tokens (seed 000: 256k)
 drafter_kv_share = 0.36  # share of the KV pool the drafter takes (seed 000: about 36 %)
 preset = "cpu-demo"  # hardware preset, a name in src/specnb/models/data/hardware.toml (GPU: params/gpu/calculator.yaml)
+compute_dtype = "bf16"  # precision the target's matmuls run at, picks the preset's peak: bf16, fp8 (FP8 W8A8) or fp4 (NVFP4 W4A4)
 step_overhead_ms = None  # fixed cost per engine step, ms; None: the preset's value
 target_name = "SmolLM2-135M-Instruct (bf16)"  # label of the target model
 target_params_b = 0.134515008  # target parameters, billions (counted from models/SmolLM2-135M-Instruct/config.json)
@@ -204,7 +205,7 @@ if SLIDERS:
 # scheduling effects (`specnb.models.stepcost` says why).
 
 # %%
-hw = hardware.load_hardware(preset)
+hw = hardware.load_hardware(preset).for_dtype(compute_dtype)
 if step_overhead_ms is not None:
     hw = dataclasses.replace(hw, step_overhead_s=step_overhead_ms / 1e3)
 target = sc.TargetModel(target_name, target_params_b * 1e9, target_params_b * 1e9 * target_bytes_per_param,
@@ -227,7 +228,7 @@ save_figure(fig, "calculator-stepcost", [], out_dir=figures_dir, notebook=NB,
 kind, at = sc.predicted_crossing(scenario(), c_max=concurrency_max)
 fits = sc.max_concurrency(scenario(), speculative=True)
 display(Markdown(
-    f"**{preset}** ({hw.bandwidth_bytes_s / 1e12:.3g} TB/s, {hw.flop_s / 1e12:.4g} TFLOP/s, "
+    f"**{preset}** ({hw.bandwidth_bytes_s / 1e12:.3g} TB/s, {hw.flop_s / 1e12:.4g} TFLOP/s {compute_dtype}, "
     f"{1e3 * hw.step_overhead_s:.3g} ms per step; {hw.source}): "
     + (f"speculation pays below about **{at:.0f}** concurrent requests" if kind == "crosses" else
        f"the predicted curve stays {kind} 1.0 up to {concurrency_max}")

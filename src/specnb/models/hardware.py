@@ -10,17 +10,18 @@ from __future__ import annotations
 import json
 import math
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from specnb.errors import SpecnbError
 
-__all__ = ["StepCostError", "PresetError", "Hardware", "HARDWARE_FIELDS", "hardware_presets", "load_hardware",
-           "calibration_record", "positive"]
+__all__ = ["StepCostError", "PresetError", "Hardware", "HARDWARE_FIELDS", "COMPUTE_DTYPES", "hardware_presets",
+           "load_hardware", "calibration_record", "positive"]
 
 _GIB = 2**30
+COMPUTE_DTYPES = ("bf16", "fp8", "fp4")
 
 class StepCostError(SpecnbError):
     """Bad input to the step-cost model; one line for the user."""
@@ -45,6 +46,9 @@ class Hardware:
     step_overhead_s: float = 0.0  # fixed cost per engine step (scheduler, launches, sampling)
     memory_bytes: float | None = None  # device memory; None = do not check capacity
     source: str = ""
+    # dense tensor peaks by precision ("bf16", "fp8", "fp4"); flop_s is the one in use
+    peaks_flop_s: dict[str, float] = field(default_factory=dict)
+    compute_dtype: str = "bf16"
 
     def __post_init__(self) -> None:
         positive("bandwidth_bytes_s", self.bandwidth_bytes_s)
@@ -53,12 +57,27 @@ class Hardware:
         if self.memory_bytes is not None:
             positive("memory_bytes", self.memory_bytes)
 
+    def for_dtype(self, dtype: str) -> Hardware:
+        """The same hardware computing at its ``dtype`` peak: ``"fp8"`` for an FP8 W8A8 target,
+        ``"fp4"`` for NVFP4 W4A4 (a weight-only FP4 target still computes in ``"bf16"``)."""
+        if dtype not in COMPUTE_DTYPES:
+            raise StepCostError(f"compute dtype {dtype!r}: use one of {', '.join(COMPUTE_DTYPES)}")
+        if dtype == self.compute_dtype:
+            return self
+        if dtype not in self.peaks_flop_s:
+            raise PresetError(f"preset {self.name!r} has no dense_{dtype}_tflop_s"
+                              + (" (no FP4 tensor cores: NVFP4 runs there as weight-only FP4; use bf16)"
+                                 if dtype == "fp4" else ""))
+        return replace(self, flop_s=self.peaks_flop_s[dtype], compute_dtype=dtype)
+
 
 HARDWARE_FIELDS: dict[str, str] = {
     "description": "what the entry is",
     "kind": "'spec-sheet' (vendor peak numbers) or 'measured' (calibrated here)",
     "memory_bandwidth_tb_s": "memory bandwidth, TB/s (10^12 bytes per second)",
     "dense_bf16_tflop_s": "dense (no 2:4 sparsity) BF16 tensor FLOP/s, in 10^12",
+    "dense_fp8_tflop_s": "dense FP8 tensor FLOP/s, in 10^12",
+    "dense_fp4_tflop_s": "dense FP4 tensor FLOP/s, in 10^12 (absent: no FP4 tensor cores)",
     "memory_gib": "device memory, GiB",
     "step_overhead_ms": "fixed cost per engine step, ms",
     "source": "where the numbers come from",
@@ -83,7 +102,8 @@ def _hardware(name: str, entry: Any, where: str) -> Hardware:
         raise PresetError(f"{where}: preset {name!r} lacks {missing}")
     if entry["kind"] not in ("spec-sheet", "measured"):
         raise PresetError(f"{where}: preset {name!r} kind must be 'spec-sheet' or 'measured', got {entry['kind']!r}")
-    nums = ("memory_bandwidth_tb_s", "dense_bf16_tflop_s", "memory_gib", "step_overhead_ms")
+    nums = ("memory_bandwidth_tb_s", "dense_bf16_tflop_s", "dense_fp8_tflop_s", "dense_fp4_tflop_s", "memory_gib",
+            "step_overhead_ms")
     for key in nums:
         if key in entry and (isinstance(entry[key], bool) or not isinstance(entry[key], (int, float))):
             raise PresetError(f"{where}: preset {name!r} {key} must be a number, got {entry[key]!r}")
@@ -95,6 +115,8 @@ def _hardware(name: str, entry: Any, where: str) -> Hardware:
             step_overhead_s=float(entry.get("step_overhead_ms", 0.0)) / 1e3,
             memory_bytes=float(entry["memory_gib"]) * _GIB if "memory_gib" in entry else None,
             source=str(entry["source"]),
+            peaks_flop_s={d: float(entry[f"dense_{d}_tflop_s"]) * 1e12 for d in COMPUTE_DTYPES
+                          if f"dense_{d}_tflop_s" in entry},
         )
     except StepCostError as exc:
         raise PresetError(f"{where}: preset {name!r}: {exc}") from None

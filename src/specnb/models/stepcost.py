@@ -41,8 +41,6 @@ when every measured step is compute- or overhead-bound) shows up as unidentified
 
 from __future__ import annotations
 
-from __future__ import annotations
-
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass

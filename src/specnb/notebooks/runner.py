@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if len(a.paths) % 2:
         p.error("expected SOURCE OUT pairs")
-    pairs = list(zip(a.paths[::2], a.paths[1::2]))
+    pairs = list(zip(a.paths[::2], a.paths[1::2], strict=True))
     if len(pairs) > 1 and (a.param or a.params_file or a.progress):
         p.error("parameters, a parameter file and --progress apply to one notebook at a time")
 

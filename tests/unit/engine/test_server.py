@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import psutil
 import pytest
@@ -147,13 +148,49 @@ def test_argv_with_speculative_config(tmp_path):
 
 
 def test_argv_without_speculative_config(tmp_path):
-    srv = VllmServer("/models/SmolLM2", log_path=tmp_path / "s.log")
+    srv = VllmServer("/models/SmolLM2", log_path=tmp_path / "s.log", python="/py")
     argv = srv.argv(9000)
     assert "--speculative-config" not in argv
-    assert argv[0] == sys.executable
+    assert argv[0] == "/py"
     assert argv[argv.index("--served-model-name") + 1] == "/models/SmolLM2"
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
     assert "9000" in argv
+
+
+def test_argv_uses_vllm_serve_where_the_build_has_the_cli(tmp_path):
+    """`vllm serve MODEL` (the model first) when a `vllm` script sits beside the interpreter;
+    the deprecated module entry point with --model only where it does not."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "python").write_text("")
+    cli = bindir / "vllm"
+    cli.write_text("#!/bin/sh\n")
+    cli.chmod(0o755)
+    argv = VllmServer("/models/SmolLM2", log_path=tmp_path / "s.log", python=str(bindir / "python")).argv(9000)
+    assert argv[:3] == [str(cli), "serve", "/models/SmolLM2"]
+    assert "--model" not in argv and argv[argv.index("--port") + 1] == "9000"
+
+
+def test_the_current_interpreter_serves_with_the_cli_when_vllm_metadata_resolves(tmp_path, monkeypatch):
+    import importlib.metadata as md
+
+    from specnb.engine import vllm as engine_vllm
+
+    has_cli = (Path(sys.executable).parent / "vllm").is_file()
+    argv = VllmServer("m", log_path=tmp_path / "s.log").argv(1)
+    try:
+        md.version("vllm")
+        named = True
+    except md.PackageNotFoundError:
+        named = False
+    assert (argv[1] == "serve") == (has_cli and named)
+
+    def missing(name):  # a CPU build without the dist-info shim: `vllm serve` would die at start
+        raise md.PackageNotFoundError(name)
+
+    monkeypatch.setattr(engine_vllm.md, "version", missing)
+    assert VllmServer("m", log_path=tmp_path / "s.log").argv(1)[:3] == [sys.executable, "-m",
+                                                                        "vllm.entrypoints.openai.api_server"]
 
 
 # ----------------------------------------------------------------------------- start / stop
