@@ -7,6 +7,7 @@
     specnb schema --out schemas/
     specnb mix traffic.jsonl --tokenizer models/SmolLM2-135M-Instruct
     specnb mix traffic.jsonl --ledgers ledgers/cpu-demo/run1 --arm ngram-k4 --concurrency 1
+    specnb mix --serve http://127.0.0.1:8000 prompts.jsonl --save answered.jsonl
 
 Bad input fails with one line on stderr and exit code 2, before any server starts.
 """
@@ -74,6 +75,13 @@ def _print_table(out_dir: Path, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAUL
 
 def _mix(a: argparse.Namespace) -> int:
     wl = load_traffic(a.traffic, sample=a.sample, seed=a.seed)
+    if a.serve:
+        from specnb.engine.collect import collect_responses, write_jsonl  # the engine side, only here
+
+        print(f"collecting {len(wl.prompts)} responses from {a.serve} (openai client)", file=sys.stderr)
+        wl = collect_responses(wl, a.serve, model=a.model, max_tokens=a.max_tokens, concurrency=a.serve_concurrency)
+        if a.save:
+            print(f"prompts with the served responses: {write_jsonl(wl, a.save)}", file=sys.stderr)
     kw = {} if a.threshold is None else {"threshold": a.threshold}
     rep = measure_mix(wl, load_tokenizer(a.tokenizer), n_min=a.ngram_min, n_max=a.ngram_max,
                       context=a.context, **kw)
@@ -155,6 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--sample", type=int, help="measure a seeded sample of N requests")
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--csv", type=Path, help="write the per-request copy shares here")
+    m.add_argument("--serve", metavar="URL", help="prompts without responses: collect them from this "
+                   "OpenAI-compatible endpoint (official openai client, temperature 0)")
+    m.add_argument("--model", help="with --serve: the served model (default: the first it lists)")
+    m.add_argument("--max-tokens", type=int, default=512, help="with --serve: output tokens per response")
+    m.add_argument("--serve-concurrency", type=int, default=4, help="with --serve: requests at a time")
+    m.add_argument("--save", type=Path, help="with --serve: write the prompts with their responses (JSONL)")
     m.add_argument("--ledgers", type=Path, help="a sweep folder: estimate the speedup on this mix")
     m.add_argument("--arm", help="with --ledgers: the speculative arm")
     m.add_argument("--concurrency", type=int, help="with --ledgers: the concurrency level")

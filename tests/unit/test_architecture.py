@@ -27,11 +27,15 @@ ENGINE_DEPS = ("aiohttp", "psutil", "prometheus_client", "vllm", "torch")
 
 
 def _loaded_after(code: str) -> dict[str, list[str]]:
-    probe = code + (
+    # jupytext imports jupyter_server when JupyterLab is installed (`make lab`), and jupyter_server
+    # imports prometheus_client for its own metrics: what the notebook stack loads by itself is
+    # the baseline, and only what specnb adds to it counts
+    probe = "import sys\nimport jupytext\n_base = set(sys.modules)\n" + code + (
         "\nimport json, sys\n"
         f"eng = {ENGINE_SIDE!r}\ndeps = {ENGINE_DEPS!r}\n"
-        "print(json.dumps({'specnb': sorted(m for m in sys.modules if m.startswith(eng)),"
-        " 'deps': sorted(m for m in sys.modules if m.split('.')[0] in deps)}))\n"
+        "new = set(sys.modules) - _base\n"
+        "print(json.dumps({'specnb': sorted(m for m in new if m.startswith(eng)),"
+        " 'deps': sorted(m for m in new if m.split('.')[0] in deps)}))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
                          cwd=paths.ROOT, check=True)

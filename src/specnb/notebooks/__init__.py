@@ -3,7 +3,10 @@ runner that executes them.
 
 - :mod:`~specnb.notebooks.axis`: :func:`open_axis`, an axis notebook's set-up cell as one call;
 - :mod:`~specnb.notebooks.runner`: execute a jupytext notebook under papermill
-  (``python -m specnb.notebooks.runner``, what ``make figures`` and ``make measure-<axis>`` run).
+  (``python -m specnb.notebooks.runner``, what ``make figures`` and ``make measure-<axis>`` run),
+  into a byte-stable executed copy;
+- :mod:`~specnb.notebooks.reports`: HTML pages of the executed notebooks and a figure gallery
+  (``make reports``).
 """
 
 from __future__ import annotations
