@@ -58,7 +58,7 @@ seed = 0  # sampling seed (per request: seed + prompt index)
 from IPython.display import Markdown, display
 
 from specnb.analysis import kv_capacity, usable
-from specnb.figures import arm_colors, panels
+from specnb.figures import arm_colors, facets, panels
 from specnb.ledger import BASELINE
 from specnb.ledger.published import load_published
 from specnb.notebooks import open_axis
@@ -102,20 +102,12 @@ ok = usable(nb.df)[lambda d: d.condition.isin(tight)]
 agg = (ok.groupby(["condition_label", "arm", "concurrency"]).agg(
     output_tok_s=("output_tok_s", "mean"), lo=("output_tok_s", "min"), hi=("output_tok_s", "max"),
     preemptions=("preemptions", "mean"), kv_usage_max=("kv_cache_usage_max", "max")).reset_index())
-fig, axes = panels.new_figure(ncols=3, width=3.4)
-for arm, g in agg.groupby("arm"):
-    axes[0][0].plot(g.concurrency, g.output_tok_s, marker="o", ms=4, color=colors[arm], label=arm)
-    axes[0][0].fill_between(g.concurrency, g.lo, g.hi, color=colors[arm], alpha=0.15, lw=0)
-    axes[0][1].plot(g.concurrency, g.preemptions, marker="o", ms=4, color=colors[arm], label=arm)
-    axes[0][2].plot(g.concurrency, 100 * g.kv_usage_max, marker="o", ms=4, color=colors[arm], label=arm)
-for ax, yl in zip(axes[0], ["output tok/s", "preemptions per point", "peak KV use, %"]):
-    panels.concurrency_axis(ax, agg.concurrency)
-    ax.set_ylabel(yl)
-    ax.set_ylim(bottom=0)
-axes[0][0].legend(loc="upper left")
-fig.suptitle(", ".join(nb.labels[c] for c in tight))
-nb.save(fig, "kv-constrained-pool", caption="Under a small fixed pool: throughput (band = repeats), preemptions "
-        "and peak KV use vs concurrency, with and without the drafter.")
+grid = facets.metric_lines(ok.assign(kv_use_pct=100 * ok.kv_cache_usage_max), colors=colors, height=3.0,
+                           metrics={"output_tok_s": "output tok/s", "preemptions": "preemptions per point",
+                                    "kv_use_pct": "peak KV use, %"})
+grid.figure.suptitle(", ".join(nb.labels[c] for c in tight), y=1.03)
+nb.save(grid.figure, "kv-constrained-pool", caption="Under a small fixed pool: throughput, preemptions and peak "
+        "KV use vs concurrency, with and without the drafter (line = mean, band = range over repeats).")
 agg.round(2)
 
 # %% [markdown]
