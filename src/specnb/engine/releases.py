@@ -15,9 +15,11 @@ before) and in vLLM's pull requests:
   model runner, 0.32.0 (the schedule exists from 0.24.0, but from 0.29.0 the default V2 runner
   ignores the per-step K for EAGLE-style drafters until 0.32.0).
 
-:data:`ENGINE_FLOOR` is the first release with everything the GPU parameter files use
-(``notebooks/params/gpu/``); ``pyproject.toml``'s ``gpu`` extra says the same (a unit test
-keeps them in step). :func:`required_release` adds what one sweep's arms ask for.
+:data:`ENGINE_FLOOR` is the least any launched engine must be (every sweep asks for per-request
+acceptance); :func:`required_release` adds what one sweep's arms ask for. ``pyproject.toml``'s
+``gpu`` extra names the first release with everything the GPU parameter files use
+(``notebooks/params/gpu/``: the policy notebook's dynamic speculation makes that 0.32.0); a unit
+test keeps the two in step.
 """
 
 from __future__ import annotations
@@ -38,8 +40,7 @@ FEATURES: dict[str, tuple[tuple[int, int, int], str]] = {
                                         "model runner"),
 }
 
-# every sweep asks for per-request acceptance (per-category tables), so this is the least any
-# launched GPU engine must be; the GPU parameter files need nothing newer today
+# every sweep asks for per-request acceptance (per-category tables): the least any launched engine must be
 ENGINE_FLOOR = FEATURES["per_request_spec_metrics"][0]
 
 
