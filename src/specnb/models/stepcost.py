@@ -41,6 +41,7 @@ when every measured step is compute- or overhead-bound) shows up as unidentified
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
