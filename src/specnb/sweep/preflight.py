@@ -41,7 +41,6 @@ def prepare(spec: SweepSpec) -> tuple[str | None, dict[str, Workload], dict[str,
     if any(a.endpoint is None for a in spec.arms) and importlib.util.find_spec("vllm") is None:
         raise SweepError("vLLM is not installed in this environment: run `make setup` "
                          "(`make setup EXTRA=gpu` on a GPU machine), or attach to running endpoints")
-    check_engine_release(spec)
     wls: dict[str, Workload] = {}
     try:
         for w in spec.workloads:
@@ -60,6 +59,7 @@ def prepare(spec: SweepSpec) -> tuple[str | None, dict[str, Workload], dict[str,
     for name, note in _check_ceilings(spec).items():
         notes[name] = [*notes.get(name, []), note]
     _check_schedules(spec)
+    check_engine_release(spec)  # after the schedule check: a schedule arm gets that one's message
     return model, wls, notes
 
 

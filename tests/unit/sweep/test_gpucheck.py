@@ -1,7 +1,15 @@
 """``make gpu-check``: the GPU parameter files against the installed vLLM's own rules (here the
-CPU build, 0.32.0, whose config and argument code is the GPU release's), without a server."""
+CPU build, 0.32.0, whose config and argument code is the GPU release's), without a server.
+
+vLLM is imported in a subprocess: importing it loads its plugins, and specnb's CPU plugin would
+then patch this test process (the integration tests check that it can)."""
 
 from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
 
 import pytest
 
@@ -10,45 +18,60 @@ from specnb.sweep import gpucheck
 
 GPU_FILES = sorted((paths.ROOT / "notebooks" / "params" / "gpu").glob("*.yaml"))
 
+PROBE = """
+import json, sys
+from specnb.sweep import gpucheck
+rules = gpucheck.VllmRules.load()
+old = gpucheck.VllmRules(version="0.28.0", spec_fields=rules.spec_fields, methods=rules.methods, parser=rules.parser)
+files = sys.argv[1:]
+print(json.dumps({
+    "methods": sorted(rules.methods), "fields": sorted(rules.spec_fields),
+    "checked": {f: gpucheck.check_file(f, rules, skip_models=True) for f in files},
+    "old": gpucheck.check_file(files[1], old, skip_models=True),
+}))
+"""
+
 
 @pytest.fixture(scope="module")
-def rules():
-    pytest.importorskip("vllm")
-    return gpucheck.VllmRules.load()
-
-
-def test_every_gpu_file_passes_against_the_installed_vllm(rules):
-    assert "ngram" in rules.methods and "draft_model" in rules.methods and "eagle3" in rules.methods
-    assert {"prompt_lookup_min", "num_speculative_tokens_per_batch_size"} <= rules.spec_fields
-    results = gpucheck.check_files(GPU_FILES, skip_models=True, rules=rules)
-    assert results and all(not p for p in results.values()), results
-
-
-def test_planted_mistakes_are_each_reported_in_one_line(rules, tmp_path):
-    bad = tmp_path / "concurrency.yaml"
-    bad.write_text(
+def probe(tmp_path_factory):
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vLLM is not installed")
+    tmp = tmp_path_factory.mktemp("gpu")
+    (tmp / "concurrency.yaml").write_text(
         "model: meta-llama/Llama-3.1-8B-Instruct\n"
         "server_args: [--max-model-length, '8192']\n"
         "drafters:\n"
         "  ngram: {method: ngram, num_speculative_tokens: 4, prompt_lookup_minimum: 2}\n")
-    problems = gpucheck.check_file(bad, rules, skip_models=True)
+    (tmp / "drafter.yaml").write_text("drafters: {x: {method: eagle9, model: m, num_speculative_tokens: 3}}\n")
+    (tmp / "kv.yaml").write_text("contex_tokens: 4096\n")
+    planted = [str(tmp / n) for n in ("concurrency.yaml", "drafter.yaml", "kv.yaml")]
+    files = [str(f) for f in GPU_FILES] + planted
+    out = subprocess.run([sys.executable, "-c", PROBE, *files], capture_output=True, text=True, timeout=600,
+                         cwd=paths.ROOT, check=True)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res["planted"] = dict(zip(("concurrency", "drafter", "kv"), planted, strict=True))
+    return res
+
+
+def test_every_gpu_file_passes_against_the_installed_vllm(probe):
+    assert {"ngram", "draft_model", "eagle3"} <= set(probe["methods"])
+    assert {"prompt_lookup_min", "num_speculative_tokens_per_batch_size"} <= set(probe["fields"])
+    results = {f: p for f, p in probe["checked"].items() if f in {str(g) for g in GPU_FILES}}
+    assert results and all(not p for p in results.values()), results
+
+
+def test_planted_mistakes_are_each_reported_in_one_line(probe):
+    problems = probe["checked"][probe["planted"]["concurrency"]]
     text = "\n".join(problems)
     assert "SpeculativeConfig has no prompt_lookup_minimum" in text, text
     assert "vllm serve refuses the server arguments" in text and "--max-model-length" in text, text
     assert all("\n" not in p for p in problems)
-    typo = tmp_path / "drafter.yaml"
-    typo.write_text("drafters: {x: {method: eagle9, model: m, num_speculative_tokens: 3}}\n")
-    assert "eagle9" in "\n".join(gpucheck.check_file(typo, rules, skip_models=True))
-    unknown = tmp_path / "kv.yaml"
-    unknown.write_text("contex_tokens: 4096\n")
-    assert "unknown parameter" in gpucheck.check_file(unknown, rules, skip_models=True)[0]
+    assert "eagle9" in "\n".join(probe["checked"][probe["planted"]["drafter"]])
+    assert "unknown parameter" in probe["checked"][probe["planted"]["kv"]][0]
 
 
-def test_an_older_engine_is_reported(rules, tmp_path):
-    old = gpucheck.VllmRules(version="0.28.0", spec_fields=rules.spec_fields, methods=rules.methods,
-                             parser=rules.parser)
-    problems = gpucheck.check_file(GPU_FILES[1], old, skip_models=True)
-    assert problems and all("0.29.0 or newer" in p for p in problems), problems
+def test_an_older_engine_is_reported(probe):
+    assert probe["old"] and all("or newer" in p for p in probe["old"]), probe["old"]
 
 
 def test_models_must_be_local_folders_or_in_the_hub_cache(tmp_path, monkeypatch):
