@@ -65,7 +65,15 @@ traffic_mix = {"copy-style": 0.065, "free-form": 0.935}  # your traffic by class
 import pandas as pd
 from IPython.display import Markdown, display
 
-from specnb.analysis import by_category, category_speedups, expected_speedup, lossless, lossless_summary, paired
+from specnb.analysis import (
+    by_category,
+    category_speedups,
+    expected_speedup,
+    lossless,
+    lossless_summary,
+    paired,
+    usable,
+)
 from specnb.analysis.latency import (
     best_goodput,
     format_goodput,
@@ -199,7 +207,7 @@ for wl in sorted(set(nb.df.workload)):
 
 # %%
 cat = by_category(nb.df)
-acc = load_spec_by_category(nb.folder)
+acc = usable(load_spec_by_category(nb.folder))  # invalid points stay out of figures
 levels = sorted(table.concurrency.unique())
 fig, axes = panels.new_figure(ncols=2, width=5.2, height=3.0)
 for ax, c in zip(axes[0], (levels[0], levels[-1])):

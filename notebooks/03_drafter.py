@@ -57,7 +57,7 @@ seed = 0  # sampling seed (per request: seed + prompt index)
 # %%
 from IPython.display import Markdown, display
 
-from specnb.analysis import by_category
+from specnb.analysis import by_category, usable
 from specnb.figures import panels
 from specnb.ledger import load_spec_by_category
 from specnb.analysis.latency import frontier
@@ -101,7 +101,7 @@ panels.heatmap(axes[0][0], cc.pivot_table(index="arm", columns="category", value
 nb.save(fig, "drafter-by-category",
         caption="Per-user decode speedup per prompt category and drafter (paired per repeat).")
 
-acc = load_spec_by_category(nb.folder)
+acc = usable(load_spec_by_category(nb.folder))  # invalid points stay out of figures
 if len(acc):
     a0 = acc[acc.concurrency == c0]
     fig, axes = panels.new_figure(width=max(5.0, 0.55 * a0.category.nunique() + 2), height=2.8)

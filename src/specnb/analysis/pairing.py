@@ -60,11 +60,13 @@ def isna(v: Any) -> bool:
 
 
 def usable(df: pd.DataFrame) -> pd.DataFrame:
-    """The points an analysis may use: measured (``status == "ok"``) and not a speculative arm
-    whose drafter never drafted (``spec_no_drafts``: speculation was silently off)."""
+    """The points an analysis may use: measured (``status == "ok"``), not a speculative arm
+    whose drafter never drafted (``spec_no_drafts``: speculation was silently off), and not a
+    point where more requests failed than the sweep allowed (``invalid``). Any frame with
+    ``status`` and ``flags`` columns (points, or their per-category rows) is filtered alike."""
     if df.empty:
         return df
-    return df[(df["status"] == "ok") & ~has_flag(df, Flag.SPEC_NO_DRAFTS)]
+    return df[(df["status"] == "ok") & ~has_flag(df, Flag.SPEC_NO_DRAFTS) & ~has_flag(df, Flag.INVALID)]
 
 
 def baseline_arm(df: pd.DataFrame, baseline: str | None = None) -> str:

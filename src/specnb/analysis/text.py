@@ -30,7 +30,7 @@ from specnb.analysis.latency import (
     latency_threshold,
 )
 from specnb.analysis.lossless import lossless, lossless_summary
-from specnb.analysis.pairing import curve_label, isna, redundant_keys
+from specnb.analysis.pairing import curve_label, isna, redundant_keys, usable
 from specnb.analysis.thresholds import Threshold, thresholds
 from specnb.ledger import PLAIN_CONDITION
 
@@ -217,7 +217,7 @@ def format_kv_capacity(kv: pd.DataFrame) -> str:
 def format_category_acceptance(cats: pd.DataFrame) -> str:
     """Per prompt category: mean acceptance length and acceptance rate pooled over repeats, from
     :func:`specnb.ledger.load_spec_by_category` (vLLM's per-request metrics)."""
-    ok = cats[cats["status"] == "ok"] if "status" in cats.columns else cats
+    ok = usable(cats) if "status" in cats.columns else cats
     if ok.empty:
         return "(no per-request acceptance in these ledgers)"
     g = ok.groupby(["arm", "workload", "concurrency", "category"], sort=True)[

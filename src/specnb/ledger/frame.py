@@ -2,12 +2,18 @@
 
 :func:`load_ledgers` walks folders (or takes files) and flattens each ledger into a row;
 superseded records and published (transcribed) ledgers never enter a frame by accident.
+
+Every file is validated (:func:`specnb.ledger.store.read_ledger`): a bad one stops the load
+with one line naming it, or, with ``skip_bad=True``, is left out and counted in a
+:class:`SkippedLedgersWarning` (and in the frame's ``attrs["skipped"]``). A value is never
+read as NaN because it could not be read.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import warnings
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +21,34 @@ import pandas as pd
 
 from specnb.ledger.names import PLAIN_CONDITION
 from specnb.ledger.schema import PointLedger, drafter_method, synthetic_rates
-from specnb.ledger.store import read_ledger
+from specnb.ledger.store import LedgerError, read_ledger
 
-__all__ = ["load_ledgers", "load_requests", "load_spec_by_category", "ledger_files", "machine_label"]
+__all__ = ["load_ledgers", "load_requests", "load_spec_by_category", "ledger_files", "machine_label",
+           "SkippedLedgersWarning"]
+
+
+class SkippedLedgersWarning(UserWarning):
+    """Bad ledger files were left out of a frame (``skip_bad=True``); the message counts them."""
+
+
+def _read_all(files: list[Path], skip_bad: bool, each: Callable[[PointLedger, Path], list[dict[str, Any]]],
+              ) -> tuple[list[dict[str, Any]], list[str]]:
+    """Rows from every file; a bad file raises :class:`LedgerError`, or is skipped and counted."""
+    rows: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    for p in files:
+        try:
+            led = read_ledger(p)
+        except LedgerError as exc:
+            if not skip_bad:
+                raise
+            skipped.append(str(exc))
+            continue
+        rows += each(led, p)
+    if skipped:
+        warnings.warn(f"skipped {len(skipped)} bad ledger file(s) of {len(files)} (first: {skipped[0]})",
+                      SkippedLedgersWarning, stacklevel=3)
+    return rows, skipped
 
 
 # JSON files that live among ledgers but are not measurements: a published table, a policy
@@ -157,7 +188,8 @@ def machine_label(hardware: dict[str, Any]) -> str:
     return text
 
 
-def load_ledgers(sources: Iterable[Path | str] | Path | str, *, superseded: bool = False) -> pd.DataFrame:
+def load_ledgers(sources: Iterable[Path | str] | Path | str, *, superseded: bool = False,
+                 skip_bad: bool = False) -> pd.DataFrame:
     """Every ledger under the given files/folders as a tidy frame, one row per point and repeat.
 
     A measurement that another process disturbed and that was measured again
@@ -166,29 +198,33 @@ def load_ledgers(sources: Iterable[Path | str] | Path | str, *, superseded: bool
 
     Published ledgers (numbers transcribed from a write-up, ``kind = "published"``) are left
     out of a folder walk and refused when named: read them with ``specnb.published``.
+
+    A file that is not a valid ledger raises :class:`~specnb.ledger.store.LedgerError` naming
+    it; with ``skip_bad=True`` it is left out, counted in a :class:`SkippedLedgersWarning`, and
+    listed in ``df.attrs["skipped"]``.
     """
-    rows = [_row(read_ledger(p), p) for p in ledger_files(sources, superseded)]
+    rows, skipped = _read_all(ledger_files(sources, superseded), skip_bad, lambda led, p: [_row(led, p)])
     df = pd.DataFrame(rows)
     if len(df):
         df = df.sort_values(["sweep", "workload", "concurrency", "repeat", "arm"]).reset_index(drop=True)
+    df.attrs["skipped"] = skipped
     return df
 
 
-def load_spec_by_category(sources: Iterable[Path | str] | Path | str) -> pd.DataFrame:
+def load_spec_by_category(sources: Iterable[Path | str] | Path | str, *, skip_bad: bool = False) -> pd.DataFrame:
     """Per-category acceptance from every ledger: one row per point, repeat and prompt category.
 
     Empty when no ledger carries ``spec_decode_by_category`` (baseline arms, or an engine
     without ``--per-request-spec-decode-metrics``).
     """
-    rows = []
-    for p in ledger_files(sources):
-        led = read_ledger(p)
-        for cat, block in (led.spec_decode_by_category or {}).items():
-            rows.append({
-                "sweep": led.sweep, "arm": led.arm.name, "workload": led.workload.name,
-                "concurrency": led.concurrency, "repeat": led.repeat, "status": led.status,
-                "category": cat, **block.model_dump(), "path": str(p),
-            })
+    def each(led: PointLedger, p: Path) -> list[dict[str, Any]]:
+        return [{
+            "sweep": led.sweep, "arm": led.arm.name, "workload": led.workload.name,
+            "concurrency": led.concurrency, "repeat": led.repeat, "status": led.status,
+            "flags": ",".join(led.flags), "category": cat, **block.model_dump(), "path": str(p),
+        } for cat, block in (led.spec_decode_by_category or {}).items()]
+
+    rows, _ = _read_all(ledger_files(sources), skip_bad, each)
     df = pd.DataFrame(rows)
     if len(df):
         df = df.sort_values(["sweep", "arm", "workload", "concurrency", "repeat", "category"])
@@ -201,4 +237,8 @@ def load_requests(ledger_path: Path | str) -> pd.DataFrame:
     led = read_ledger(path)
     if led.requests_file is None:
         return pd.DataFrame()
-    return pd.read_parquet(path.with_name(led.requests_file))
+    side = path.with_name(led.requests_file)
+    try:
+        return pd.read_parquet(side)
+    except (OSError, ValueError) as exc:  # missing, truncated or not Parquet
+        raise LedgerError(f"{side}: cannot read the requests of {path.name} ({' '.join(str(exc).split())[:200]})") from None

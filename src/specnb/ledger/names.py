@@ -24,6 +24,9 @@ class Flag(StrEnum):
     SCHEDULE_OFF = "schedule_off"  # no drafts because the arm's K schedule is 0 at this batch size
     BASELINE_HAS_DRAFTS = "baseline_has_drafts"  # an arm without a drafter drafted anyway
     REQUEST_ERRORS = "request_errors"
+    # more requests failed (errors, timeouts) than the sweep's max_error_share: a record, never
+    # a point (analysis.pairing.usable leaves it out); the point is measured again on resume
+    INVALID = "invalid"
     PREFIX_CACHE_NOT_RESET = "prefix_cache_not_reset"
     TOKEN_COUNT_FROM_CHUNKS = "token_count_from_chunks"  # the server sent no usage per chunk
     NO_STEADY_WINDOW = "no_steady_window"

@@ -270,6 +270,10 @@ class PointLedger(_Model):
     server_samples: dict[str, Any] | None = None
     cache: dict[str, float] | None = Field(None, description="preemptions, prefix-cache deltas")
     flags: list[str] = Field(default_factory=list)
+    max_error_share: float | None = Field(
+        None, ge=0.0, le=1.0, description="the sweep's threshold: a point whose share of failed requests "
+        "(errors, timeouts) passes it is recorded as failed and flagged 'invalid'; None in older ledgers",
+    )
     failure: Failure | None = None
     requests_file: str | None = Field(None, description="Parquet sidecar, relative to this file")
 

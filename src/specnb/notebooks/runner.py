@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from specnb import paths
-from specnb.errors import SpecnbError, exit_code
+from specnb.errors import SpecnbError, exit_code, unknown_key
 
 __all__ = ["NotebookError", "notebook_parameters", "read_params", "execute", "stabilise", "stable_cell_ids",
            "NOTEBOOKS", "KERNELSPEC"]
@@ -92,8 +92,8 @@ def read_params(path: Path | str, source: Path | str | None = None) -> dict[str,
         known = notebook_parameters(source)
         unknown = sorted(set(data) - set(known))
         if unknown:
-            raise NotebookError(f"{path}: unknown parameter(s) {unknown} for {Path(source).name} "
-                                f"(known: {sorted(known)})")
+            raise NotebookError(f"{path}: {unknown_key(unknown[0], known, 'parameter')} "
+                                f"for {Path(source).name}")
     return data
 
 
@@ -119,7 +119,7 @@ def execute(
     known = notebook_parameters(source)
     unknown = sorted(set(params) - set(known))
     if unknown:
-        raise NotebookError(f"{source.name}: unknown parameter(s) {unknown}")
+        raise NotebookError(f"{source.name}: {unknown_key(unknown[0], known, 'parameter')}")
     nb = _read(source)
     nb.metadata["kernelspec"] = dict(KERNELSPEC)
     output.parent.mkdir(parents=True, exist_ok=True)

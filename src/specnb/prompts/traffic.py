@@ -71,7 +71,7 @@ class TrafficSource(BaseModel):
             return cls.model_validate(dict(data) if isinstance(data, Mapping) else data)
         except (ValidationError, TypeError, ValueError) as exc:
             if isinstance(exc, ValidationError):
-                raise TrafficError(f"traffic workload {data!r}: {first_error(exc)}") from None
+                raise TrafficError(f"traffic workload {data!r}: {first_error(exc, model=cls)}") from None
             raise TrafficError(f"traffic workload {data!r}: expected a table with a 'traffic' path") from None
 
 

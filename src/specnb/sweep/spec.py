@@ -98,6 +98,11 @@ class SweepSpec(BaseModel):
     request_timeout_s: float = Field(600.0, gt=0)
     metrics_interval_s: float = Field(1.0, gt=0)
     reset_prefix_cache: bool = True
+    max_error_share: float = Field(
+        0.1, ge=0.0, le=1.0, description="a point whose share of failed requests (errors, timeouts) passes "
+        "this is recorded as failed, flagged 'invalid', kept out of every table and figure, and measured "
+        "again on resume",
+    )
     busy_retries: int = Field(2, ge=0, description="re-measure a point disturbed by another process "
                               "(host_busy) up to this many times; each attempt is kept")
     per_request_spec_metrics: bool = Field(
@@ -193,7 +198,7 @@ class SweepSpec(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise SweepError(f"{where}: {first_error(exc, count_more=True)}") from None
+            raise SweepError(f"{where}: {first_error(exc, count_more=True, model=cls)}") from None
 
 
 def level_tag(level: float, load: str = "concurrency") -> str:

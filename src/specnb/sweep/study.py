@@ -126,7 +126,7 @@ class Study(BaseModel):
         try:
             study = cls.model_validate(data)
         except ValidationError as exc:
-            raise SweepError(f"{axis} parameters: {first_error(exc)}") from None
+            raise SweepError(f"{axis} parameters: {first_error(exc, model=cls)}") from None
         study.specs()  # every sweep must validate too
         return study
 
