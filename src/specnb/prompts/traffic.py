@@ -42,7 +42,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specnb.errors import first_error
-from specnb.prompts.workload import Prompt, Workload, WorkloadError, check_messages
+from specnb.prompts.workload import Prompt, Workload, WorkloadError, check_messages, text_lines
 
 __all__ = ["TrafficError", "TrafficSource", "DROP_REASONS", "load_traffic", "load_source", "message_text"]
 
@@ -168,37 +168,36 @@ def load_traffic(
         if len(dropped_lines.setdefault(reason, [])) < _KEEP_LINES:
             dropped_lines[reason].append(n)
 
-    with path.open(encoding="utf-8") as fh:
-        for n, raw in enumerate(fh, start=1):
-            lines += 1
-            where = f"{path}:{n}"
-            if not raw.strip():
-                drop("blank", n)
-                continue
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise TrafficError(f"{where}: not valid JSON ({exc.msg})") from None
-            parsed = _parse(obj, where)
-            if isinstance(parsed, str):
-                drop(parsed, n)
-                continue
-            msgs, response = parsed
-            cat = obj.get("category")
-            if cat is not None and not isinstance(cat, str):
-                raise TrafficError(f"{where}: 'category' must be a string")
-            if category is not None and cat != category:
-                continue  # another category: not a drop, a selection
-            canon = json.dumps(msgs, sort_keys=True, ensure_ascii=False)
-            if canon in seen:
-                drop("duplicate", n)
-                continue
-            pid = str(obj.get("id", n))
-            if pid in first_line:
-                raise TrafficError(f"{where}: id {pid!r} already used on line {first_line[pid]}")
-            seen.add(canon)
-            first_line[pid] = n
-            prompts.append(Prompt(id=pid, category=cat, messages=msgs, response=response))
+    for n, raw in text_lines(path, TrafficError):
+        lines += 1
+        where = f"{path}:{n}"
+        if not raw.strip():
+            drop("blank", n)
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise TrafficError(f"{where}: not valid JSON ({exc.msg})") from None
+        parsed = _parse(obj, where)
+        if isinstance(parsed, str):
+            drop(parsed, n)
+            continue
+        msgs, response = parsed
+        cat = obj.get("category")
+        if cat is not None and not isinstance(cat, str):
+            raise TrafficError(f"{where}: 'category' must be a string")
+        if category is not None and cat != category:
+            continue  # another category: not a drop, a selection
+        canon = json.dumps(msgs, sort_keys=True, ensure_ascii=False)
+        if canon in seen:
+            drop("duplicate", n)
+            continue
+        pid = str(obj.get("id", n))
+        if pid in first_line:
+            raise TrafficError(f"{where}: id {pid!r} already used on line {first_line[pid]}")
+        seen.add(canon)
+        first_line[pid] = n
+        prompts.append(Prompt(id=pid, category=cat, messages=msgs, response=response))
     if not prompts:
         why = ", ".join(f"{k} x{v}" for k, v in sorted(dropped.items())) or "no lines"
         sel = f" of category {category!r}" if category is not None else ""

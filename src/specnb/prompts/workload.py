@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -35,7 +35,7 @@ from typing import Any
 from specnb.errors import SpecnbError
 
 __all__ = ["Prompt", "Workload", "WorkloadError", "load_jsonl", "bundled", "resolve", "check_messages",
-           "prompts_hash", "BUNDLED", "UNCATEGORIZED"]
+           "prompts_hash", "text_lines", "BUNDLED", "UNCATEGORIZED"]
 
 BUNDLED = ("copy", "freeform")
 UNCATEGORIZED = "uncategorized"  # the category key of prompts that carry none
@@ -171,26 +171,40 @@ def check_messages(msgs: list[Any], where: str) -> None:
             raise WorkloadError(f"{where}: messages[{j}] needs a 'role' in {sorted(_ROLES)} and a 'content'")
 
 
+def text_lines(path: Path, error: type[WorkloadError] = WorkloadError) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a UTF-8 file (a byte-order mark is allowed); a line that is not
+    UTF-8 or a file that cannot be read raises ``error`` naming the file and line."""
+    try:
+        with path.open("rb") as fh:
+            for n, raw in enumerate(fh, start=1):
+                try:
+                    yield n, raw.decode("utf-8-sig" if n == 1 else "utf-8")
+                except UnicodeDecodeError as exc:
+                    raise error(f"{path}:{n}: not UTF-8 (byte {raw[exc.start]:#04x} at column {exc.start + 1}); "
+                                "save the file as UTF-8") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
 def load_jsonl(path: str | Path, name: str | None = None, default_category: str | None = None) -> Workload:
     path = Path(path)
     if not path.is_file():
         raise WorkloadError(f"{path}: no such prompt file")
     prompts: list[Prompt] = []
     seen: set[str] = set()
-    with path.open(encoding="utf-8") as fh:
-        for n, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            where = f"{path}:{n}"
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise WorkloadError(f"{where}: not valid JSON ({exc.msg})") from None
-            p = _parse_line(obj, where, n, default_category)
-            if p.id in seen:
-                raise WorkloadError(f"{where}: duplicate id {p.id!r}")
-            seen.add(p.id)
-            prompts.append(p)
+    for n, raw in text_lines(path):
+        if not raw.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise WorkloadError(f"{where}: not valid JSON ({exc.msg})") from None
+        p = _parse_line(obj, where, n, default_category)
+        if p.id in seen:
+            raise WorkloadError(f"{where}: duplicate id {p.id!r}")
+        seen.add(p.id)
+        prompts.append(p)
     if not prompts:
         raise WorkloadError(f"{path}: no prompts")
     return Workload(name=name or path.stem, prompts=prompts, source=str(path))
