@@ -91,6 +91,9 @@ def _known_at(model: type[BaseModel] | None, loc: tuple[str | int, ...]) -> list
 _TAG = re.compile(r"^(str|int|float|bool|none|[A-Z]\w*|(list|dict|tuple|set|function-\w+|literal)\[.*)$")
 
 
+_SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH)", re.IGNORECASE)
+
+
 def _is_tag(part: str | int) -> bool:
     """A union member's tag in an error location ('str', 'TrafficSource'), not a key."""
     return isinstance(part, str) and bool(_TAG.match(part))
@@ -135,10 +138,14 @@ def first_error(exc: ValidationError, count_more: bool = False,
     else:
         err = errors[0]
         loc = _where(err["loc"]) or "(top level)"
+        text = err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
         got = ""
-        if err["type"] not in ("missing",) and isinstance(err.get("input"), (str, int, float, bool)):
+        # the value given, where the message does not say it already; never near a secret
+        if (err["type"] not in ("missing", "value_error", "assertion_error")
+                and isinstance(err.get("input"), (str, int, float, bool))
+                and not any(_SECRET.search(str(p)) for p in err["loc"])):
             got = f" (got {_input(err['input'])})"
-        msg = f"{loc}: {err['msg']}{got}"
+        msg = f"{loc}: {text}{got}"
         others = errors[1:]
     more = f" (+{len(others)} more)" if count_more and others else ""
     return " ".join(msg.split()) + more  # one line, whatever the message held

@@ -40,7 +40,9 @@ from specnb.engine.vllm import LOCALHOST, engine_environment, recorded_environme
 __all__ = [
     "ServerError",
     "ServerStartError",
+    "EndpointAuthError",
     "KvCapacity",
+    "bearer",
     "Endpoint",
     "VllmServer",
     "attach",
@@ -117,13 +119,20 @@ def free_port(host: str = LOCALHOST) -> int:
         return s.getsockname()[1]
 
 
-def _get_json(url: str, timeout: float = 5.0) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as r:
+def bearer(api_key: str | None) -> dict[str, str]:
+    """The request headers for an API key (none without one). The key goes only into headers:
+    never into a URL, a log line, a ledger or an error message."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def _get_json(url: str, timeout: float = 5.0, api_key: str | None = None) -> Any:
+    req = urllib.request.Request(url, headers=bearer(api_key))
+    with urllib.request.urlopen(req, timeout=timeout) as r:
         return json.loads(r.read().decode())
 
 
-def _post(url: str, timeout: float = 10.0) -> int:
-    req = urllib.request.Request(url, method="POST", data=b"")
+def _post(url: str, timeout: float = 10.0, api_key: str | None = None) -> int:
+    req = urllib.request.Request(url, method="POST", data=b"", headers=bearer(api_key))
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status
@@ -146,11 +155,16 @@ class Endpoint:
     kv: KvCapacity = field(default_factory=KvCapacity)
     pid: int | None = None
     ready_s: float | None = None
+    api_key: str | None = field(default=None, repr=False)  # sent as a bearer token, never described
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return bearer(self.api_key)
 
     def reset_prefix_cache(self) -> bool:
         """Empty the server's prefix cache (dev-mode route); False if it refused."""
         try:
-            return _post(self.base_url + "/reset_prefix_cache") == 200
+            return _post(self.base_url + "/reset_prefix_cache", api_key=self.api_key) == 200
         except (urllib.error.URLError, OSError):
             return False
 
@@ -160,30 +174,42 @@ class Endpoint:
             "base_url": self.base_url,
             "model": self.model,
             "engine_version": self.engine_version,
-            "argv": self.argv,
+            "argv": None if self.argv is None else [paths.portable(a) for a in self.argv],
             "env": self.env,
             "kv_capacity": self.kv.as_dict(),
             "ready_s": self.ready_s,
         }
 
 
-def attach(base_url: str, model: str | None = None, timeout: float = 10.0) -> Endpoint:
-    """Measure an already running endpoint; the model defaults to the first it serves."""
+class EndpointAuthError(ServerError):
+    """The endpoint refused the request for want of a (valid) API key: HTTP 401 or 403."""
+
+
+def attach(base_url: str, model: str | None = None, timeout: float = 10.0, api_key: str | None = None) -> Endpoint:
+    """Measure an already running endpoint; the model defaults to the first it serves.
+
+    ``api_key`` is sent as a bearer token to every route (vLLM's ``--api-key`` guards ``/v1``)."""
     base_url = base_url.rstrip("/")
     try:
-        models = _get_json(base_url + "/v1/models", timeout)
+        models = _get_json(base_url + "/v1/models", timeout, api_key)
+    except urllib.error.HTTPError as exc:
+        cls = EndpointAuthError if exc.code in (401, 403) else ServerError
+        raise cls(f"{base_url}/v1/models answered HTTP {exc.code} {exc.reason}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise ServerError(f"cannot reach {base_url}/v1/models: {exc}") from exc
-    served = [m["id"] for m in models.get("data", [])]
+        why = getattr(exc, "reason", None) or exc
+        raise ServerError(f"cannot reach {base_url}/v1/models: {why}") from None
+    if not isinstance(models, dict) or not isinstance(models.get("data"), list):
+        raise ServerError(f"{base_url}/v1/models did not answer as an OpenAI-compatible server")
+    served = [m.get("id") for m in models["data"] if isinstance(m, dict)]
     if model is None:
         if not served:
             raise ServerError(f"{base_url} serves no models")
         model = served[0]
     elif model not in served:
         raise ServerError(f"{base_url} does not serve {model!r} (it serves {served})")
-    ep = Endpoint(base_url=base_url, model=model, mode="attached")
+    ep = Endpoint(base_url=base_url, model=model, mode="attached", api_key=api_key)
     try:
-        ep.engine_version = _get_json(base_url + "/version", timeout).get("version")
+        ep.engine_version = _get_json(base_url + "/version", timeout, api_key).get("version")
     except (urllib.error.URLError, OSError, ValueError):
         pass
     return ep

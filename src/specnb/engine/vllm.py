@@ -122,7 +122,9 @@ _ENV_SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH)", re.IGNO
 
 
 def recorded_environment(env: dict[str, str]) -> dict[str, str]:
-    """The part of a server's environment that changes its behaviour, minus anything secret."""
+    """The part of a server's environment that changes its behaviour, minus anything secret;
+    values that are paths (library preloads, cache roots) relative to the project or with the
+    home folder as ``~`` (:func:`specnb.paths.portable`), so a ledger leaks no user's folders."""
     return {
-        k: v for k, v in sorted(env.items()) if _ENV_KEEP.match(k) and not _ENV_SECRET.search(k)
+        k: paths.portable(v) for k, v in sorted(env.items()) if _ENV_KEEP.match(k) and not _ENV_SECRET.search(k)
     }

@@ -90,4 +90,6 @@ def hardware() -> dict[str, Any]:
 
 
 def collect() -> dict[str, Any]:
-    return {**git_state(), "versions": versions(), "hardware": hardware(), "argv": list(sys.argv)}
+    # the caller's command line, with its paths relative to the project or under ~ (no user's folders)
+    return {**git_state(), "versions": versions(), "hardware": hardware(),
+            "argv": [paths.portable(a) for a in sys.argv]}

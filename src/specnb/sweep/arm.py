@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,8 @@ from specnb.analysis.schedule import SCHEDULE_KEY, ScheduleError, check_schedule
 from specnb.errors import SpecnbError
 from specnb.ledger.schema import ArmRecord, synthetic_rates
 
-__all__ = ["Arm", "ArmError", "check_drafter", "read_policy", "synthetic_rates"]
+__all__ = ["Arm", "ArmError", "check_drafter", "check_server_args", "check_endpoint", "read_policy",
+           "synthetic_rates", "DEFAULT_API_KEY_ENV"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _DRAFT_METHODS = {"ngram", "draft_model", "eagle", "eagle3", "mtp", "medusa", "mlp_speculator",
@@ -83,6 +86,50 @@ def _check_synthetic(v: dict[str, Any], k: int) -> None:
                          f"(num_speculative_tokens + 1), got {length!r}")
 
 
+# Arguments specnb sets on every launched server itself: given again in server_args they would
+# point the server somewhere specnb does not look (a --port elsewhere left the sweep waiting for
+# its ready timeout), or record a secret in every ledger's argv (--api-key).
+_OWN_ARGS = {
+    "--port": "specnb picks a free port for every launched server",
+    "--host": "launched servers bind to 127.0.0.1; to measure a server elsewhere, give the arm an endpoint",
+    "--model": "give the checkpoint as the sweep's (or condition's) model",
+    "--served-model-name": "give it as served_model_name",
+    "--speculative-config": "put the drafter in speculative_config",
+    "--api-key": "a launched server listens on 127.0.0.1 only and needs no key (its argv is recorded in every "
+                 "ledger); protected servers are measured by attaching (endpoint, api_key_env)",
+}
+DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
+_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+
+
+def check_server_args(args: list[str]) -> list[str]:
+    """Refuse the arguments specnb sets itself (``--port``, ``--host``, ...), in either form
+    (``--port 8000``, ``--port=8000``), and anything that is not a string."""
+    for a in args:
+        if not isinstance(a, str):
+            raise ValueError(f"server_args holds {a!r}: every argument must be a string")
+        flag = a.split("=", 1)[0]
+        if flag in _OWN_ARGS:
+            raise ValueError(f"{flag} is not allowed in server_args: {_OWN_ARGS[flag]}")
+    return args
+
+
+def check_endpoint(url: str) -> str:
+    """An endpoint is ``http(s)://host[:port][/path]``; a one-line error says what is accepted."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1 or parts.query or parts.fragment:
+        raise ValueError(f"endpoint {url!r} is not a server URL: give http://host:port "
+                         "(e.g. http://127.0.0.1:8000), without a query")
+    if parts.path.rstrip("/").endswith("/v1"):
+        raise ValueError(f"endpoint {url!r}: give the server's root (specnb adds /v1/...), "
+                         f"e.g. {url.rstrip('/')[:-3]}")
+    return url.rstrip("/")
+
+
 class ArmError(SpecnbError):
     """An arm that cannot be run; raised before any server starts."""
 
@@ -97,6 +144,10 @@ class Arm(BaseModel):
     server_args: list[str] = Field(default_factory=list, description="extra args for this arm only")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for this arm")
     endpoint: str | None = Field(None, description="attach to this running server instead of launching")
+    api_key_env: str = Field(
+        DEFAULT_API_KEY_ENV, description="attached arms: the environment variable holding the endpoint's API "
+        "key, sent as a bearer token (never recorded); unset = no key",
+    )
 
     @field_validator("name")
     @classmethod
@@ -141,9 +192,28 @@ class Arm(BaseModel):
     @field_validator("server_args")
     @classmethod
     def _args(cls, v: list[str]) -> list[str]:
-        if "--speculative-config" in v:
-            raise ValueError("put the drafter in speculative_config, not in server_args")
+        return check_server_args(v)
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, v: str | None) -> str | None:
+        return None if v is None else check_endpoint(v)
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_env(cls, v: str) -> str:
+        if not _ENV_NAME.match(v):
+            # never echo the value: it may be the key itself, pasted in the wrong place
+            raise ValueError(f"api_key_env must be the NAME of an environment variable in capitals "
+                             f"(e.g. {DEFAULT_API_KEY_ENV!r}) that holds the key, not the key itself")
         return v
+
+    def api_key(self) -> str | None:
+        """The attached endpoint's API key from the environment (None for a launched arm or when
+        the variable is unset). Never recorded: ledgers keep only the variable's name."""
+        if self.endpoint is None:
+            return None
+        return os.environ.get(self.api_key_env) or None
 
     @property
     def speculative(self) -> bool:

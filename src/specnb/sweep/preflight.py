@@ -1,8 +1,17 @@
 """Preflight: every check that can fail on bad input, for every arm, before a server starts.
 
 A sweep that cannot finish must say so in one line before it spends minutes starting
-servers: models, workloads and drafters are resolved for all arms first, and ceiling arms
-are refused where the engine would die at its first speculative step.
+servers. :func:`prepare` resolves, for all arms first:
+
+- the target model: a local folder must exist and hold a ``config.json`` and a tokenizer (or
+  the ``--tokenizer`` it is given); an id that is not a local folder must be in the Hugging
+  Face cache when the server will run offline (``HF_HUB_OFFLINE=1``, specnb's default);
+- draft models, by the same rules, and their vocabulary against the target's;
+- the workloads (prompt files line by line, traffic imports);
+- every attached endpoint: reachable, serving the model, and accepting the API key named by
+  the arm's ``api_key_env`` (a 401 is named, the key never is);
+- the ledger folder: writable, and a ``sweep.json`` already in it readable;
+- ceiling arms, refused where the engine would die at its first speculative step.
 """
 
 from __future__ import annotations
@@ -14,33 +23,168 @@ from pathlib import Path
 from specnb import paths
 from specnb.engine.plugins import ENTRY_POINT_GROUP, synthetic_cpu
 from specnb.engine.releases import parse_version, required_release
-from specnb.engine.vllm import installed_vllm
+from specnb.engine.server import EndpointAuthError, ServerError, attach
+from specnb.engine.vllm import engine_environment, installed_vllm
 from specnb.ledger.schema import drafter_method
+from specnb.ledger.store import LedgerError, check_writable, read_json
 from specnb.prompts.workload import Workload, WorkloadError, resolve
-from specnb.sweep.arm import ArmError, check_drafter
+from specnb.sweep.arm import DEFAULT_API_KEY_ENV, Arm, ArmError, check_drafter
 from specnb.sweep.spec import SweepError, SweepSpec
 
-__all__ = ["prepare", "check_engine_release", "CPU_CEILING_DRAFTERS"]
+__all__ = ["prepare", "check_endpoints", "check_engine_release", "CPU_CEILING_DRAFTERS", "TOKENIZER_FILES"]
+
+# any of these in a model folder is a tokenizer vLLM can load
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "tekken.json")
+_NO_TOKENIZER = ("--skip-tokenizer-init",)
+_PROBE_TIMEOUT_S = 10.0
 
 
-def _resolve_model(model: str | None) -> str | None:
-    if model is None:
-        return None
-    p = Path(model)
+def _looks_local(name: str) -> bool:
+    return Path(name).is_absolute() or name.startswith((".", "~", "models/"))
+
+
+def _offline(env: dict[str, str]) -> bool:
+    return env.get("HF_HUB_OFFLINE", "0").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _in_hub_cache(repo_id: str, env: dict[str, str]) -> bool:
+    """Whether the Hugging Face cache the server will read holds ``repo_id``'s config.json."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # no hub client: vLLM will say what it can or cannot load
+        return True
+    cache = env.get("HF_HUB_CACHE") or (str(Path(env["HF_HOME"]) / "hub") if env.get("HF_HOME") else None)
+    try:
+        found = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache)
+    except Exception:  # noqa: BLE001 - an id the hub client cannot parse: the engine decides
+        return True
+    return isinstance(found, str)
+
+
+def _resolve_checkpoint(name: str, what: str, env: dict[str, str], need_tokenizer: bool = False) -> str:
+    """A local folder (absolute, or relative to the working folder or the project), checked; or a
+    model id, which must be in the cache when the server runs offline."""
+    p = Path(name).expanduser()
     for cand in (p, paths.ROOT / p):
+        if cand.is_dir():
+            folder = cand.resolve()
+            if not (folder / "config.json").is_file():
+                raise SweepError(f"{what} folder {name!r} has no config.json: not a model checkpoint")
+            if need_tokenizer and not any((folder / f).is_file() for f in TOKENIZER_FILES):
+                raise SweepError(f"{what} folder {name!r} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}): "
+                                 "add one, or pass --tokenizer <folder> in server_args")
+            return str(folder)
         if cand.exists():
-            return str(cand.resolve())
-    if p.is_absolute() or model.startswith((".", "models/")):
-        raise SweepError(f"model folder {model!r} does not exist (run `make setup` for the CPU default)")
-    return model  # a hub id or a name the engine resolves itself
+            raise SweepError(f"{what} {name!r} is a file; give the checkpoint's folder")
+    if _looks_local(name):
+        hint = " (run `make setup` for the CPU models)" if name.startswith("models/") else ""
+        raise SweepError(f"{what} folder {name!r} does not exist{hint}")
+    if _offline(env) and not _in_hub_cache(name, env):
+        raise SweepError(f"{what} {name!r} is not a local folder and not in the Hugging Face cache, and "
+                         "HF_HUB_OFFLINE=1 keeps the server from downloading it: give a local folder, "
+                         "or set HF_HUB_OFFLINE = \"0\" in env")
+    return name  # a hub id the engine resolves itself
 
 
-def prepare(spec: SweepSpec) -> tuple[str | None, dict[str, Workload], dict[str, list[str]]]:
-    """Every check that can fail before a server starts: model, workloads, drafters."""
-    model = _resolve_model(spec.model)
+def _launch_env(spec: SweepSpec, arm: Arm) -> dict[str, str]:
+    """The environment a launched server of this arm gets (as VllmServer builds it)."""
+    return {**engine_environment(), **os.environ, **spec.env, **arm.env}
+
+
+def _flag_value(args: list[str], flag: str) -> str | None:
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _check_model(spec: SweepSpec) -> str | None:
+    """The target, resolved once for every launched arm (with each arm's tokenizer and env)."""
+    launched = [a for a in spec.arms if a.endpoint is None]
+    if spec.model is None or not launched:
+        return spec.model
+    model = None
+    for arm in launched:
+        args, env = [*spec.server_args, *arm.server_args], _launch_env(spec, arm)
+        tok = _flag_value(args, "--tokenizer")
+        need = tok is None and not any(a in _NO_TOKENIZER for a in args)
+        model = _resolve_checkpoint(spec.model, "model", env, need_tokenizer=need)
+        if tok is not None:
+            _check_tokenizer(tok, f"arm {arm.name!r}: --tokenizer", env)
+    return model
+
+
+def _check_tokenizer(name: str, what: str, env: dict[str, str]) -> None:
+    p = Path(name).expanduser()
+    for cand in (p, paths.ROOT / p):
+        if cand.is_dir():
+            if not any((cand / f).is_file() for f in TOKENIZER_FILES):
+                raise SweepError(f"{what} folder {name!r} holds none of {', '.join(TOKENIZER_FILES)}")
+            return
+    if _looks_local(name) or p.exists():
+        raise SweepError(f"{what} {name!r} is not a folder holding a tokenizer")
+    if _offline(env) and not _in_hub_cache(name, env):
+        raise SweepError(f"{what} {name!r} is not a local folder and not in the Hugging Face cache "
+                         "(HF_HUB_OFFLINE=1)")
+
+
+def _check_drafts(spec: SweepSpec, model: str | None) -> dict[str, list[str]]:
+    notes: dict[str, list[str]] = {}
+    for arm in spec.arms:
+        cfg = arm.speculative_config or {}
+        draft = cfg.get("model")
+        if arm.endpoint is None and isinstance(draft, str) and drafter_method(cfg) not in ("ngram", "suffix"):
+            cfg_draft = _resolve_checkpoint(draft, f"arm {arm.name!r}: draft model", _launch_env(spec, arm))
+            arm = arm.model_copy(update={"speculative_config": {**cfg, "model": cfg_draft}})
+        try:
+            notes[arm.name] = check_drafter(arm, model)
+        except ArmError as exc:
+            raise SweepError(str(exc)) from None
+    return notes
+
+
+def check_endpoints(spec: SweepSpec) -> None:
+    """Every attached arm's endpoint answers ``/v1/models`` with the model, accepting its key."""
+    for arm in spec.arms:
+        if arm.endpoint is None:
+            continue
+        key = arm.api_key()
+        if key is None and arm.api_key_env != DEFAULT_API_KEY_ENV:
+            raise SweepError(f"arm {arm.name!r}: api_key_env names {arm.api_key_env}, which is not set "
+                             "in the environment")
+        try:
+            attach(arm.endpoint, spec.served_model_name, timeout=_PROBE_TIMEOUT_S, api_key=key)
+        except EndpointAuthError as exc:
+            hint = (f"set {arm.api_key_env} to the server's API key (api_key_env names the variable)" if key is None
+                    else f"the key in {arm.api_key_env} was refused")
+            raise SweepError(f"arm {arm.name!r}: {exc}: {hint}") from None
+        except ServerError as exc:
+            raise SweepError(f"arm {arm.name!r}: {exc}") from None
+
+
+def _check_out_dir(out_dir: Path) -> None:
+    try:
+        check_writable(out_dir)
+        if (out_dir / "sweep.json").exists():
+            read_json(out_dir / "sweep.json")
+    except (LedgerError, OSError) as exc:  # LedgerWriteError is a LedgerError's sibling: both SpecnbError
+        raise SweepError(str(exc)) from None
+
+
+def prepare(spec: SweepSpec, out_dir: Path | str | None = None,
+            ) -> tuple[str | None, dict[str, Workload], dict[str, list[str]]]:
+    """Every check that can fail before a server starts, for every arm: model, tokenizer,
+    workloads, drafters, ceilings, the ledger folder (when given) and attached endpoints.
+
+    Returns the resolved model, the workloads by name and notes per arm for the ledgers."""
     if any(a.endpoint is None for a in spec.arms) and importlib.util.find_spec("vllm") is None:
         raise SweepError("vLLM is not installed in this environment: run `make setup` "
                          "(`make setup EXTRA=gpu` on a GPU machine), or attach to running endpoints")
+    model = _check_model(spec)
+    if out_dir is not None:
+        _check_out_dir(Path(out_dir))
     wls: dict[str, Workload] = {}
     try:
         for w in spec.workloads:
@@ -50,16 +194,12 @@ def prepare(spec: SweepSpec) -> tuple[str | None, dict[str, Workload], dict[str,
             wls[wl.name] = wl
     except WorkloadError as exc:
         raise SweepError(str(exc)) from None
-    notes = {}
-    for arm in spec.arms:
-        try:
-            notes[arm.name] = check_drafter(arm, model)
-        except ArmError as exc:
-            raise SweepError(str(exc)) from None
+    notes = _check_drafts(spec, model)
     for name, note in _check_ceilings(spec).items():
         notes[name] = [*notes.get(name, []), note]
     _check_schedules(spec)
     check_engine_release(spec)  # after the schedule check: a schedule arm gets that one's message
+    check_endpoints(spec)  # last: the network, after every local check
     return model, wls, notes
 
 

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from specnb.errors import SpecnbError, first_error, plain_name
 from specnb.ledger import Sampling
 from specnb.prompts.traffic import TrafficSource
-from specnb.sweep.arm import Arm
+from specnb.sweep.arm import Arm, check_server_args
 
 __all__ = ["SweepError", "SweepSpec", "SearchSpec", "point_path", "level_tag", "blocks"]
 
@@ -133,6 +133,11 @@ class SweepSpec(BaseModel):
     @classmethod
     def _name(cls, v: str) -> str:
         return plain_name(v, "sweep name")
+
+    @field_validator("server_args")
+    @classmethod
+    def _args(cls, v: list[str]) -> list[str]:
+        return check_server_args(v)
 
     @model_validator(mode="after")
     def _check(self) -> SweepSpec:

@@ -80,7 +80,8 @@ def test_drafter_that_does_not_run_on_cpu_is_refused(engine):
     prepare(spec({"name": "ceil", "speculative_config": {**draft, "model": "org/draft"}}))  # draft_model runs
 
 
-def test_no_check_without_a_launched_ceiling_arm_or_off_the_cpu_build(engine):
+def test_no_check_without_a_launched_ceiling_arm_or_off_the_cpu_build(engine, monkeypatch):
+    monkeypatch.setattr(preflight, "check_endpoints", lambda spec: None)  # no server behind the endpoint
     engine["entry_point"] = None
     prepare(spec({"name": "ngram", "speculative_config": {"method": "ngram", "num_speculative_tokens": 4}}))
     prepare(spec({"name": "theirs", "speculative_config": CEILING, "endpoint": "http://127.0.0.1:9"}))

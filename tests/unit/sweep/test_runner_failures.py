@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from specnb.ledger import load_ledgers, load_requests, load_spec_by_category, read_ledger
-from specnb.sweep import SweepSpec, run_sweep
+from specnb.sweep import SweepError, SweepSpec, run_sweep
 
 METRICS = """# HELP vllm:num_requests_running Running.
 # TYPE vllm:num_requests_running gauge
@@ -117,7 +117,20 @@ def test_failed_points_are_recorded_kept_and_retried(fake, tmp_path):
     assert len(fourth.skipped) == 2 and not fourth.written and not fourth.failed
 
 
-def test_unreachable_endpoint_fails_every_point_and_goes_on(tmp_path):
+def test_unreachable_endpoint_is_refused_before_anything(tmp_path):
+    spec = SweepSpec.parse(dict(
+        name="u", workloads=["freeform"], concurrency=[1, 2], repeats=2, warmup_requests=0,
+        arms=[{"name": "gone", "endpoint": "http://127.0.0.1:9"}],
+    ))
+    with pytest.raises(SweepError, match="arm 'gone': cannot reach http://127.0.0.1:9/v1/models"):
+        run_sweep(spec, tmp_path / "out", progress=False, echo=lambda s: None)
+    assert not (tmp_path / "out").exists()
+
+
+def test_endpoint_gone_after_preflight_fails_every_point_and_goes_on(tmp_path, monkeypatch):
+    import specnb.sweep.preflight as preflight
+
+    monkeypatch.setattr(preflight, "check_endpoints", lambda spec: None)  # it answered, then went away
     spec = SweepSpec.parse(dict(
         name="u", workloads=["freeform"], concurrency=[1, 2], repeats=2, warmup_requests=0,
         arms=[{"name": "gone", "endpoint": "http://127.0.0.1:9"}],

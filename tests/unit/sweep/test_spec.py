@@ -127,8 +127,9 @@ def test_missing_engine_is_named_before_start(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "vllm" else real(n, *a))
     with pytest.raises(SweepError, match="vLLM is not installed"):
         prepare(spec())
-    # attaching needs no local engine
-    prepare(spec(arms=[{"name": "b", "endpoint": "http://127.0.0.1:9"}]))
+    # attaching needs no local engine: the next check is the endpoint's
+    with pytest.raises(SweepError, match="cannot reach http://127.0.0.1:9/v1/models"):
+        prepare(spec(arms=[{"name": "b", "endpoint": "http://127.0.0.1:9"}]))
 
 
 def test_per_request_acceptance_flag_only_for_launched_speculative_arms(monkeypatch):
