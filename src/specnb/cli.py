@@ -9,7 +9,10 @@
     specnb mix traffic.jsonl --ledgers ledgers/cpu-demo/run1 --arm ngram-k4 --concurrency 1
     specnb mix --serve http://127.0.0.1:8000 prompts.jsonl --save answered.jsonl
 
-Bad input fails with one line on stderr and exit code 2, before any server starts.
+Exit status: 0 when every point of the sweep has a measurement; 1 when the run finished but
+some points failed (they are listed, and a rerun with the same ``--out`` measures only them);
+2 for bad input, refused in one line on stderr before any server starts (or a ledger that
+cannot be read or written, named); 130 after Ctrl-C (finished points are kept).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import argparse
 import json
 import sys
 import tomllib
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -26,8 +30,9 @@ from specnb.analysis import DEFAULT_N_BOOT, DEFAULT_SEED, category_speedups, exp
 from specnb.analysis.latency import parse_slos
 from specnb.analysis.schedule import RULES, derive_policy, format_policy
 from specnb.analysis.text import format_category_acceptance, format_report
-from specnb.errors import SpecnbError, exit_code
+from specnb.errors import EXIT_BAD_INPUT, EXIT_FAILED_POINTS, SpecnbError, exit_code
 from specnb.ledger import SCHEMA_VERSION, Flag, load_ledgers, load_spec_by_category, schema_json, write_once
+from specnb.ledger.frame import SkippedLedgersWarning
 from specnb.ledger.runs import new_run_name
 from specnb.prompts.copyshare import MixError, format_mix, load_tokenizer, measure_mix
 from specnb.prompts.traffic import load_traffic
@@ -48,9 +53,31 @@ def _overrides(items: list[str]) -> dict:
     return out
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that refuses bad arguments in one line (its usage block is ``--help``'s)."""
+
+    def error(self, message: str):
+        print(f"specnb: {self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def _load(out_dir: Path, skip_bad: bool, loader=load_ledgers, announce: bool = True):
+    """A frame of the folder; with ``skip_bad``, bad files are left out and counted on stderr."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", SkippedLedgersWarning)
+        df = loader(out_dir, skip_bad=skip_bad)
+    for w in seen:
+        if issubclass(w.category, SkippedLedgersWarning):
+            if announce:
+                print(f"specnb: {w.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return df
+
+
 def _print_table(out_dir: Path, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED,
-                 context_tokens: int | None = None, slos: list[str] | None = None) -> int:
-    df = load_ledgers(out_dir)
+                 context_tokens: int | None = None, slos: list[str] | None = None, skip_bad: bool = False) -> int:
+    df = _load(out_dir, skip_bad)
     if df.empty:
         print(f"no ledgers under {out_dir}", file=sys.stderr)
         return 1
@@ -60,7 +87,7 @@ def _print_table(out_dir: Path, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAUL
     except SpecnbError as exc:
         print(f"specnb: {exc}", file=sys.stderr)
         return 2
-    cats = load_spec_by_category(out_dir)
+    cats = _load(out_dir, skip_bad, load_spec_by_category, announce=False)
     if not cats.empty:
         print()
         print(format_category_acceptance(cats))
@@ -69,7 +96,7 @@ def _print_table(out_dir: Path, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAUL
     flags = Counter(f for cell in df["flags"].fillna("") for f in cell.split(",") if f and f != Flag.FAILED)
     if flags:
         print("flags: " + ", ".join(f"{k} x{v}" for k, v in sorted(flags.items()))
-              + f"  (see the ledgers; {Flag.SPEC_NO_DRAFTS} points are left out of the pairs)")
+              + f"  (see the ledgers; {Flag.SPEC_NO_DRAFTS} and {Flag.INVALID} points are left out of the pairs)")
     return 0
 
 
@@ -121,7 +148,7 @@ def _policy(a: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="specnb", description="Paired speculative-decoding sweeps on vLLM.")
+    p = _Parser(prog="specnb", description="Paired speculative-decoding sweeps on vLLM.")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("sweep", help="run or resume a sweep, then print the paired table")
     s.add_argument("config", type=Path, help="sweep TOML file")
@@ -140,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--slo", action="append", default=[], metavar="KEY=VALUE",
                    help="an SLO for goodput: ttft_ms, itl_p99_ms, e2el_ms (at most) or decode_tok_s (at least); "
                    "repeat for several; the report then names the arm and level with the most goodput")
+    r.add_argument("--skip-bad", action="store_true",
+                   help="leave out ledger files that cannot be read (counted on stderr) instead of stopping")
     po = sub.add_parser("policy", help="derive vLLM's dynamic speculation schedule (K per batch-size range) "
                         "from a run, print it as a --speculative-config and write it to a file")
     po.add_argument("folder", type=Path, help="a run with one arm per K (or one K and the baseline)")
@@ -172,7 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--ledgers", type=Path, help="a sweep folder: estimate the speedup on this mix")
     m.add_argument("--arm", help="with --ledgers: the speculative arm")
     m.add_argument("--concurrency", type=int, help="with --ledgers: the concurrency level")
-    a = p.parse_args(argv)
+    try:
+        a = p.parse_args(argv)
+    except SystemExit as exc:  # --help, or a bad argument already said in one line
+        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
 
     def run() -> int:
         if a.cmd == "sweep":
@@ -184,9 +216,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"specnb: sweep {spec.name!r} -> {out}  (resume: --out {out})", file=sys.stderr)
             outcome = run_sweep(spec, out, progress=not a.no_progress)
             print(outcome.summary(), file=sys.stderr)
-            return _print_table(out)
+            rc = _print_table(out)
+            if not outcome.ok:
+                print(f"specnb: {len(outcome.failed_points)} point(s) failed; rerun with --out {out} to measure "
+                      "only them (exit status 1)", file=sys.stderr)
+                return EXIT_FAILED_POINTS
+            return rc
         if a.cmd == "report":
-            return _print_table(a.folder, a.n_boot, a.seed, a.context, a.slo)
+            return _print_table(a.folder, a.n_boot, a.seed, a.context, a.slo, a.skip_bad)
         if a.cmd == "mix":
             return _mix(a)
         if a.cmd == "policy":

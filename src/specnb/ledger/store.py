@@ -125,9 +125,10 @@ def _read(path: Path) -> tuple[str, Any]:
     try:
         return text, json.loads(text)
     except json.JSONDecodeError as exc:
-        cut = " (the file ends early: truncated?)" if exc.pos >= len(text.rstrip()) else ""
-        raise LedgerError(f"{path}: not valid JSON at line {exc.lineno} column {exc.colno}: "
-                          f"{exc.msg}{cut}") from None
+        body = text.rstrip()
+        cut = "; it ends early: truncated?" if body and body[-1] not in "}]" else ""
+        what = exc.msg.removesuffix(" starting at")
+        raise LedgerError(f"{path}: not valid JSON at line {exc.lineno} column {exc.colno} ({what}){cut}") from None
 
 
 # Values of these result keys are text or structures; every other one is a number or null.

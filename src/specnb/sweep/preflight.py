@@ -183,8 +183,6 @@ def prepare(spec: SweepSpec, out_dir: Path | str | None = None,
         raise SweepError("vLLM is not installed in this environment: run `make setup` "
                          "(`make setup EXTRA=gpu` on a GPU machine), or attach to running endpoints")
     model = _check_model(spec)
-    if out_dir is not None:
-        _check_out_dir(Path(out_dir))
     wls: dict[str, Workload] = {}
     try:
         for w in spec.workloads:
@@ -199,7 +197,9 @@ def prepare(spec: SweepSpec, out_dir: Path | str | None = None,
         notes[name] = [*notes.get(name, []), note]
     _check_schedules(spec)
     check_engine_release(spec)  # after the schedule check: a schedule arm gets that one's message
-    check_endpoints(spec)  # last: the network, after every local check
+    check_endpoints(spec)  # the network, after every local check
+    if out_dir is not None:  # last: it creates the folder, and a refused sweep leaves none
+        _check_out_dir(Path(out_dir))
     return model, wls, notes
 
 

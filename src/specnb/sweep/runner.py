@@ -19,6 +19,14 @@ averaged with a real drafter's; on the CPU build it needs specnb's vLLM plugin, 
 :func:`prepare` refuses the sweep when vLLM would not load it, instead of letting the
 engine die at its first speculative step.
 
+Faults: a launched server that dies during a point is restarted (same arguments, a new port,
+the same log) and the point measured once more in the same run; then the sweep moves on. A
+point whose share of failed requests (errors, timeouts) passes ``max_error_share`` is
+recorded as failed and flagged ``invalid``. Every failed point is measured again on resume;
+:attr:`SweepOutcome.failed_points` names the points still without a measurement, and the
+command line exits non-zero when there are any. A ledger that cannot be written (a full disk)
+stops the sweep with one line naming the file; ledgers written before it are untouched.
+
 A launched speculative arm gets ``--per-request-spec-decode-metrics summary`` when the
 installed vLLM knows that flag (and the arm's arguments do not set it already), so every
 response carries its own acceptance counts and the ledger can split acceptance by prompt
@@ -44,6 +52,7 @@ from typing import Any
 import aiohttp
 import pandas as pd
 
+from specnb import paths
 from specnb.analysis.schedule import k_at
 from specnb.engine import loadgen, metrics
 from specnb.engine.hostload import HOST_BUSY, HostLoad, wait_for_quiet
@@ -61,10 +70,12 @@ from specnb.ledger import (
     SpecDecode,
     WorkloadRecord,
     provenance,
+    read_ledger,
     utcnow,
     write_ledger,
     write_once,
 )
+from specnb.ledger.store import LedgerError, read_json
 from specnb.prompts.workload import Prompt, Workload, prompts_hash
 from specnb.sweep.arm import Arm
 from specnb.sweep.preflight import prepare
@@ -83,11 +94,35 @@ class SweepOutcome:
     skipped: list[Path] = field(default_factory=list)
     failed: list[Path] = field(default_factory=list)
     superseded: list[Path] = field(default_factory=list)
+    restarts: int = 0  # launched servers restarted after dying mid-run
+    # "<point id>: <why>" for every planned point still without a measurement when the run ended
+    failed_points: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when every planned point has a measurement (what the exit status reports)."""
+        return not self.failed_points
+
+    def merge(self, later: SweepOutcome) -> SweepOutcome:
+        """This outcome followed by a later run of the same sweep (a study's next repeat, which
+        also retries earlier failures): the later one says which points are still missing."""
+        self.written += later.written
+        self.skipped += later.skipped
+        self.failed += later.failed
+        self.superseded += later.superseded
+        self.restarts += later.restarts
+        self.failed_points = list(later.failed_points)
+        return self
 
     def summary(self) -> str:
         busy = f", {len(self.superseded)} re-measured for a busy host" if self.superseded else ""
-        return (f"{len(self.written)} points measured, {len(self.skipped)} already done, "
-                f"{len(self.failed)} failed{busy} -> {self.out_dir}")
+        restarts = f", {self.restarts} server restart(s)" if self.restarts else ""
+        text = (f"{len(self.written)} points measured, {len(self.skipped)} already done, "
+                f"{len(self.failed)} failure records{busy}{restarts} -> {self.out_dir}")
+        if self.failed_points:
+            shown = "; ".join(self.failed_points[:5]) + ("; ..." if len(self.failed_points) > 5 else "")
+            text += f"\n{len(self.failed_points)} point(s) without a measurement: {shown}"
+        return text
 
 
 def _sweep_record(out_dir: Path, spec: SweepSpec, wls: dict[str, Workload]) -> None:
@@ -96,7 +131,7 @@ def _sweep_record(out_dir: Path, spec: SweepSpec, wls: dict[str, Workload]) -> N
     digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
     path = out_dir / "sweep.json"
     if path.exists():
-        old = json.loads(path.read_text())
+        old = read_json(path)
         if old.get("identity_hash") != digest:
             raise SweepError(
                 f"{out_dir} holds a sweep with different settings (identity {old.get('identity_hash')} "
@@ -125,7 +160,7 @@ def server_args_for(spec: SweepSpec, arm: Arm) -> list[str]:
 @contextmanager
 def _open_endpoint(spec: SweepSpec, arm: Arm, model: str | None, log_path: Path):
     if arm.endpoint:
-        yield attach(arm.endpoint, spec.served_model_name), None
+        yield attach(arm.endpoint, spec.served_model_name, api_key=arm.api_key()), None
         return
     env = {**spec.env, **arm.env}
     srv = VllmServer(
@@ -141,10 +176,7 @@ async def _measure(
     ep: Endpoint, spec: SweepSpec, panel: list[Prompt], pt: _Point, n: int,
     on_done: Callable[[loadgen.RequestRecord], None] | None,
 ) -> tuple[loadgen.PointLoad, metrics.Snapshot, metrics.Snapshot, metrics.GaugeSampler]:
-    async with aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0),
-        timeout=aiohttp.ClientTimeout(total=spec.request_timeout_s),
-    ) as session:
+    async with _session(ep, spec) as session:
         before = await metrics.scrape(session, ep.base_url)
         sampler = metrics.GaugeSampler(session, ep.base_url, spec.metrics_interval_s)
         sampler.start()
@@ -170,18 +202,36 @@ async def _measure(
     return pl, before, after, sampler
 
 
+def _session(ep: Endpoint, spec: SweepSpec) -> aiohttp.ClientSession:
+    """One client session per point; an attached endpoint's API key rides on its headers
+    (chat, models and metrics routes alike), never in a request body, URL or log."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0),
+        timeout=aiohttp.ClientTimeout(total=spec.request_timeout_s),
+        headers=ep.headers,
+    )
+
+
+async def _panel_once(ep: Endpoint, spec: SweepSpec, panel: list[Prompt]) -> loadgen.PointLoad:
+    """The panel sent once (sizing a point's requests), on a session with the endpoint's key."""
+    async with _session(ep, spec) as session:
+        return await loadgen.run_load(ep.base_url, ep.model, panel, min(len(panel), 4), len(panel),
+                                      spec.sampling.model_dump(), session=session)
+
+
 async def _warmup(ep: Endpoint, spec: SweepSpec, wl: Workload) -> None:
     if spec.warmup_requests == 0:
         return
     k = spec.warmup_requests
-    await loadgen.run_load(
-        ep.base_url, ep.model, wl.prompts, min(k, 4), k, spec.sampling.model_dump(),
-        request_timeout_s=spec.request_timeout_s, prompt_offset=len(wl.prompts) - k,
-    )
+    async with _session(ep, spec) as session:
+        await loadgen.run_load(
+            ep.base_url, ep.model, wl.prompts, min(k, 4), k, spec.sampling.model_dump(),
+            session=session, prompt_offset=len(wl.prompts) - k,
+        )
 
 
 def _flags(arm: Arm, results: dict[str, Any], sd: dict[str, Any] | None, cache: dict[str, float],
-           reset: bool | None, concurrency: int | None = None) -> list[str]:
+           reset: bool | None, concurrency: int | None = None, max_error_share: float = 1.0) -> list[str]:
     flags = []
     drafts = (sd or {}).get("num_drafts") or 0
     if arm.ceiling:
@@ -195,6 +245,8 @@ def _flags(arm: Arm, results: dict[str, Any], sd: dict[str, Any] | None, cache: 
         flags.append(Flag.BASELINE_HAS_DRAFTS)
     if results["num_errors"]:
         flags.append(Flag.REQUEST_ERRORS)
+    if results.get("error_share", 0.0) > max_error_share:
+        flags.append(Flag.INVALID)  # too many requests failed for the throughput to mean anything
     if reset is False:
         flags.append(Flag.PREFIX_CACHE_NOT_RESET)
     if "chunks" in (results.get("token_count_source") or []):
@@ -238,11 +290,11 @@ class _SweepRun:
 
     def __init__(self, spec: SweepSpec, out_dir: Path, progress: bool, echo: Callable[[str], None]):
         self.spec, self.out_dir, self.echo = spec, out_dir, echo
-        self.model, self.workloads, self.notes = prepare(spec)
-        out_dir.mkdir(parents=True, exist_ok=True)
+        self.model, self.workloads, self.notes = prepare(spec, out_dir)
         _sweep_record(out_dir, spec, self.workloads)
         self.provenance = Provenance(**provenance.collect())
         self.outcome = SweepOutcome(out_dir=out_dir)
+        self.planned: list[_Point] = []  # every point of every round, for the failed-points summary
         self.panels = {name: wl.panel(spec.panel_size) for name, wl in self.workloads.items()}
         self.tokens_per_request: dict[str, float] = {}
         for name in self.workloads:
@@ -289,6 +341,7 @@ class _SweepRun:
                                            elapsed_s=time.monotonic() - self.t_start, echo=self.echo)
         finally:
             self.bar.close()
+        self.outcome.failed_points = self.missing()
         return self.outcome
 
     def run_round(self, plan: list[list[_Point]]) -> None:
@@ -297,6 +350,7 @@ class _SweepRun:
         for block in plan:
             pending = []
             for pt in block:
+                self.planned.append(pt)
                 if self.path(pt).exists():
                     self.outcome.skipped.append(self.path(pt))
                     self.bar.update(self.num_requests(pt))
@@ -304,6 +358,26 @@ class _SweepRun:
                     pending.append(pt)
             if pending:
                 self.run_block(pending[0].arm, pending[0].repeat, pending)
+
+    def missing(self) -> list[str]:
+        """``"<point id> (<why>)"`` for every planned point without a measurement at its path."""
+        why = {}
+        for p in self.outcome.failed:  # the newest failure record of each point says why
+            try:
+                led = read_ledger(p)
+            except LedgerError:
+                continue
+            why[led.point_id] = f"{led.failure.error_type}: {led.failure.message}" if led.failure else "failed"
+        out = []
+        seen: set[Path] = set()
+        for pt in self.planned:
+            if self.path(pt) in seen:
+                continue
+            seen.add(self.path(pt))
+            if not self.path(pt).exists():
+                reason = " ".join(why.get(pt.point_id, "not measured").split())
+                out.append(f"{pt.point_id} ({reason if len(reason) <= 100 else reason[:97] + '...'})")
+        return out
 
     # -- one server ------------------------------------------------------------------------
     def run_block(self, arm: Arm, repeat: int, pending: list[_Point]) -> None:
@@ -317,11 +391,13 @@ class _SweepRun:
                 self.size_panels(ep, pending)
                 _run_async(_warmup(ep, self.spec, next(iter(self.workloads.values()))))
                 for pt in pending:
-                    if server is not None and not server.alive():
-                        self.record_failure(pt, ServerError("server process exited"), server_rec,
-                                            utcnow(), server.log_tail())
-                        continue
+                    if server is not None and not server.alive():  # died between points
+                        ep, server_rec = self.restart(server, f"before {pt.point_id}")
                     self.run_point(pt, ep, server, server_rec)
+                    if server is not None and not server.alive() and not self.path(pt).exists():
+                        # died during the point: a fresh server gets one more try at it
+                        ep, server_rec = self.restart(server, f"during {pt.point_id}; measuring it again")
+                        self.run_point(pt, ep, server, server_rec)
         except (ServerError, OSError, aiohttp.ClientError, metrics.MetricsError) as exc:
             # The server did not start, or the block broke outside a point (warmup):
             # every point of the block not yet recorded gets a failure record.
@@ -342,9 +418,7 @@ class _SweepRun:
                 continue
             panel = self.panels[name]
             self.bar.set_description(f"{self.spec.name}: sizing the {name} panel ({len(panel)} prompts)")
-            pl = _run_async(loadgen.run_load(
-                ep.base_url, ep.model, panel, min(len(panel), 4), len(panel), self.spec.sampling.model_dump(),
-                request_timeout_s=self.spec.request_timeout_s))
+            pl = _run_async(_panel_once(ep, self.spec, panel))
             ok = [r.output_tokens for r in pl.records if r.ok]
             if not ok:
                 raise ServerError(f"no request of the {name} panel succeeded while sizing points")
@@ -356,6 +430,16 @@ class _SweepRun:
             except FileExistsError:  # another process sized it first: use that number
                 tpr = float(json.loads(_sizing_path(self.out_dir, name).read_text())["tokens_per_request"])
             self.tokens_per_request[name] = tpr
+
+    def restart(self, server: VllmServer, when: str) -> tuple[Endpoint, ServerRecord]:
+        """Stop what is left of a launched server's process group and start it again (same
+        arguments, a new port, the same log), warmed up; a failed start raises ServerError."""
+        self.echo(f"the {server.served_model_name} server (pid {server.pid}) died {when}; restarting it")
+        self.outcome.restarts += 1
+        server.stop()
+        ep = server.start()
+        _run_async(_warmup(ep, self.spec, next(iter(self.workloads.values()))))
+        return ep, ServerRecord(**ep.describe())
 
     # -- one point -------------------------------------------------------------------------
     def run_point(self, pt: _Point, ep: Endpoint, server: VllmServer | None,
@@ -402,9 +486,9 @@ class _SweepRun:
             return True
         if led.status == "ok":
             self.outcome.written.append(write_ledger(self.path(pt), led, frame))
-        else:  # every request failed: recorded, and retried on resume
+        else:  # too many requests failed: recorded, and retried on resume
             self.outcome.failed.append(write_ledger(_failed_path(self.path(pt)), led, frame))
-            self.echo(f"FAILED {pt.point_id}: {led.failure.message[:200]}")
+            self.echo(f"FAILED {pt.point_id}: {' '.join(led.failure.message.split())[:200]}")
         res = led.results or {}
         mal = led.spec_decode.mean_acceptance_length if led.spec_decode else None
         self.bar.set_postfix_str(
@@ -426,24 +510,24 @@ class _SweepRun:
                           max_in_flight=spec.max_in_flight, arrival_seed=spec.arrival_seed))
         return dict(
             sweep=spec.name, point_id=pt.point_id, arm=pt.arm.record(),
-            workload=WorkloadRecord(**pt.workload.describe(), panel_ids=[p.id for p in panel],
-                                    panel_hash=prompts_hash(panel)),
+            workload=_workload_record(pt.workload, panel_ids=[p.id for p in panel], panel_hash=prompts_hash(panel)),
             concurrency=self.in_flight(pt), repeat=pt.repeat, arm_position=pt.position, num_requests=n,
             warmup_requests=spec.warmup_requests, sampling=spec.sampling, load=load,
             sizing=Sizing(panel_size=len(panel), passes=n // len(panel), work_floor_tokens=spec.work_floor_tokens,
                           tokens_per_request=self.tokens_per_request.get(pt.workload.name)),
             search=SearchInfo(round=pt.round, reason=pt.reason) if spec.search is not None else None,
-            provenance=self.provenance, parameters=params,
+            provenance=self.provenance, parameters=params, max_error_share=spec.max_error_share,
         )
 
     def record_failure(self, pt: _Point, exc: BaseException, server_rec: ServerRecord | None,
                        started: str, log_tail: str | None = None, unticked: int | None = None) -> None:
-        msg = getattr(exc, "short", None) or str(exc) or type(exc).__name__
+        msg = paths.portable(getattr(exc, "short", None) or str(exc) or type(exc).__name__)
+        tail = getattr(exc, "log_tail", None) or log_tail
         led = PointLedger(
             status="failed", server=server_rec, started_at=started, finished_at=utcnow(),
             flags=[Flag.FAILED, *([Flag.SYNTHETIC_ACCEPTANCE] if pt.arm.ceiling else [])],
             failure=Failure(error_type=type(exc).__name__, message=msg[:2000],
-                            log_tail=getattr(exc, "log_tail", None) or log_tail),
+                            log_tail=paths.portable(tail) if tail else None),
             **self.common(pt),
         )
         self.outcome.failed.append(write_ledger(_failed_path(self.path(pt)), led))
@@ -454,6 +538,7 @@ class _SweepRun:
                         pl: loadgen.PointLoad, before: metrics.Snapshot, after: metrics.Snapshot,
                         sampler: metrics.GaugeSampler, started: str) -> PointLedger:
         results = loadgen.summarize(pl)
+        results["error_share"] = results["num_errors"] / max(results["num_requests"], 1)
         results["client_cpu_util"] = pl.client_cpu_util
         results["host_other_cpu_cores"] = pl.host_other_cpu_cores
         sd = metrics.spec_decode_delta(before, after)
@@ -473,7 +558,7 @@ class _SweepRun:
             if per_engine:
                 kv.update(source="cache_config_info", tokens_per_engine=per_engine,
                           total_tokens=sum(per_engine))
-        ok = results["num_ok"] > 0
+        ok = results["num_ok"] > 0 and results["error_share"] <= self.spec.max_error_share
         return PointLedger(
             status="ok" if ok else "failed", started_at=started, finished_at=utcnow(),
             server=server_rec.model_copy(update={
@@ -481,9 +566,8 @@ class _SweepRun:
             results=results, server_samples=sampler.summary(), cache=cache,
             spec_decode=SpecDecode(**sd) if sd and (pt.arm.speculative or sd["num_drafts"]) else None,
             spec_decode_by_category=loadgen.spec_decode_by_category(pl.records),
-            flags=_flags(pt.arm, results, sd, cache, reset, self.in_flight(pt)),
-            failure=None if ok else Failure(error_type="AllRequestsFailed",
-                                            message="; ".join(results["error_examples"])[:2000]),
+            flags=_flags(pt.arm, results, sd, cache, reset, self.in_flight(pt), self.spec.max_error_share),
+            failure=None if ok else _request_failure(results, self.spec.max_error_share),
             **self.common(pt),
         )
 
@@ -524,3 +608,22 @@ def _failed_path(p: Path) -> Path:
     """A new name per failure, so failures accumulate and never overwrite each other."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     return p.with_name(f"{p.stem}.failed-{stamp}.json")
+
+
+def _request_failure(results: dict[str, Any], max_error_share: float) -> Failure:
+    """Why a point whose requests failed is not a measurement: all of them, or more than allowed."""
+    examples = "; ".join(results["error_examples"])
+    if not results["num_ok"]:
+        return Failure(error_type="AllRequestsFailed", message=examples[:2000])
+    return Failure(error_type="ErrorShare", message=(
+        f"{results['num_errors']} of {results['num_requests']} requests failed ({results['error_share']:.0%} > "
+        f"max_error_share {max_error_share:.0%}): {examples}")[:2000])
+
+
+def _workload_record(wl: Workload, **extra: Any) -> WorkloadRecord:
+    """What a ledger records of a workload; a user's file paths relative to the project or under ~."""
+    d = {**wl.describe(), **extra}
+    d["source"] = paths.portable(d["source"])
+    if d.get("imported"):
+        d["imported"] = {**d["imported"], "file": paths.portable(d["imported"]["file"])}
+    return WorkloadRecord(**d)
