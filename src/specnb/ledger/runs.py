@@ -2,18 +2,27 @@
 
 A run folder is write-once like every ledger: a new measurement goes into a new run (a UTC
 time stamp, so names sort by time), an interrupted one resumes when given the same name,
-and analysis reads the newest run unless told otherwise.
+and analysis reads the newest run unless told otherwise. A run that ended with failed points
+says which to whoever started it (:func:`report_failed_points`, read back by the notebook
+runner with :func:`read_failed_points`).
 """
 
 from __future__ import annotations
 
+import json
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
 from specnb import paths
 from specnb.errors import SpecnbError, plain_name
 
-__all__ = ["AXES", "RunError", "new_run_name", "run_folder", "latest_run", "find_run"]
+__all__ = ["AXES", "RunError", "new_run_name", "run_folder", "latest_run", "find_run", "OUTCOME_FILE_ENV",
+           "report_failed_points", "read_failed_points"]
+
+# Set by the notebook runner for the kernel it starts: the measuring notebook appends the points
+# that failed, so `make measure-<axis>` exits non-zero although the notebook itself finished.
+OUTCOME_FILE_ENV = "SPECNB_OUTCOME_FILE"
 
 AXES = ("concurrency", "quantization", "drafter", "temperature", "kv", "parallelism", "proposal", "policy")
 
@@ -56,3 +65,23 @@ def find_run(axis: str, study: str, run: str = "", root: Path | str | None = Non
         raise RunError(f"no runs under {Path(root or paths.LEDGERS) / axis / study}: "
                        "measure first (measure = True, or `make measure-<axis>`)")
     return folder
+
+
+def report_failed_points(points: list[str]) -> None:
+    """Append failed points (``"<point id> (<why>)"``) to the file the notebook runner named in
+    ``SPECNB_OUTCOME_FILE``; nothing when it named none (a notebook run by hand)."""
+    target = os.environ.get(OUTCOME_FILE_ENV)
+    if not target or not points:
+        return
+    with open(target, "a", encoding="utf-8") as fh:
+        for p in points:
+            fh.write(json.dumps(p) + "\n")
+
+
+def read_failed_points(path: Path | str) -> list[str]:
+    """What :func:`report_failed_points` wrote (empty when the file is missing)."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    return [json.loads(ln) for ln in lines if ln.strip()]

@@ -20,6 +20,11 @@ A notebook's ``parameters`` cell holds its defaults (the CPU run); a parameter f
 (``notebooks/params/gpu/<axis>.yaml``, YAML: papermill's own format) overrides some of them.
 :func:`read_params` reads one and refuses keys the notebook's parameters cell does not
 define, so a typo fails in one line instead of being silently injected.
+
+Before a kernel starts, an axis notebook's parameters are validated as its study, and with
+``measure = True`` every preflight check runs (models, drafters, workloads, endpoints): bad
+parameters are one line and exit 2, and no server starts. A measuring notebook that ends with
+failed points makes the runner exit 1 (it names them), so ``make measure-<axis>`` says so too.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import ast
 import hashlib
 import os
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -35,7 +41,8 @@ from typing import Any
 import yaml
 
 from specnb import paths
-from specnb.errors import SpecnbError, exit_code, unknown_key
+from specnb.errors import EXIT_FAILED_POINTS, SpecnbError, exit_code, unknown_key
+from specnb.ledger.runs import AXES, OUTCOME_FILE_ENV, read_failed_points
 
 __all__ = ["NotebookError", "notebook_parameters", "read_params", "execute", "stabilise", "stable_cell_ids",
            "NOTEBOOKS", "KERNELSPEC"]
@@ -97,6 +104,20 @@ def read_params(path: Path | str, source: Path | str | None = None) -> dict[str,
     return data
 
 
+def check_parameters(source: Path, params: dict[str, Any]) -> None:
+    """An axis notebook's parameters (its defaults with ``params`` over them) as its study, one
+    line per mistake; with ``measure`` true, every preflight check too. No kernel, no server."""
+    axis = source.stem.split("_", 1)[-1]
+    if axis not in AXES:
+        return
+    from specnb.sweep.study import Study  # reading a study's parameters loads no engine
+
+    merged = {**notebook_parameters(source), **params}
+    study = Study.from_parameters(axis, **merged)
+    if merged.get("measure"):
+        study.check()  # the engine side's preflight: only when the notebook will measure
+
+
 def execute(
     source: Path | str,
     output: Path | str,
@@ -106,8 +127,12 @@ def execute(
     cwd: Path | str | None = None,
     progress: bool = False,
     timeout_s: float | None = None,
+    failed_points: list[str] | None = None,
 ) -> Path:
-    """Run a jupytext notebook under papermill; returns the executed ``.ipynb``."""
+    """Run a jupytext notebook under papermill; returns the executed ``.ipynb``.
+
+    Parameters are checked before the kernel starts (:func:`check_parameters`). Pass a list as
+    ``failed_points`` to learn the points a measuring notebook could not measure."""
     import nbformat
     import papermill as pm
 
@@ -120,6 +145,7 @@ def execute(
     unknown = sorted(set(params) - set(known))
     if unknown:
         raise NotebookError(f"{source.name}: {unknown_key(unknown[0], known, 'parameter')}")
+    check_parameters(source, params)
     nb = _read(source)
     nb.metadata["kernelspec"] = dict(KERNELSPEC)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -129,6 +155,10 @@ def execute(
     saved = os.environ.get("SPECNB_PROGRESS")
     if progress and saved is None:
         os.environ["SPECNB_PROGRESS"] = "lines"
+    fd, outcome = tempfile.mkstemp(prefix="specnb-outcome.", suffix=".jsonl")
+    os.close(fd)
+    before = os.environ.get(OUTCOME_FILE_ENV)
+    os.environ[OUTCOME_FILE_ENV] = outcome  # the kernel inherits it too: Study.run appends failed points
     try:
         # relayed raw (stdout_file / stderr_file) as the kernel writes it, not through papermill's
         # logger, which would print stderr twice
@@ -138,9 +168,18 @@ def execute(
             execution_timeout=timeout_s, stdout_file=sys.stdout if progress else None,
             stderr_file=sys.stderr if progress else None,
         )
+        if failed_points is not None:
+            failed_points += read_failed_points(outcome)
     finally:
         if progress and saved is None:
             os.environ.pop("SPECNB_PROGRESS", None)
+        if failed_points is not None:  # also when a later cell failed: the points still failed
+            failed_points += read_failed_points(outcome)
+        if before is None:
+            os.environ.pop(OUTCOME_FILE_ENV, None)
+        else:
+            os.environ[OUTCOME_FILE_ENV] = before
+        os.unlink(outcome)
         tmp.unlink(missing_ok=True)
         if output.exists():
             stabilise(output)
@@ -191,10 +230,11 @@ def stabilise(path: Path | str) -> Path:
 
 
 def _run_one(source: Path, output: Path, params: dict[str, Any], params_file: Path | None,
-             progress: bool) -> str | None:
-    """Execute one notebook; None when it ran, else the one line that says why it did not."""
+             progress: bool, failed_points: list[str] | None = None) -> str | None:
+    """Execute one notebook; None when it ran, else the one line that says why it did not.
+    A measuring notebook's failed points are added to ``failed_points``."""
     try:
-        execute(source, output, params, params_file=params_file, progress=progress)
+        execute(source, output, params, params_file=params_file, progress=progress, failed_points=failed_points)
     except (SpecnbError, KeyboardInterrupt):
         raise
     except Exception as exc:  # papermill's PapermillExecutionError names the failing cell
@@ -231,8 +271,12 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m specnb.notebooks.runner SOURCE OUT [SOURCE OUT ...] [-f PARAMS.yaml] [-p NAME VALUE]...``"""
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m specnb.notebooks.runner",
-                                description="Execute jupytext notebooks under papermill.")
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str):  # one line, like every other refusal
+            print(f"specnb: {message} (see {self.prog} --help)", file=sys.stderr)
+            raise SystemExit(2)
+
+    p = Parser(prog="python -m specnb.notebooks.runner", description="Execute jupytext notebooks under papermill.")
     p.add_argument("paths", type=Path, nargs="+", metavar="SOURCE OUT",
                    help="a notebook and where its executed copy goes; several pairs run --jobs at a time")
     p.add_argument("-f", "--params-file", type=Path)
@@ -240,12 +284,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="a parameter, value in YAML syntax (e.g. -p measure true)")
     p.add_argument("--progress", action="store_true")
     p.add_argument("-j", "--jobs", type=int, default=1, help="notebooks at a time (several pairs)")
-    a = p.parse_args(argv)
-    if len(a.paths) % 2:
-        p.error("expected SOURCE OUT pairs")
+    try:
+        a = p.parse_args(argv)
+        if len(a.paths) % 2:
+            p.error("expected SOURCE OUT pairs")
+        if len(a.paths) > 2 and (a.param or a.params_file or a.progress):
+            p.error("parameters, a parameter file and --progress apply to one notebook at a time")
+    except SystemExit as exc:  # --help, or a bad argument already said in one line
+        return exc.code if isinstance(exc.code, int) else 2
     pairs = list(zip(a.paths[::2], a.paths[1::2], strict=True))
-    if len(pairs) > 1 and (a.param or a.params_file or a.progress):
-        p.error("parameters, a parameter file and --progress apply to one notebook at a time")
 
     def run() -> int:
         if len(pairs) > 1:
@@ -254,14 +301,29 @@ def main(argv: list[str] | None = None) -> int:
                 print(msg, file=sys.stderr)
             return 1 if failures else 0
         (source, output), = pairs
-        msg = _run_one(source, output, {k: yaml.safe_load(v) for k, v in a.param}, a.params_file, a.progress)
+        try:
+            params = {k: yaml.safe_load(v) for k, v in a.param}
+        except yaml.YAMLError as exc:
+            raise NotebookError(f"-p: a value is not YAML ({' '.join(str(exc).split())[:120]})") from None
+        failed: list[str] = []
+        msg = _run_one(source, output, params, a.params_file, a.progress, failed)
+        _say_failed(source, failed)
         if msg:
             print(msg, file=sys.stderr)
             return 1
         print(output)
+        if failed:
+            return EXIT_FAILED_POINTS
         return 0
 
     return exit_code(run, "rerun with the same run to resume")
+
+
+def _say_failed(source: Path, failed: list[str]) -> None:
+    if failed:
+        shown = "; ".join(failed[:5]) + ("; ..." if len(failed) > 5 else "")
+        print(f"specnb: {source.name}: {len(failed)} point(s) failed: {shown} (rerun with the same run "
+              "to measure only them)", file=sys.stderr)
 
 
 if __name__ == "__main__":

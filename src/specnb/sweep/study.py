@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from specnb import paths
 from specnb.errors import first_error, plain_name
 from specnb.ledger import BASELINE, PLAIN_CONDITION
-from specnb.ledger.runs import AXES, new_run_name, run_folder
+from specnb.ledger.runs import AXES, new_run_name, report_failed_points, run_folder
 from specnb.sweep.spec import SweepError, SweepSpec
 
 __all__ = ["Condition", "Study"]
@@ -208,13 +208,9 @@ class Study(BaseModel):
             for name, spec in specs.items():
                 part = spec.model_copy(update={"repeats": r + 1})
                 o = run_sweep(part, folder / name, progress=progress)
-                prev = outcomes.get(name)
-                if prev is None:
-                    outcomes[name] = o
-                else:
-                    prev.written += o.written
-                    prev.failed += o.failed
-                    prev.superseded += o.superseded
+                outcomes[name] = outcomes[name].merge(o) if name in outcomes else o
+        # the notebook runner (make measure-<axis>) exits non-zero when points failed
+        report_failed_points([f"{name}: {p}" for name, o in outcomes.items() for p in o.failed_points])
         return folder, list(outcomes.values())
 
 
