@@ -213,8 +213,8 @@ def main(argv: list[str] | None = None) -> int:
 
             spec = SweepSpec.from_toml(a.config, _overrides(a.set))
             out = a.out or paths.LEDGERS / spec.name / new_run_name()
-            print(f"specnb: sweep {spec.name!r} -> {out}  (resume: --out {out})", file=sys.stderr)
-            outcome = run_sweep(spec, out, progress=not a.no_progress)
+            outcome = run_sweep(spec, out, progress=not a.no_progress,
+                                echo=lambda s: print(f"specnb: {s}", file=sys.stderr))
             print(outcome.summary(), file=sys.stderr)
             rc = _print_table(out)
             if not outcome.ok:

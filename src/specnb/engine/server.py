@@ -357,6 +357,9 @@ class VllmServer:
                     if r.status == 200:
                         _get_json(base_url + "/v1/models")
                         return
+            except urllib.error.HTTPError as exc:
+                if exc.code in (401, 403):  # up, and guarding /v1 with an API key (VLLM_API_KEY)
+                    return
             except (urllib.error.URLError, OSError, ValueError):
                 pass
             time.sleep(0.5)

@@ -26,7 +26,7 @@ from specnb.engine.releases import parse_version, required_release
 from specnb.engine.server import EndpointAuthError, ServerError, attach
 from specnb.engine.vllm import engine_environment, installed_vllm
 from specnb.ledger.schema import drafter_method
-from specnb.ledger.store import LedgerError, check_writable, read_json
+from specnb.ledger.store import LedgerError, LedgerWriteError, check_writable, read_json
 from specnb.prompts.workload import Workload, WorkloadError, resolve
 from specnb.sweep.arm import DEFAULT_API_KEY_ENV, Arm, ArmError, check_drafter
 from specnb.sweep.spec import SweepError, SweepSpec
@@ -108,6 +108,10 @@ def _check_model(spec: SweepSpec) -> str | None:
     model = None
     for arm in launched:
         args, env = [*spec.server_args, *arm.server_args], _launch_env(spec, arm)
+        if env.get("VLLM_API_KEY"):
+            raise SweepError(f"arm {arm.name!r}: VLLM_API_KEY is set, so a launched server would refuse specnb's "
+                             "own requests (401): unset it for the sweep; protected servers are measured by "
+                             "attaching (endpoint, api_key_env)")
         tok = _flag_value(args, "--tokenizer")
         need = tok is None and not any(a in _NO_TOKENIZER for a in args)
         model = _resolve_checkpoint(spec.model, "model", env, need_tokenizer=need)
@@ -169,7 +173,7 @@ def _check_out_dir(out_dir: Path) -> None:
         check_writable(out_dir)
         if (out_dir / "sweep.json").exists():
             read_json(out_dir / "sweep.json")
-    except (LedgerError, OSError) as exc:  # LedgerWriteError is a LedgerError's sibling: both SpecnbError
+    except (LedgerError, LedgerWriteError, OSError) as exc:
         raise SweepError(str(exc)) from None
 
 

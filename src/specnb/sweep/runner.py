@@ -291,6 +291,7 @@ class _SweepRun:
     def __init__(self, spec: SweepSpec, out_dir: Path, progress: bool, echo: Callable[[str], None]):
         self.spec, self.out_dir, self.echo = spec, out_dir, echo
         self.model, self.workloads, self.notes = prepare(spec, out_dir)
+        echo(f"sweep {spec.name!r} -> {out_dir} (every check passed; the same folder resumes it)")
         _sweep_record(out_dir, spec, self.workloads)
         self.provenance = Provenance(**provenance.collect())
         self.outcome = SweepOutcome(out_dir=out_dir)
