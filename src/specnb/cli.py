@@ -57,7 +57,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse that refuses bad arguments in one line (its usage block is ``--help``'s)."""
 
     def error(self, message: str):
-        print(f"specnb: {self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        print(f"specnb: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
 
 

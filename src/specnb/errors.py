@@ -99,6 +99,14 @@ def _is_tag(part: str | int) -> bool:
     return isinstance(part, str) and bool(_TAG.match(part))
 
 
+def _branch(loc: tuple[str | int, ...]) -> tuple[tuple[str | int, ...], str] | None:
+    """(where a union was tried, which member) for an error inside a union, else None."""
+    for i, part in enumerate(loc):
+        if _is_tag(part):
+            return tuple(loc[:i]), str(part)
+    return None
+
+
 def _where(loc: Iterable[str | int]) -> str:
     return ".".join(str(x) for x in loc if not _is_tag(x))
 
@@ -110,7 +118,7 @@ def _input(v: Any) -> str:
 
 def first_error(exc: ValidationError, count_more: bool = False,
                 model: type[BaseModel] | None = None) -> str:
-    """``"<field.path>: <message>"`` for the first error (``(top level)`` without a path).
+    """``"<field.path>: <message>"`` for the first error (just the message without a path).
 
     An unknown key comes first, named with the closest known key of ``model`` at that place
     (``"unknown key 'concurency' (did you mean 'concurrency'?)"``): the "field required" it
@@ -137,7 +145,7 @@ def first_error(exc: ValidationError, count_more: bool = False,
         msg = f"{where}: {text}" if where else text
     else:
         err = errors[0]
-        loc = _where(err["loc"]) or "(top level)"
+        loc = _where(err["loc"])
         text = err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
         got = ""
         # the value given, where the message does not say it already; never near a secret
@@ -145,8 +153,11 @@ def first_error(exc: ValidationError, count_more: bool = False,
                 and isinstance(err.get("input"), (str, int, float, bool))
                 and not any(_SECRET.search(str(p)) for p in err["loc"])):
             got = f" (got {_input(err['input'])})"
-        msg = f"{loc}: {text}{got}"
+        msg = f"{loc}: {text}{got}" if loc else f"{text}{got}"
         others = errors[1:]
+    # a union member the input was not meant for ('str' beside 'TrafficSource') is not another mistake
+    mine = _branch(err["loc"])
+    others = [e for e in others if not (mine and (b := _branch(e["loc"])) and b[0] == mine[0] and b[1] != mine[1])]
     more = f" (+{len(others)} more)" if count_more and others else ""
     return " ".join(msg.split()) + more  # one line, whatever the message held
 

@@ -126,7 +126,7 @@ def _read(path: Path) -> tuple[str, Any]:
         return text, json.loads(text)
     except json.JSONDecodeError as exc:
         body = text.rstrip()
-        cut = "; it ends early: truncated?" if body and body[-1] not in "}]" else ""
+        cut = "; it ends early: truncated?" if body.startswith(("{", "[")) and body[-1] not in "}]" else ""
         what = exc.msg.removesuffix(" starting at")
         raise LedgerError(f"{path}: not valid JSON at line {exc.lineno} column {exc.colno} ({what}){cut}") from None
 

@@ -291,8 +291,8 @@ class _SweepRun:
     def __init__(self, spec: SweepSpec, out_dir: Path, progress: bool, echo: Callable[[str], None]):
         self.spec, self.out_dir, self.echo = spec, out_dir, echo
         self.model, self.workloads, self.notes = prepare(spec, out_dir)
-        echo(f"sweep {spec.name!r} -> {out_dir} (every check passed; the same folder resumes it)")
         _sweep_record(out_dir, spec, self.workloads)
+        echo(f"sweep {spec.name!r} -> {out_dir} (every check passed; the same folder resumes it)")
         self.provenance = Provenance(**provenance.collect())
         self.outcome = SweepOutcome(out_dir=out_dir)
         self.planned: list[_Point] = []  # every point of every round, for the failed-points summary
