@@ -183,7 +183,9 @@ class SweepSpec(BaseModel):
         return self.model_dump(
             include={"model", "served_model_name", "server_args", "env", "arms", "workloads", "load",
                      "burstiness", "max_in_flight", "arrival_seed", "panel_size", "work_floor_tokens",
-                     "min_passes", "warmup_requests", "sampling", "reset_prefix_cache", "return_token_ids"}
+                     "min_passes", "warmup_requests", "sampling", "reset_prefix_cache", "return_token_ids"},
+            # where a key comes from changes no measurement (and runs made before the field resume)
+            exclude={"arms": {"__all__": {"api_key_env"}}},
         )
 
     @classmethod

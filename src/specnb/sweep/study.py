@@ -24,13 +24,14 @@ Bad parameters fail in one line (:class:`~specnb.sweep.spec.SweepError`) before 
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specnb import paths
-from specnb.errors import first_error, plain_name
+from specnb.errors import first_error, plain_name, unknown_key
 from specnb.ledger import BASELINE, PLAIN_CONDITION
 from specnb.ledger.runs import AXES, new_run_name, report_failed_points, run_folder
 from specnb.sweep.spec import SweepError, SweepSpec
@@ -126,6 +127,12 @@ class Study(BaseModel):
         try:
             study = cls.model_validate(data)
         except ValidationError as exc:
+            # a required parameter missing beside an ignored name like it: a misspelling
+            missing = [str(e["loc"][0]) for e in exc.errors() if e["type"] == "missing" and len(e["loc"]) == 1]
+            for name in missing:
+                close = difflib.get_close_matches(name, [k for k in params if k not in fields], n=1, cutoff=0.8)
+                if close:
+                    raise SweepError(f"{axis} parameters: {unknown_key(close[0], [name])}") from None
             raise SweepError(f"{axis} parameters: {first_error(exc, model=cls)}") from None
         study.specs()  # every sweep must validate too
         return study

@@ -141,3 +141,19 @@ def test_unknown_parameter_in_a_file_is_refused(tmp_path):
     f.write_text("concurrency: [1]\nconcurency: [2]\n")
     with pytest.raises(NotebookError, match="concurency"):
         read_params(f, NOTEBOOKS[1])
+
+
+def test_a_misspelt_study_parameter_is_named_not_hidden_behind_field_required():
+    params = {**defaults("concurrency"), "study": "t"}
+    params["concurency"] = params.pop("concurrency")
+    with pytest.raises(SweepError) as exc:
+        Study.from_parameters("concurrency", **params)
+    assert str(exc.value) == "concurrency parameters: unknown key 'concurency' (did you mean 'concurrency'?)"
+
+
+def test_where_an_arm_key_comes_from_is_not_part_of_a_sweeps_identity():
+    from specnb.sweep import SweepSpec
+
+    base = dict(name="x", concurrency=[1], arms=[{"name": "a", "endpoint": "http://127.0.0.1:8000"}])
+    other = dict(base, arms=[{"name": "a", "endpoint": "http://127.0.0.1:8000", "api_key_env": "MY_KEY"}])
+    assert SweepSpec.parse(base).identity() == SweepSpec.parse(other).identity()
