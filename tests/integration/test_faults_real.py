@@ -125,7 +125,7 @@ def test_server_sigkilled_mid_point_then_sweep_sigkilled_then_rerun(tmp_path):
     cfg = tmp_path / "s.toml"
     cfg.write_text(
         f'name = "faults"\nmodel = "{MODEL}"\nserved_model_name = "smol"\nserver_args = {json.dumps(SERVER_ARGS)}\n'
-        'workloads = ["copy"]\nconcurrency = [1, 2, 4]\nrepeats = 1\nrequests_per_user = 3\nmin_requests = 6\n'
+        'workloads = ["copy"]\nconcurrency = [1, 2, 4]\nrepeats = 1\npanel_size = 6\nwork_floor_tokens = 0\n'
         'warmup_requests = 1\nready_timeout_s = 300\nrequest_timeout_s = 120\n'
         'busy_retries = 0\n'  # a busy neighbour must not stretch this test with re-measurements
         '[sampling]\nmax_tokens = 48\n'
@@ -182,8 +182,8 @@ def test_ctrl_c_in_a_measuring_notebook_leaves_no_server(tmp_path):
     nb = paths.ROOT / "notebooks" / "01_concurrency.py"
     root = tmp_path / "ledgers"
     params = {"measure": "true", "ledger_root": str(root), "figures_dir": str(tmp_path / "fig"),
-              "workloads": '["copy"]', "concurrency": "[1, 2, 4, 8]", "repeats": "1", "requests_per_user": "3",
-              "min_requests": "6", "warmup_requests": "1", "max_tokens": "48", "run": "ctrl-c"}
+              "workloads": '["copy"]', "concurrency": "[1, 2, 4, 8]", "repeats": "1", "panel_size": "6",
+              "work_floor_tokens": "0", "warmup_requests": "1", "max_tokens": "48", "run": "ctrl-c"}
     argv = [sys.executable, "-m", "specnb.notebooks.runner", str(nb), str(tmp_path / "out.ipynb")]
     for k, v in params.items():
         argv += ["-p", k, v]
@@ -225,8 +225,8 @@ def protected(tmp_path_factory):
 def test_a_protected_endpoint_is_refused_without_its_key_and_measured_with_it(protected, tmp_path, monkeypatch):
     cfg = tmp_path / "s.toml"
     cfg.write_text(
-        'name = "protected"\nworkloads = ["copy"]\nconcurrency = [2]\nrepeats = 1\nrequests_per_user = 2\n'
-        'min_requests = 4\nwarmup_requests = 1\nmetrics_interval_s = 0.5\n[sampling]\nmax_tokens = 24\n'
+        'name = "protected"\nworkloads = ["copy"]\nconcurrency = [2]\nrepeats = 1\npanel_size = 4\n'
+        'work_floor_tokens = 0\nwarmup_requests = 1\nmetrics_interval_s = 0.5\n[sampling]\nmax_tokens = 24\n'
         f'[[arms]]\nname = "theirs"\nendpoint = "{protected.base_url}"\n'
     )
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "VLLM_API_KEY")}

@@ -124,17 +124,21 @@ class Study(BaseModel):
         data["axis"] = axis
         if data.get("endpoint") in ("", None):
             data.pop("endpoint", None)
+        def misspelt() -> str | None:
+            """An ignored name close to a parameter that was not given: the mistake behind the error."""
+            for key in (k for k in params if k not in fields):
+                close = difflib.get_close_matches(key, [f for f in fields if f not in data], n=1, cutoff=0.8)
+                if close:
+                    return f"{axis} parameters: {unknown_key(key, close)}"
+            return None
+
         try:
             study = cls.model_validate(data)
+            study.specs()  # every sweep must validate too
         except ValidationError as exc:
-            # a required parameter missing beside an ignored name like it: a misspelling
-            missing = [str(e["loc"][0]) for e in exc.errors() if e["type"] == "missing" and len(e["loc"]) == 1]
-            for name in missing:
-                close = difflib.get_close_matches(name, [k for k in params if k not in fields], n=1, cutoff=0.8)
-                if close:
-                    raise SweepError(f"{axis} parameters: {unknown_key(close[0], [name])}") from None
-            raise SweepError(f"{axis} parameters: {first_error(exc, model=cls)}") from None
-        study.specs()  # every sweep must validate too
+            raise SweepError(misspelt() or f"{axis} parameters: {first_error(exc, model=cls)}") from None
+        except SweepError as exc:
+            raise SweepError(misspelt() or str(exc)) from None
         return study
 
     def condition_names(self) -> list[str]:
@@ -210,12 +214,12 @@ class Study(BaseModel):
         if len(specs) == 1:  # one condition: one sweep, so an adaptive search decides on every repeat
             (name, spec), = specs.items()
             outcomes[name] = run_sweep(spec, folder / name, progress=progress)
-            return folder, list(outcomes.values())
-        for r in range(self.repeats):  # repeat-major: drift lands on every condition alike
-            for name, spec in specs.items():
-                part = spec.model_copy(update={"repeats": r + 1})
-                o = run_sweep(part, folder / name, progress=progress)
-                outcomes[name] = outcomes[name].merge(o) if name in outcomes else o
+        else:
+            for r in range(self.repeats):  # repeat-major: drift lands on every condition alike
+                for name, spec in specs.items():
+                    part = spec.model_copy(update={"repeats": r + 1})
+                    o = run_sweep(part, folder / name, progress=progress)
+                    outcomes[name] = outcomes[name].merge(o) if name in outcomes else o
         # the notebook runner (make measure-<axis>) exits non-zero when points failed
         report_failed_points([f"{name}: {p}" for name, o in outcomes.items() for p in o.failed_points])
         return folder, list(outcomes.values())

@@ -45,8 +45,13 @@ def test_a_study_reports_what_its_sweeps_could_not_measure(tmp_path, monkeypatch
     monkeypatch.setattr(Study, "check", lambda self: None)
     target = tmp_path / "outcome.jsonl"
     monkeypatch.setenv(OUTCOME_FILE_ENV, str(target))
-    study = make(repeats=2)
+    study = make(repeats=2, conditions={"a": {}, "b": {}})
     _, outcomes = study.run(tmp_path / "ledgers", "r1", progress=False)
-    assert calls == [1, 2]
+    assert calls == [1, 1, 2, 2]  # repeat-major over two conditions
     assert outcomes[0].failed_points == ["b/copy/c4-r1 (ErrorShare)"] and not outcomes[0].ok
-    assert read_failed_points(target) == ["default: b/copy/c4-r1 (ErrorShare)"]
+    assert read_failed_points(target) == ["a: b/copy/c4-r1 (ErrorShare)", "b: b/copy/c4-r1 (ErrorShare)"]
+    # one condition: one sweep over every repeat, reported alike
+    target.unlink()
+    calls.clear()
+    make(repeats=1).run(tmp_path / "ledgers", "r2", progress=False)
+    assert calls == [1] and read_failed_points(target) == ["default: b/copy/c1-r0 (ServerError)"]

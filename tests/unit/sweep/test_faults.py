@@ -60,7 +60,7 @@ def fake(tmp_path, monkeypatch):
 def fspec(fake, env=None, **kw) -> SweepSpec:
     base = dict(
         name="f", model=str(fake.model), served_model_name="fake", workloads=["freeform"], concurrency=[1, 2],
-        repeats=1, requests_per_user=2, min_requests=4, warmup_requests=0, request_timeout_s=5,
+        repeats=1, panel_size=4, work_floor_tokens=0, warmup_requests=0, request_timeout_s=5,
         metrics_interval_s=0.05, ready_timeout_s=30, sampling={"max_tokens": 8},
         env={"FAKE_VLLM_STATE": str(fake.state), **(env or {})}, arms=[{"name": "baseline"}],
     )
@@ -92,7 +92,7 @@ def test_a_server_that_dies_mid_point_is_restarted_and_the_point_measured_again(
     assert outcome.restarts == 1 and len(outcome.written) == 2
     assert len(outcome.failed) == 1  # the interrupted attempt is kept as a record
     failed = read_ledger(outcome.failed[0])
-    assert failed.point_id == "baseline/freeform/c1-r0" and failed.status == "failed"
+    assert failed.point_id == "baseline/freeform/c001-r0" and failed.status == "failed"
     assert {read_ledger(p).status for p in outcome.written} == {"ok"}
     assert starts(out / "logs" / "baseline-r00.log") == 2  # same log, two starts
     assert groups_gone(fake.started) == []  # the dead server's orphaned child went with its group
@@ -102,7 +102,7 @@ def test_a_server_that_keeps_dying_fails_its_points_and_the_exit_status_says_so(
     cfg = tmp_path / "s.toml"
     cfg.write_text(
         f'name = "f"\nmodel = "{fake.model}"\nserved_model_name = "fake"\nworkloads = ["freeform"]\n'
-        "concurrency = [1, 2]\nrepeats = 1\nrequests_per_user = 2\nmin_requests = 4\nwarmup_requests = 0\n"
+        "concurrency = [1, 2]\nrepeats = 1\npanel_size = 4\nwork_floor_tokens = 0\nwarmup_requests = 0\n"
         "request_timeout_s = 5\nmetrics_interval_s = 0.05\nready_timeout_s = 30\n[sampling]\nmax_tokens = 8\n"
         f'[env]\nFAKE_VLLM_STATE = "{fake.state}"\nFAKE_VLLM_DIE_AFTER = "3"\nFAKE_VLLM_DIE_ALWAYS = "1"\n'
         '[[arms]]\nname = "baseline"\n'
@@ -111,7 +111,7 @@ def test_a_server_that_keeps_dying_fails_its_points_and_the_exit_status_says_so(
     rc = cli.main(["sweep", str(cfg), "--out", str(out), "--no-progress"])
     err = capsys.readouterr().err
     assert rc == 1, err
-    assert "2 point(s) without a measurement: baseline/freeform/c1-r0" in err and "c2-r0" in err
+    assert "2 point(s) without a measurement: baseline/freeform/c001-r0" in err and "c002-r0" in err
     assert f"2 point(s) failed; rerun with --out {out}" in err
     # each point: one try, one more on a fresh server; four starts in all, nothing left running
     assert starts(out / "logs" / "baseline-r00.log") == 4
@@ -126,7 +126,7 @@ def test_requests_that_fail_or_time_out_make_a_point_invalid(fake, tmp_path):
     # every 4th request answers 500, every 5th stalls past the request timeout: 8 requests at
     # c=1 -> 2 errors + 1 timeout of 8 (0.375 > 0.1)
     env = {"FAKE_VLLM_FAIL_EVERY": "4", "FAKE_VLLM_SLOW_EVERY": "5", "FAKE_VLLM_SLOW_S": "3"}
-    s = fspec(fake, env, concurrency=[1], min_requests=8, request_timeout_s=1.5)
+    s = fspec(fake, env, concurrency=[1], min_passes=2, request_timeout_s=1.5)
     outcome = run_sweep(s, tmp_path / "out", progress=False, echo=QUIET)
     assert not outcome.ok and len(outcome.failed) == 1
     led = read_ledger(outcome.failed[0])
@@ -140,7 +140,7 @@ def test_requests_that_fail_or_time_out_make_a_point_invalid(fake, tmp_path):
     assert "ErrorShare" in outcome.failed_points[0]
     # a looser threshold keeps the same kind of point, flagged but usable
     fake.state.joinpath("starts").unlink()
-    loose = fspec(fake, env, concurrency=[1], min_requests=8, request_timeout_s=1.5, max_error_share=0.5)
+    loose = fspec(fake, env, concurrency=[1], min_passes=2, request_timeout_s=1.5, max_error_share=0.5)
     outcome = run_sweep(loose, tmp_path / "loose", progress=False, echo=QUIET)
     led = read_ledger(outcome.written[0])
     assert outcome.ok and Flag.REQUEST_ERRORS in led.flags and Flag.INVALID not in led.flags
