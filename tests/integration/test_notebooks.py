@@ -43,6 +43,7 @@ def _errors(nb_path: Path) -> list[str]:
 def _measure(nb: str, tmp_path: Path, **params) -> tuple[Path, object]:
     root = tmp_path / "ledgers"
     base = {"measure": True, "ledger_root": str(root), "figures_dir": str(tmp_path / "fig"), "repeats": 1,
+            "search": None,  # the levels asked for only: a search would add levels (tested in test_dynamic_real)
             "panel_size": 3, "work_floor_tokens": None, "warmup_requests": 1, "max_tokens": 24}
     base.update(params)
     out = execute(nb, tmp_path / "out.ipynb", base)

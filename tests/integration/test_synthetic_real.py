@@ -112,7 +112,7 @@ def test_requested_rates_come_back_through_a_sweep(server, tmp_path):
     # the ledger must say this acceptance was forced: the arm declares its config
     spec = SweepSpec.parse({
         "name": "ceiling", "workloads": ["copy"], "concurrency": [8], "repeats": 1,
-        "panel_size": 8, "work_floor_tokens": None, "warmup_requests": 1,
+        "panel_size": 8, "work_floor_tokens": None, "min_passes": 8, "warmup_requests": 1,  # 64 requests
         "sampling": {"temperature": 0.0, "max_tokens": 64}, "request_timeout_s": 120,
         "arms": [{"name": "ceil", "endpoint": ep.base_url, "speculative_config": CEILING}],
     })

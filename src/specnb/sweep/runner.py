@@ -95,7 +95,7 @@ class SweepOutcome:
     failed: list[Path] = field(default_factory=list)
     superseded: list[Path] = field(default_factory=list)
     restarts: int = 0  # launched servers restarted after dying mid-run
-    # "<point id>: <why>" for every planned point still without a measurement when the run ended
+    # "<point id> (<why>)" for every planned point still without a measurement when the run ended
     failed_points: list[str] = field(default_factory=list)
 
     @property
