@@ -168,8 +168,6 @@ def execute(
             execution_timeout=timeout_s, stdout_file=sys.stdout if progress else None,
             stderr_file=sys.stderr if progress else None,
         )
-        if failed_points is not None:
-            failed_points += read_failed_points(outcome)
     finally:
         if progress and saved is None:
             os.environ.pop("SPECNB_PROGRESS", None)
