@@ -16,6 +16,7 @@ tokens the n-gram drafter did not propose (a short draft can only lower later po
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import math
 import os
 import sys
@@ -140,7 +141,10 @@ def test_greedy_and_sampled_requests_in_the_same_batches(server):
             after = await metrics.scrape(session, ep.base_url)
         return loads, metrics.spec_decode_delta(before, after)
 
-    loads, sd = asyncio.run(go())
+    # a thread of its own: earlier tests in this process (papermill, ipykernel) can leave a
+    # running event loop behind in the main thread, where asyncio.run refuses
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        loads, sd = pool.submit(asyncio.run, go()).result()
     for pl in loads:
         assert loadgen.summarize(pl)["num_errors"] == 0
     _assert_rates_match(sd)
