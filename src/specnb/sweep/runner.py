@@ -484,6 +484,7 @@ class _SweepRun:
         if led.status == "ok" and Flag.HOST_BUSY in led.flags and not last:
             led = led.model_copy(update={"flags": [*led.flags, Flag.SUPERSEDED]})
             self.outcome.superseded.append(write_ledger(_superseded_path(self.path(pt)), led, frame))
+            self.bar.total += n  # the point's requests are sent once more
             return True
         if led.status == "ok":
             self.outcome.written.append(write_ledger(self.path(pt), led, frame))

@@ -187,9 +187,12 @@ def test_a_point_disturbed_by_another_process_is_kept_and_measured_again(fake, t
 
     monkeypatch.setattr(runner, "HostLoad", FakeHostLoad)
     monkeypatch.setattr(runner, "wait_for_quiet", lambda pid: None)
+    real_bar, bars = runner.progress_bar, []
+    monkeypatch.setattr(runner, "progress_bar", lambda *a, **k: bars.append(real_bar(*a, **k)) or bars[-1])
     fake.fail = False
     out = run_sweep(_spec(fake.url), tmp_path, progress=False, echo=lambda s: None)
     assert len(out.written) == 2 and len(out.superseded) == 3
+    assert bars[0].n == bars[0].total  # the re-sent requests count in the total too
     assert all(".superseded-" in p.name for p in out.superseded)
     assert all("superseded" in read_ledger(p).flags for p in out.superseded)
     df = load_ledgers(tmp_path)  # superseded records never enter the frame of points
