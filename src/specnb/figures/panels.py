@@ -156,10 +156,11 @@ def heatmap(ax: Axes, pivot: pd.DataFrame, *, fmt: str = "{:.2f}", center: float
     data = pivot.to_numpy(dtype=float)
     norm = None
     if center is not None and np.isfinite(data).any():
-        # two slopes: below and above the centre each use their half of the map, so 0.8x and
-        # 1.25x are equally saturated and no colour means a value that cannot occur
-        norm = TwoSlopeNorm(vcenter=center, vmin=min(np.nanmin(data), center * 0.99),
-                            vmax=max(np.nanmax(data), center * 1.01))
+        # symmetric in ratio around the centre: 0.8x and 1.25x are equally saturated, and a
+        # 0.99x next to a 1.8x stays pale instead of taking the darkest colour of its half
+        finite = data[np.isfinite(data) & (data > 0)]
+        span = max(float(finite.max()) / center, center / float(finite.min()), 1.01) if finite.size else 1.01
+        norm = TwoSlopeNorm(vcenter=center, vmin=center / span, vmax=center * span)
     im = ax.imshow(data, cmap=cmap, norm=norm, aspect="auto")
     ax.set_xticks(range(pivot.shape[1]), [str(c) for c in pivot.columns], rotation=30, ha="right")
     ax.set_yticks(range(pivot.shape[0]), [str(i) for i in pivot.index])
