@@ -17,6 +17,7 @@ import pandas as pd
 from specnb.analysis.bootstrap import bootstrap_speedups
 from specnb.analysis.pairing import condition_keys, usable
 from specnb.ledger import PLAIN_CONDITION, Flag, has_flag, load_requests, read_ledger
+from specnb.ledger.timing import overhead_line, read_timings, total_phases
 
 __all__ = ["summarize", "absolute", "by_category", "run_summary", "failure_reasons", "label_conditions"]
 
@@ -106,6 +107,9 @@ def run_summary(folder: Path | str, df: pd.DataFrame, labels: Mapping[str, str] 
                      "read those points with care)")
     if labels and (len(labels) > 1 or PLAIN_CONDITION not in labels):
         parts.append("conditions: " + ", ".join(labels.values()))
+    timings = read_timings(folder)
+    if timings:
+        parts.append(f"sweep time {overhead_line(total_phases(timings))}")
     return "; ".join(parts) + "."
 
 

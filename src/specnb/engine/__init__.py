@@ -6,6 +6,7 @@
 - :mod:`~specnb.engine.loadgen`: streaming OpenAI-compatible load at fixed concurrency;
 - :mod:`~specnb.engine.metrics`: Prometheus ``/metrics`` snapshots, deltas and gauges;
 - :mod:`~specnb.engine.hostload`: how busy the rest of the machine was during a point;
+- :mod:`~specnb.engine.startup`: where a server's start-up time went, read from its log;
 - :mod:`~specnb.engine.plugins`: vLLM plugins specnb ships (synthetic acceptance on CPU);
 - :mod:`~specnb.engine.releases`: which vLLM release has what, and the floor a sweep needs;
 - :mod:`~specnb.engine.collect`: served responses for prompts that have none (``specnb mix

@@ -275,6 +275,7 @@ class VllmServer:
         self._log_offset = 0
         self._stopped = False
         self.pid: int | None = None
+        self.launched_at: float | None = None  # wall time (epoch s) of the last launch: start-up breakdown
 
     # argv and env are pure, so they are recorded in ledgers and tested without a server
     def argv(self, port: int) -> list[str]:
@@ -310,6 +311,7 @@ class VllmServer:
         log.flush()
         self._log_offset = log.tell()  # a reused log holds earlier starts: parse only this one
         t0 = time.monotonic()
+        self.launched_at = time.time()
         self.proc = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=env, start_new_session=True, cwd=str(paths.ROOT), preexec_fn=_die_with_parent,
@@ -324,9 +326,7 @@ class VllmServer:
         except BaseException:
             self.stop()
             raise
-        with open(self.log_path, "rb") as fh:
-            fh.seek(self._log_offset)
-            log_text = fh.read().decode(errors="replace")
+        log_text = self.start_log()
         ep = Endpoint(
             base_url=base_url, model=self.served_model_name, mode="launched",
             argv=argv, env=recorded_environment(env), kv=parse_kv_capacity(log_text),
@@ -363,6 +363,15 @@ class VllmServer:
             except (urllib.error.URLError, OSError, ValueError):
                 pass
             time.sleep(0.5)
+
+    def start_log(self) -> str:
+        """The log of the last start only (a restarted server appends to the same file)."""
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(self._log_offset)
+                return fh.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

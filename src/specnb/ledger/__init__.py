@@ -5,7 +5,8 @@
 - :mod:`~specnb.ledger.frame`: folders of ledgers as tidy DataFrames;
 - :mod:`~specnb.ledger.names`: flag names, the baseline arm and the plain condition;
 - :mod:`~specnb.ledger.provenance`: git state, versions and hardware of a run;
-- :mod:`~specnb.ledger.published`: the seeds' published tables, transcribed and kept apart.
+- :mod:`~specnb.ledger.published`: the seeds' published tables, transcribed and kept apart;
+- :mod:`~specnb.ledger.timing`: where a sweep's wall time went (servers, warmup, measuring, ...).
 
 This package sits between the two sides: the sweep writes ledgers, the analysis reads them.
 It imports nothing from either.

@@ -52,8 +52,8 @@ def _read_all(files: list[Path], skip_bad: bool, each: Callable[[PointLedger, Pa
 
 
 # JSON files that live among ledgers but are not measurements: a published table, a policy
-# derived from a run (``specnb policy``), a sweep's sizing and search records.
-NOT_MEASURED = ("published", "policy", "sizing", "search")
+# derived from a run (``specnb policy``), a sweep's sizing, search and timing records.
+NOT_MEASURED = ("published", "policy", "sizing", "search", "timing")
 
 
 def _kind(path: Path) -> str | None:
@@ -69,12 +69,13 @@ def _is_published(path: Path) -> bool:
     return _kind(path) == "published"
 
 
-# a sweep folder's own records beside its points (sweep.json, sizing/, search/): not ledgers
-SWEEP_RECORDS = ("sizing", "search")
+# a sweep folder's own records beside its points (sweep.json, sizing/, search/, timings/): not ledgers
+SWEEP_RECORDS = ("sizing", "search", "timings")
 
 
 def _sweep_record(root: Path, p: Path) -> bool:
-    """True for a file in a sweep folder's ``sizing/`` or ``search/`` (the folder that holds sweep.json)."""
+    """True for a file in a sweep folder's ``sizing/``, ``search/`` or ``timings/`` (the folder that
+    holds sweep.json)."""
     parts = p.relative_to(root).parts
     return any(part in SWEEP_RECORDS and (root.joinpath(*parts[:i]) / "sweep.json").exists()
                for i, part in enumerate(parts[:-1]))

