@@ -511,12 +511,26 @@ def cmd_all(args) -> None:
           throughput_table(tp, levels, clients), "",
           "### Worker processes: 1 against 2", "",
           throughput_table(procs, [64] if smoke else [64, 256], ["specnb", "specnb-w2"]), "",
+          planned(procs), "",
           "### Timing: stub delaying every step, ITL per chunk and TPOT against the stub's own log", "",
           timing_table(timing), ""]
     with open(os.path.join(args.results, "results.md"), "w") as f:
         f.write("\n".join(md))
     figure(tp + procs, os.path.join(args.results, "chunks_per_s"))
     print(f"wrote {args.results}/results.md, results.json, chunks_per_s.png/.svg")
+
+
+def planned(rows: list[dict]) -> str:
+    """The planned figure for more processes: one process's chunks per client CPU-second times N,
+    for N processes on N free cores (the server must keep up; the stub here did not)."""
+    one = [r for r in rows if r["client"] == "specnb" and r.get("chunks_per_s") and r.get("client_util")]
+    if not one:
+        return ""
+    cap = min(r["chunks_per_s"] / r["client_util"] for r in one)
+    return ("Planned for more processes (not measured here: 2 cores): one process ingested "
+            f"{fmt(cap)} chunks per client CPU-second (the lowest over its levels above), so N processes on N "
+            "free cores plan for about N x that while the server keeps up: "
+            + ", ".join(f"{n} -> {fmt(n * cap / 1e3)}k" for n in (4, 8, 16)) + " chunks/s.")
 
 
 def cmd_table(args):
