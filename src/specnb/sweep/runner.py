@@ -97,7 +97,7 @@ from specnb.sweep.spec import SweepError, SweepSpec, blocks, level_tag, point_pa
 
 __all__ = ["SweepOutcome", "run_sweep", "server_args_for", "PER_REQUEST_SPEC_FLAG", "CLIENT_BUSY"]
 
-CLIENT_BUSY = 0.8  # share of one core above which the client itself may be the bottleneck
+CLIENT_BUSY = loadgen.CLIENT_BUSY  # share of one core above which the client itself may be the bottleneck
 
 
 @dataclass
@@ -228,7 +228,7 @@ async def _measure(
             if pt.load == "concurrency":
                 pl = await loadgen.run_load(
                     ep.base_url, ep.model, panel, int(pt.level), n, sampling, session=session, on_done=on_done,
-                    return_token_ids=spec.return_token_ids,
+                    return_token_ids=spec.return_token_ids, workers=spec.client_workers,
                 )
             else:
                 pl = await loadgen.run_rate_load(
@@ -238,8 +238,10 @@ async def _measure(
                 )
         finally:
             await sampler.stop()
-        # The client must never be the bottleneck: record how busy its one core was.
-        pl.client_cpu_util = (time.process_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
+        # The client must never be the bottleneck: record how busy its one core was (the load
+        # generator measures it while the requests run, in each of its worker processes).
+        if pl.client_cpu_util is None:
+            pl.client_cpu_util = (time.process_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
         after = await metrics.scrape(session, ep.base_url)
     return pl, before, after, sampler
 
@@ -297,7 +299,7 @@ def _flags(arm: Arm, results: dict[str, Any], sd: dict[str, Any] | None, cache: 
         flags.append(Flag.NO_STEADY_WINDOW)
     if cache.get("preemptions"):
         flags.append(Flag.PREEMPTIONS)
-    if (results.get("client_cpu_util") or 0) > CLIENT_BUSY:
+    if max(results.get("client_cpu_util") or 0, results.get("client_loop_busy") or 0) > CLIENT_BUSY:
         flags.append(Flag.CLIENT_BUSY)  # the load generator may have limited the measurement
     if (results.get("host_other_cpu_cores") or 0) > HOST_BUSY:
         flags.append(Flag.HOST_BUSY)  # another process competed for the CPU during this point
@@ -615,7 +617,8 @@ class _SweepRun:
         panel = self.panels[pt.workload.name]
         n = self.num_requests(pt)
         spec = self.spec
-        load = (LoadShape(mode="closed", concurrency=int(pt.level)) if pt.load == "concurrency" else
+        workers = spec.client_workers if spec.client_workers > 1 else None  # one process: as before
+        load = (LoadShape(mode="closed", concurrency=int(pt.level), client_workers=workers) if pt.load == "concurrency" else
                 LoadShape(mode="rate", rate_rps=pt.level, burstiness=spec.burstiness,
                           max_in_flight=spec.max_in_flight, arrival_seed=spec.arrival_seed))
         return dict(

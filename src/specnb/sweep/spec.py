@@ -96,6 +96,10 @@ class SweepSpec(BaseModel):
     sampling: Sampling = Field(default_factory=Sampling)
     ready_timeout_s: float = Field(600.0, gt=0)
     request_timeout_s: float = Field(600.0, gt=0)
+    client_workers: int = Field(
+        1, ge=1, le=64, description="closed loop: load-generator processes the in-flight requests are split "
+        "over (one clock, one request counter); raise it on a many-core GPU host whose points are flagged "
+        "client_busy")
     metrics_interval_s: float = Field(1.0, gt=0)
     reset_prefix_cache: bool = True
     max_error_share: float = Field(

@@ -1,0 +1,184 @@
+"""run_load against benchmarks/stub_server.py: timing fidelity, worker processes, client_busy.
+
+The stub is an OpenAI-compatible SSE server on 127.0.0.1 in its own process that logs when it
+wrote each chunk (CLOCK_MONOTONIC, the load generator's clock). With an injected inter-step
+delay and multi-token chunks (speculative decoding's shape), specnb's per-token ITL and TPOT
+p50 must match the stub's own log within 2 % at c=1 and c=64 (issue 12). The comparison
+with ``vllm bench serve`` on the same stub lives in ``make bench`` (benchmarks/README.md):
+it takes a tokenizer load and ~20 s per run, too slow for this suite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specnb.engine.loadgen import CLIENT_BUSY, run_load, summarize
+from specnb.prompts.workload import Prompt
+
+ROOT = Path(__file__).resolve().parents[3]
+STUB = ROOT / "benchmarks" / "stub_server.py"
+PROMPTS = [Prompt(id=f"p{k}", category="copy" if k % 2 else "freeform",
+                  messages=[{"role": "user", "content": f"prompt {k}"}]) for k in range(7)]
+SAMPLING = {"temperature": 0.0, "max_tokens": 64, "seed": 0}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str, method: str = "GET"):
+    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read() or b"null")
+
+
+class Stub:
+    def __init__(self, *args: str):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([sys.executable, str(STUB), "--host", "127.0.0.1", "--port", str(self.port),
+                                      *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                _get(self.url + "/health")
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.close()
+                    raise RuntimeError(f"stub did not start: {self.proc.stderr.read().decode()[-500:]}") from None
+                time.sleep(0.05)
+
+    def log(self) -> dict:
+        return _get(self.url + "/stub/log")
+
+    def stats(self) -> dict:
+        return _get(self.url + "/stub/stats")
+
+    def reset(self) -> None:
+        _get(self.url + "/stub/reset", "POST")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+@pytest.fixture
+def stub_factory():
+    stubs: list[Stub] = []
+
+    def make(*args: str) -> Stub:
+        s = Stub(*args)
+        stubs.append(s)
+        return s
+
+    yield make
+    for s in stubs:
+        s.close()
+
+
+def _stub_truth(log: dict) -> tuple[float, float, int]:
+    """The stub's own per-token ITL p50 and TPOT p50 (ms) from its emission log, and its chunks."""
+    req = np.asarray(log["req"])
+    t = np.asarray(log["t_ns"], dtype=np.float64) / 1e9
+    k = np.asarray(log["tokens"])
+    itl, tpot = [], []
+    for r in np.unique(req):
+        m = req == r
+        tt, kk = t[m], k[m]
+        order = np.argsort(tt)
+        tt, kk = tt[order], kk[order]
+        itl.append(np.repeat(np.diff(tt) / kk[1:], kk[1:]))
+        if kk.sum() >= 2:
+            tpot.append((tt[-1] - tt[0]) / (kk.sum() - 1))
+    return float(np.median(np.concatenate(itl)) * 1e3), float(np.median(tpot) * 1e3), int(req.size)
+
+
+@pytest.mark.parametrize("concurrency,num_requests", [(1, 4), (64, 128)])
+def test_itl_and_tpot_match_the_servers_emission_log(stub_factory, concurrency, num_requests):
+    stub = stub_factory("--delay-ms", "10", "--chunks", "40", "--tokens-per-chunk", "1,3,2,4", "--spec-metrics",
+                        "--spin-us", "1500")
+    pl = asyncio.run(run_load(stub.url, "stub", PROMPTS, concurrency, num_requests, SAMPLING))
+    s = summarize(pl)
+    itl_truth, tpot_truth, chunks = _stub_truth(stub.log())
+    assert s["num_ok"] == num_requests
+    assert sum(len(r.chunk_times_s) for r in pl.records) == chunks  # every chunk the stub wrote, counted once
+    assert s["tokens_per_chunk_mean"] == pytest.approx(2.5)  # 1,3,2,4 cycled: per-token ITL, not per chunk
+    assert s["p50_itl_ms"] == pytest.approx(itl_truth, rel=0.02)
+    assert s["p50_tpot_ms"] == pytest.approx(tpot_truth, rel=0.02)
+    assert all(r.spec_num_spec_steps is not None for r in pl.records)
+
+
+def test_two_worker_processes_share_one_counter_and_one_clock(stub_factory):
+    stub = stub_factory("--delay-ms", "10", "--chunks", "20", "--tokens-per-chunk", "1,3")
+    sampling = {**SAMPLING, "seed": 100}
+    pl = asyncio.run(run_load(stub.url, "stub", PROMPTS, 8, 40, sampling, prompt_offset=2, workers=2,
+                              headers={"Authorization": "Bearer k"}))
+    assert pl.workers == 2 and len(pl.worker_cpu_util) == 2
+    assert pl.client_cpu_util == max(pl.worker_cpu_util)
+    assert [r.index for r in pl.records] == list(range(40))  # each index sent once, over both processes
+    assert [r.prompt_id for r in pl.records] == [f"p{(2 + i) % 7}" for i in range(40)]
+    assert sorted({r.worker for r in pl.records}) == list(range(8))
+    assert all(r.ok and r.output_tokens == 40 for r in pl.records)
+    assert pl.steady_start_s is not None and pl.steady_start_s < pl.steady_end_s
+    # one clock: the processes start together and the stub's log agrees with every record
+    assert max(r.start_s for r in pl.records if r.index < 8) < 0.05
+    itl_truth, _, chunks = _stub_truth(stub.log())
+    assert sum(len(r.chunk_times_s) for r in pl.records) == chunks
+    assert summarize(pl)["p50_itl_ms"] == pytest.approx(itl_truth, rel=0.02)
+    assert stub.stats()["requests"] == 40
+
+
+def _client_busy(pl) -> bool:
+    """The sweep runner's client_busy rule (specnb.sweep.runner._flags) on a point's summary."""
+    s = summarize(pl)
+    return max(pl.client_cpu_util or 0, s["client_loop_busy"] or 0) > CLIENT_BUSY
+
+
+def test_client_busy_fires_when_the_client_is_saturated_and_not_when_idle(stub_factory):
+    stub = stub_factory("--delay-ms", "20", "--chunks", "10")
+    idle = asyncio.run(run_load(stub.url, "stub", PROMPTS, 2, 8, SAMPLING))
+    assert idle.client_loop_busy < 0.3 and idle.client_cpu_util < 0.3
+    assert not _client_busy(idle)
+
+    def busy(_rec) -> None:  # a client with 30 ms of work per request: it cannot keep up with the stub
+        t = time.monotonic() + 0.03
+        while time.monotonic() < t:
+            pass
+
+    # the loop never waits: busy whether or not this test got a whole core (the host may be shared)
+    saturated = asyncio.run(run_load(stub.url, "stub", PROMPTS, 16, 64, SAMPLING, on_done=busy))
+    assert saturated.client_loop_busy > 0.9
+    assert _client_busy(saturated)
+    # in worker processes the busiest one decides, and the figures come from the children
+    fast = stub_factory("--delay-ms", "0", "--chunks", "64", "--burst", "8", "--no-log")
+    pl = asyncio.run(run_load(fast.url, "stub", PROMPTS, 16, 400, SAMPLING, workers=2))
+    assert pl.client_cpu_util == max(pl.worker_cpu_util) > 0.05
+    assert pl.client_loop_busy is not None and 0 < pl.client_loop_busy <= 1
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux only")
+def test_a_bad_worker_count_is_one_clear_error():
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        asyncio.run(run_load("http://127.0.0.1:9", "stub", PROMPTS, 4, 4, SAMPLING, workers=0))
+    with pytest.raises(ValueError, match="base URL"):
+        asyncio.run(run_load("127.0.0.1:9", "stub", PROMPTS, 4, 4, SAMPLING))
