@@ -16,7 +16,8 @@ def test_make_bench_smoke(tmp_path):
     # STAMP= : the running interpreter's environment is the set-up (no venv is made here)
     proc = subprocess.run(
         ["make", "--no-print-directory", "bench", f"PY={sys.executable}", "STAMP=",
-         f"BENCH_ARGS=--smoke --outdir {out} --port 0"],
+         # --lock-held: never wait on the shared-machine lock here (a test run may hold it itself)
+         f"BENCH_ARGS=--smoke --lock-held --outdir {out} --port 0"],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     res = out / "smoke"
