@@ -45,8 +45,10 @@ def chromium() -> str:
     return found
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(chromium):
+    # package scope: playwright's sync API keeps an event loop marked running in the main thread
+    # while it is open, and the tests after this package call asyncio.run
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:

@@ -50,7 +50,11 @@ def _servers_under(pid: int) -> list[psutil.Process]:
     out = []
     for p in kids:
         try:
-            if os.getpgid(p.pid) == p.pid and "vllm.entrypoints" in " ".join(p.cmdline()):
+            argv = p.cmdline()
+            # `vllm serve ...` where the build has the CLI, else `python -m vllm.entrypoints...`
+            launched = ("vllm.entrypoints" in " ".join(argv)
+                        or ("serve" in argv[:3] and any(Path(a).name == "vllm" for a in argv[:2])))
+            if os.getpgid(p.pid) == p.pid and launched:
                 out.append(p)
         except (psutil.Error, ProcessLookupError):
             continue
