@@ -129,7 +129,7 @@ gpu-check: $(STAMP) ## on a GPU machine: check every GPU parameter file against 
 $(EXECUTED)/%.ipynb: notebooks/%.py $$(call ledgers_of,$$(call axis_of,$$*)) $(LIB) | $(if $(FIGURES_BATCH),,$(STAMP))
 	$(if $(FIGURES_BATCH),@echo "$< $@" >> $(FIGURES_BATCH),$(PY) -m specnb.notebooks.runner $< $@)
 
-test: setup $(BROWSER_STAMP) chromium ## all tests: unit, notebooks in analysis mode, browser, real vLLM-CPU (~23 min after set-up on 2 cores)
+test: setup $(BROWSER_STAMP) chromium ## all tests: unit, notebooks in analysis mode, browser, real vLLM-CPU (~30 min after set-up on 2 cores)
 	$(PY) -m pytest -q -ra --durations=15 $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## unit tests and every notebook in analysis mode (no server, no browser; ~4 min)
