@@ -71,7 +71,7 @@ def test_drafter_notebook_measures_ngram_and_a_draft_model(tmp_path):
     if not (MODEL.exists() and DRAFT.exists()):
         pytest.skip("the CPU models are not built: run `make setup`")
     nb = next(n for n in NOTEBOOKS if _axis(n) == "drafter")
-    root, df = _measure(nb, tmp_path, concurrency=[1], panel_size=4)
+    root, df = _measure(nb, tmp_path, concurrency=[1], panel_size=4, workloads=["copy"])
     assert (df.status == "ok").all(), df[["point_id", "status", "flags"]]
     assert set(df.arm) == {"baseline", "ngram-k4", "draft-noise0.05"}
     draft = df[df.arm == "draft-noise0.05"]
