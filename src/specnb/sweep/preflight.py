@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from specnb import paths
@@ -91,7 +92,8 @@ def _launch_env(spec: SweepSpec, arm: Arm) -> dict[str, str]:
     return {**engine_environment(), **os.environ, **spec.env, **arm.env}
 
 
-def _flag_value(args: list[str], flag: str) -> str | None:
+def flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The value of ``--flag VALUE`` or ``--flag=VALUE`` in server arguments (None: absent)."""
     for i, a in enumerate(args):
         if a == flag and i + 1 < len(args):
             return args[i + 1]
@@ -112,7 +114,7 @@ def _check_model(spec: SweepSpec) -> str | None:
             raise SweepError(f"arm {arm.name!r}: VLLM_API_KEY is set, so a launched server would refuse specnb's "
                              "own requests (401): unset it for the sweep; protected servers are measured by "
                              "attaching (endpoint, api_key_env)")
-        tok = _flag_value(args, "--tokenizer")
+        tok = flag_value(args, "--tokenizer")
         need = tok is None and not any(a in _NO_TOKENIZER for a in args)
         model = _resolve_checkpoint(spec.model, "model", env, need_tokenizer=need)
         if tok is not None:

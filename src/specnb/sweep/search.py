@@ -39,6 +39,7 @@ import pandas as pd
 from specnb.analysis.bootstrap import bootstrap_speedups
 from specnb.analysis.thresholds import Threshold, thresholds
 from specnb.ledger import load_ledgers, utcnow, write_once
+from specnb.sweep.preflight import flag_value
 from specnb.sweep.spec import SweepSpec
 
 __all__ = ["Step", "next_level", "search_cap", "next_round", "round_cost", "DEFAULT_CAP"]
@@ -112,22 +113,13 @@ def next_level(levels: Sequence[int], th: Threshold | None, cap: int, target_log
                      f"spans {width:.2f} doublings > {target_log2_width:g}")
 
 
-def _arg(args: Sequence[str], flag: str) -> str | None:
-    for i, a in enumerate(args):
-        if a == flag and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith(flag + "="):
-            return a.split("=", 1)[1]
-    return None
-
-
 def search_cap(spec: SweepSpec, df: pd.DataFrame, workload: str) -> tuple[int, str]:
     """The largest concurrency the search may try for a workload, and what set it."""
     caps: list[tuple[int, str]] = []
     if spec.search is not None and spec.search.max_concurrency:
         caps.append((spec.search.max_concurrency, "search.max_concurrency"))
     for arm in spec.arms:
-        seqs = _arg([*spec.server_args, *arm.server_args], "--max-num-seqs")
+        seqs = flag_value([*spec.server_args, *arm.server_args], "--max-num-seqs")
         if seqs is not None and seqs.isdigit():
             caps.append((int(seqs), f"--max-num-seqs {seqs}"))
     ok = df[(df["workload"] == workload) & (df["status"] == "ok")] if len(df) else df
