@@ -87,6 +87,7 @@ from specnb.analysis.schedule import derive_policy, format_policy
 from specnb.figures import arm_colors, panels
 from specnb.figures import published as seeds
 from specnb.ledger import PLAIN_CONDITION, load_spec_by_category
+from specnb.ledger.runs import search_lines
 from specnb.notebooks import open_axis
 from specnb.prompts.copyshare import MixError
 
@@ -182,7 +183,8 @@ good.round(3)
 # ## Where the search looked, whether the drafter changed the outputs, and the schedule to deploy
 #
 # Levels beyond the parameters' were added by the adaptive search (each records its round and
-# reason). The lossless check compares every request's output token ids between the arms at
+# reason), and the search says why it stopped and what it left unmeasured. The lossless check
+# compares every request's output token ids between the arms at
 # temperature 0, against the baseline's own start-to-start reference. The schedule is vLLM's
 # `num_speculative_tokens_per_batch_size`, derived with the rule printed above it.
 
@@ -190,6 +192,9 @@ good.round(3)
 added = nb.df[nb.df.search_round > 0].drop_duplicates(["workload", "concurrency"])
 display(Markdown("\n".join(f"- {r.workload} c={r.concurrency} (round {r.search_round}): {r.search_reason}"
                             for r in added.itertuples()) or "The search added no level to this run."))
+stops = search_lines(nb.folder)
+if stops:
+    display(Markdown("```\n" + "\n".join(stops) + "\n```"))
 display(Markdown("```\n" + lossless_summary(lossless(nb.df)) + "\n```"))
 for wl in sorted(set(nb.df.workload)):
     config, chosen, _ = derive_policy(nb.df, workload=wl)

@@ -33,7 +33,7 @@ from specnb.analysis.text import format_category_acceptance, format_report
 from specnb.errors import EXIT_BAD_INPUT, EXIT_FAILED_POINTS, SpecnbError, exit_code
 from specnb.ledger import SCHEMA_VERSION, Flag, load_ledgers, load_spec_by_category, schema_json, write_once
 from specnb.ledger.frame import SkippedLedgersWarning
-from specnb.ledger.runs import new_run_name
+from specnb.ledger.runs import new_run_name, search_lines
 from specnb.ledger.timing import timing_lines
 from specnb.prompts.copyshare import MixError, format_mix, load_tokenizer, measure_mix
 from specnb.prompts.traffic import load_traffic
@@ -98,7 +98,7 @@ def _print_table(out_dir: Path, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAUL
     if flags:
         print("flags: " + ", ".join(f"{k} x{v}" for k, v in sorted(flags.items()))
               + f"  (see the ledgers; {Flag.SPEC_NO_DRAFTS} and {Flag.INVALID} points are left out of the pairs)")
-    for line in timing_lines(out_dir):
+    for line in search_lines(out_dir) + timing_lines(out_dir):
         print(line)
     return 0
 

@@ -18,7 +18,7 @@ from specnb import paths
 from specnb.errors import SpecnbError, plain_name
 
 __all__ = ["AXES", "RunError", "new_run_name", "run_folder", "latest_run", "find_run", "OUTCOME_FILE_ENV",
-           "report_failed_points", "read_failed_points"]
+           "report_failed_points", "read_failed_points", "search_lines"]
 
 # Set by the notebook runner for the kernel it starts: the measuring notebook appends the points
 # that failed, so `make measure-<axis>` exits non-zero although the notebook itself finished.
@@ -85,3 +85,37 @@ def read_failed_points(path: Path | str) -> list[str]:
     except OSError:
         return []
     return [json.loads(ln) for ln in lines if ln.strip()]
+
+
+def search_lines(folder: Path | str) -> list[str]:
+    """The report's lines on how each adaptive search (:mod:`specnb.sweep.search`) under
+    ``folder`` ended: per sweep, the last round's decision for every curve and why the search
+    stopped (none without search records).
+
+    A search whose last record has no ``stopped`` was cut short (the run died or was stopped
+    between rounds): that is said, not hidden.
+    """
+    root = Path(folder)
+    out: list[str] = []
+    for search_dir in sorted({p.parent for p in root.rglob("search/round-*.json")}):
+        rounds = sorted(search_dir.glob("round-*.json"))
+        try:
+            last, err = json.loads(rounds[-1].read_text()), ""
+            if not isinstance(last, dict):
+                last, err = None, "not a JSON object"
+        except (OSError, ValueError) as exc:
+            last, err = None, str(exc)
+        where = search_dir.parent.relative_to(root).as_posix()
+        label = f"search ({where})" if where != "." else "search"
+        if last is None:
+            out.append(f"{label}: {rounds[-1].name} unreadable ({err})")
+            continue
+        stopped = last.get("stopped")
+        state = (f"stopped before round {last.get('round')}: {stopped}" if stopped
+                 else f"ended during round {last.get('round')} (no stop decision recorded: the run was cut short "
+                      "or is still running; rerunning with the same folder resumes it)")
+        out.append(f"{label}: {len(rounds)} round(s) decided, {state}")
+        for c in last.get("curves", []):
+            left = f" (c={c['level']} not measured: the search stopped)" if stopped and c.get("level") else ""
+            out.append(f"  {c.get('arm')} / {c.get('workload')}: {c.get('reason')}{left}")
+    return out

@@ -39,10 +39,11 @@ import pandas as pd
 from specnb.analysis.bootstrap import bootstrap_speedups
 from specnb.analysis.thresholds import Threshold, thresholds
 from specnb.ledger import load_ledgers, utcnow, write_once
+from specnb.ledger.runs import search_lines
 from specnb.sweep.preflight import flag_value
 from specnb.sweep.spec import SweepSpec
 
-__all__ = ["Step", "next_level", "search_cap", "next_round", "round_cost", "DEFAULT_CAP"]
+__all__ = ["Step", "next_level", "search_cap", "next_round", "round_cost", "search_lines", "DEFAULT_CAP"]
 
 DEFAULT_CAP = 256  # when nothing else bounds the search
 
@@ -199,3 +200,4 @@ def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
     if doc["stopped"]:
         echo(f"search: stopped before round {round_}: {doc['stopped']}")
     return {wl: [(float(c), why) for c, why in lv] for wl, lv in doc["levels"].items()}
+

@@ -10,7 +10,7 @@ import pytest
 from specnb.analysis import bootstrap_speedups, thresholds
 from specnb.analysis.thresholds import Threshold
 from specnb.ledger import load_ledgers, write_ledger
-from specnb.sweep.search import DEFAULT_CAP, next_level, next_round, search_cap
+from specnb.sweep.search import DEFAULT_CAP, next_level, next_round, search_cap, search_lines
 from specnb.sweep.spec import SweepSpec
 from tests.unit.factories import ledger
 
@@ -122,6 +122,25 @@ def test_a_round_is_decided_once_written_and_replayed(tmp_path):
     rec = json.loads((tmp_path / "search" / "round-03.json").read_text())
     assert "time budget" in rec["stopped"] and rec["estimated_s"] == pytest.approx(100.0)
     assert next_round(_spec(search={"budget_s": 200}), tmp_path, 4, elapsed_s=50) != {}
+
+
+def test_the_report_says_why_each_search_stopped_and_what_it_left_unmeasured(tmp_path):
+    run = tmp_path / "run"
+    sweep = run / "default"
+    for c, sp in zip(LEVELS, [1.5, 1.4, 1.3, 1.2], strict=True):
+        for i, led in enumerate([ledger("baseline", c=c, tok_s=100.0), ledger("ngram-k4", c=c, tok_s=100 * sp, mal=3)]):
+            write_ledger(sweep / "points" / f"{c}-{i}.json", led)
+    assert search_lines(run) == []  # no search: no lines
+    next_round(_spec(), sweep, 1, elapsed_s=10, echo=lambda _: None)
+    lines = search_lines(run)
+    assert "ended during round 1" in lines[0] and "cut short" in lines[0]  # no stop decision yet
+    assert "extend to c=16" in lines[1] and "not measured" not in lines[1]
+    next_round(_spec(search={"budget_s": 60}), sweep, 2, elapsed_s=50, echo=lambda _: None)
+    lines = search_lines(run)
+    assert lines[0].startswith("search (default): 2 round(s) decided, stopped before round 2: time budget")
+    assert "c=16 not measured: the search stopped" in lines[1]
+    (sweep / "search" / "round-03.json").write_text("{not json")
+    assert "round-03.json unreadable" in search_lines(run)[0]
 
 
 @pytest.mark.parametrize("bad, needle", [
