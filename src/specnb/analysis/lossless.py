@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from specnb.analysis.bootstrap import level_of
-from specnb.analysis.pairing import paired, usable
+from specnb.analysis.pairing import LOAD_KEYS, condition_keys, paired, usable
 from specnb.ledger import load_requests
 
 __all__ = ["DEFAULT_THRESHOLD", "compare_outputs", "lossless", "lossless_summary"]
@@ -81,22 +81,25 @@ def lossless(df: pd.DataFrame, *, threshold: float = DEFAULT_THRESHOLD) -> pd.Da
     greedy = greedy[greedy["temperature"] == 0]
     if greedy.empty:
         return pd.DataFrame()
+    # a study's conditions (checkpoints, layouts, pools) are separate sweeps: the reference never
+    # compares one condition's baseline with another's
+    where = ["sweep"] + condition_keys(greedy) + [k for k in LOAD_KEYS if k in greedy.columns]
     pairs = paired(greedy)
-    for r in pairs.itertuples(index=False):
-        cmp = compare_outputs(r.path, r.path_base)
+    for r in pairs.to_dict("records"):
+        cmp = compare_outputs(r["path"], r["path_base"])
         if cmp:
-            rows.append({"arm": r.arm, "workload": r.workload, "concurrency": r.concurrency, "repeat": r.repeat,
-                         "reference": False, **cmp})
+            rows.append({**{k: r.get(k) for k in where}, "arm": r["arm"], "workload": r["workload"],
+                         "concurrency": r["concurrency"], "repeat": r["repeat"], "reference": False, **cmp})
     if not pairs.empty:
         base = greedy[greedy["arm"] == pairs["baseline_arm"].iloc[0]]
         base = base.assign(level=level_of(base))
-        for (wl, c), g in base.groupby(["workload", "level"]):
+        for key, g in base.groupby(where + ["workload", "level"], dropna=False, sort=True):
             g = g.sort_values("repeat")
             for _, later in g.iloc[1:].iterrows():
                 cmp = compare_outputs(g.iloc[0]["path"], later["path"])
                 if cmp:
-                    rows.append({"arm": later["arm"], "workload": wl, "concurrency": c, "repeat": later["repeat"],
-                                 "reference": True, **cmp})
+                    rows.append({**{k: later[k] for k in where}, "arm": later["arm"], "workload": later["workload"],
+                                 "concurrency": key[-1], "repeat": later["repeat"], "reference": True, **cmp})
     out = pd.DataFrame(rows)
     if len(out):
         out["flagged"] = (1.0 - out["identical_share"] > threshold) & ~out["reference"]
@@ -109,14 +112,20 @@ def lossless_summary(table: pd.DataFrame, threshold: float = DEFAULT_THRESHOLD) 
     if table.empty:
         return "(no output token ids in these ledgers at temperature 0: nothing to compare)"
     lines = []
-    for (arm, wl), g in table.groupby(["arm", "workload"], sort=True):
+    # one line per condition where the table holds several (a study's checkpoints, layouts, ...)
+    cond = next((k for k in ("condition", "sweep") if k in table.columns and table[k].nunique() > 1), None)
+    by = ([cond] if cond else []) + ["arm", "workload"]
+    for key, g in table.groupby(by, sort=True):
+        arm, wl = key[-2], key[-1]
         share = g["identical"].sum() / g["requests"].sum()
         first = g["first_difference_p50"].dropna()
         where = f"; differing outputs part at token {first.median():.0f} (median)" if len(first) else ""
         what = "baseline vs its own first start (numerics alone)" if g["reference"].all() else "vs the baseline"
-        lines.append(f"{arm} / {wl}: {share:.0%} of {int(g['requests'].sum())} requests identical {what}{where}")
+        head = f"{key[0]} / " if cond else ""
+        lines.append(f"{head}{arm} / {wl}: {share:.0%} of {int(g['requests'].sum())} requests identical {what}{where}")
     flagged = table[table.get("flagged", False) == True]  # noqa: E712 - pandas mask
     if len(flagged):
         lines.append(f"flagged (more than {threshold:.0%} of outputs differ): "
-                     + ", ".join(f"{r.arm} / {r.workload} c={r.concurrency:g} r={r.repeat}" for r in flagged.itertuples()))
+                     + ", ".join((f"{r[cond]} / " if cond else "") + f"{r['arm']} / {r['workload']} "
+                                 f"c={r['concurrency']:g} r={r['repeat']}" for r in flagged.to_dict("records")))
     return "\n".join(lines)

@@ -52,3 +52,20 @@ def test_nothing_to_compare_without_outputs(tmp_path):
     write_ledger(tmp_path / "b.json", ledger("ngram-k4", mal=3))
     assert lossless(load_ledgers(tmp_path)).empty
     assert "nothing to compare" in lossless_summary(pd.DataFrame())
+
+
+def test_each_condition_is_its_own_reference(tmp_path):
+    """A study's conditions (two checkpoints here) are separate sweeps: the baseline of one is
+    never the other's numerics reference, and the summary has a line per condition."""
+    other = [[9, 9, 9, 9], [9, 9, 9], [9, 9]]
+    rows = []
+    for sweep, out in (("bf16", SAME), ("int8", other)):
+        rows += [(ledger("baseline", r=0, sweep=sweep), out), (ledger("baseline", r=1, sweep=sweep), out),
+                 (ledger("ngram-k4", r=0, mal=3, sweep=sweep), out)]
+    for i, (led, out) in enumerate(rows):
+        write_ledger(tmp_path / f"{i}.json", led, _side(out))
+    t = lossless(load_ledgers(tmp_path))
+    assert (t["identical_share"] == 1.0).all() and len(t[t["reference"]]) == 2
+    text = lossless_summary(t)
+    assert "bf16 / baseline / copy: 100% of 3 requests identical baseline vs its own first start" in text
+    assert "int8 / ngram-k4 / copy: 100% of 3 requests identical vs the baseline" in text
