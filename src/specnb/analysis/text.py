@@ -216,20 +216,28 @@ def format_kv_capacity(kv: pd.DataFrame) -> str:
 
 def format_category_acceptance(cats: pd.DataFrame) -> str:
     """Per prompt category: mean acceptance length and acceptance rate pooled over repeats, from
-    :func:`specnb.ledger.load_spec_by_category` (vLLM's per-request metrics)."""
+    :func:`specnb.ledger.load_spec_by_category` (vLLM's per-request metrics). A folder holding
+    several sweeps (a study's conditions: temperatures, checkpoints) gets a sweep column: their
+    acceptance is never pooled."""
     ok = usable(cats) if "status" in cats.columns else cats
     if ok.empty:
         return "(no per-request acceptance in these ledgers)"
-    g = ok.groupby(["arm", "workload", "concurrency", "category"], sort=True)[
+    several = "sweep" in ok.columns and ok["sweep"].nunique() > 1
+    keys = (["sweep"] if several else []) + ["arm", "workload", "concurrency", "category"]
+    g = ok.groupby(keys, sort=True)[
         ["requests", "num_spec_steps", "num_draft_tokens", "num_accepted_draft_tokens", "output_tokens"]].sum()
-    head = (f"{'arm':<12} {'workload':<14} {'c':>3} {'category':<16} {'requests':>8} {'accept len':>10} "
+    width = max(len(str(v)) for v in ok["sweep"]) if several else 0
+    lead = f"{'sweep':<{width}} " if several else ""
+    head = (f"{lead}{'arm':<12} {'workload':<14} {'c':>3} {'category':<16} {'requests':>8} {'accept len':>10} "
             f"{'accept %':>8} {'drafted %':>9}")
     lines = [head, "-" * len(head)]
-    for (arm, wl, c, cat), r in g.iterrows():
+    for key, r in g.iterrows():
+        arm, wl, c, cat = key[-4:]
         mal = 1 + r.num_accepted_draft_tokens / r.num_spec_steps if r.num_spec_steps else None
         rate = 100 * r.num_accepted_draft_tokens / r.num_draft_tokens if r.num_draft_tokens else None
         share = 100 * r.num_accepted_draft_tokens / r.output_tokens if r.output_tokens else None
-        lines.append(f"{arm:<12} {wl:<14} {c:>3} {cat:<16} {int(r.requests):>8} "
+        lead = f"{key[0]:<{width}} " if several else ""
+        lines.append(f"{lead}{arm:<12} {wl:<14} {c:>3} {cat:<16} {int(r.requests):>8} "
                      f"{'-' if mal is None else f'{mal:.2f}':>10} {'-' if rate is None else f'{rate:.0f}':>8} "
                      f"{'-' if share is None else f'{share:.0f}':>9}")
     lines.append("per prompt category, pooled over requests and repeats (vLLM --per-request-spec-decode-metrics); "

@@ -78,3 +78,14 @@ def test_category_acceptance_table():
     chat = next(line for line in text.splitlines() if " chat " in line).split()
     assert chat[-3:] == ["-", "-", "0"]
     assert format_category_acceptance(cats.iloc[0:0]) == "(no per-request acceptance in these ledgers)"
+
+
+def test_category_acceptance_is_never_pooled_across_a_studys_sweeps():
+    from specnb.analysis.text import format_category_acceptance
+
+    row = {"arm": "ngram", "workload": "copy", "concurrency": 1, "repeat": 0, "status": "ok", "category": "fix-json",
+           "requests": 2, "num_draft_tokens": 40, "output_tokens": 60}
+    cats = pd.DataFrame([{**row, "sweep": "t-t0", "num_spec_steps": 10, "num_accepted_draft_tokens": 30},
+                         {**row, "sweep": "t-t1", "num_spec_steps": 10, "num_accepted_draft_tokens": 0}])
+    lines = [ln.split() for ln in format_category_acceptance(cats).splitlines() if "fix-json" in ln]
+    assert [(ln[0], ln[-3]) for ln in lines] == [("t-t0", "4.00"), ("t-t1", "1.00")]  # not 2.50 pooled
