@@ -120,6 +120,26 @@ def test_table_and_frame(swept):
     assert "ngram-k4" in format_speedup_table(bootstrap_speedups(df, n_boot=50).table)
 
 
+def test_the_lossless_check_compares_every_request_of_each_pair(swept):
+    """On the real pair: each drafter point's outputs are compared with the baseline's request by
+    request (vLLM's token ids). The share identical is a measurement (printed, never asserted)."""
+    from specnb.analysis.lossless import lossless, lossless_summary
+
+    out, _, _ = swept
+    df = load_ledgers(out)
+    table = lossless(df)
+    pairs = table[~table["reference"]]
+    assert sorted(pairs["concurrency"]) == [1, 2] and set(pairs["arm"]) == {"ngram-k4"}
+    n = df[(df.arm == "baseline") & (df.status == "ok")].set_index("concurrency")["num_requests"]
+    for r in pairs.itertuples():
+        assert r.requests == n[r.concurrency]  # every request has its token ids on both sides
+        assert 0 <= r.identical <= r.requests
+        if r.identical < r.requests:
+            assert 0 <= r.first_difference_p50 <= 32  # max_tokens
+    print(lossless_summary(table))
+    assert "ngram-k4 / " in lossless_summary(table)
+
+
 def test_rerun_skips_every_finished_point(swept, real_sweep):
     out, _, first_s = swept
     logs = {p: p.stat().st_size for p in (out / "logs").glob("*.log")}
