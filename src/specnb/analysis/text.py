@@ -294,10 +294,16 @@ def format_machine(df: pd.DataFrame) -> str:
     if df.empty or "machine" not in df.columns:
         return "measured on: (no provenance in these ledgers)"
     lines = []
-    cols = [c for c in ("machine", "engine_version", "vllm_version") if c in df.columns]
-    for _, r in df[cols].drop_duplicates().iterrows():
-        engine = f"vLLM {r.get('engine_version') or '?'}"
-        if r.get("vllm_version") and r.get("vllm_version") != r.get("engine_version"):
+    # a server that never started reports no engine build: its failure record is not a machine
+    ok = df[df["status"] == "ok"] if "status" in df.columns and (df["status"] == "ok").any() else df
+    cols = [c for c in ("machine", "engine_version", "vllm_version") if c in ok.columns]
+
+    def known(v) -> bool:
+        return v is not None and not (isinstance(v, float) and pd.isna(v)) and str(v) != ""
+
+    for _, r in ok[cols].drop_duplicates().iterrows():
+        engine = f"vLLM {r.get('engine_version') if known(r.get('engine_version')) else '?'}"
+        if known(r.get("vllm_version")) and r.get("vllm_version") != r.get("engine_version"):
             engine += f" (installed {r['vllm_version']})"
         lines.append(f"measured on: {r['machine']}; engine {engine}")
     return "\n".join(lines)

@@ -363,3 +363,14 @@ def test_cli_report_prints_intervals_thresholds_and_decisions(capsys):
     assert "2,048-token context" in out
     assert main(["report", str(DEMO), "--n-boot", "0"]) == 2  # one line on stderr, no traceback
     assert "n_boot must be a positive integer" in capsys.readouterr().err
+
+
+def test_a_server_that_never_started_is_not_a_second_machine():
+    from specnb.analysis.text import format_machine
+
+    df = pd.DataFrame([
+        {"status": "ok", "machine": "Xeon, 2 CPUs", "engine_version": "0.32.0", "vllm_version": "0.32.0+cpu"},
+        {"status": "failed", "machine": "Xeon, 2 CPUs", "engine_version": float("nan"), "vllm_version": "0.32.0+cpu"},
+    ])
+    assert format_machine(df) == "measured on: Xeon, 2 CPUs; engine vLLM 0.32.0 (installed 0.32.0+cpu)"
+    assert "vLLM ? (installed" in format_machine(df.iloc[1:])  # only failures: said, not invented
