@@ -86,9 +86,12 @@ def test_a_real_search_round_is_recorded(servers, tmp_path):
         added = df[df["concurrency"] == 2]
         assert set(added["arm"]) == {"baseline", "ngram-k4"} and (added["search_round"] == 1).all()
         assert added["search_reason"].str.contains("extend to c=2").all()
-    else:  # it lost at c=1: nothing below to look at
+        # round 2 is past max_rounds: the search stops there, and says so
+        assert json.loads((tmp_path / "search" / "round-02.json").read_text())["stopped"].startswith("max_rounds")
+    else:  # it lost at c=1: nothing below to look at, so round 1 already stops the search
         assert "from c=1" in curve["reason"] and set(df["concurrency"]) == {1}
-    assert json.loads((tmp_path / "search" / "round-02.json").read_text())["stopped"].startswith("max_rounds")
+        assert record["stopped"] == "every curve settled or reached its limit"
+        assert not (tmp_path / "search" / "round-02.json").exists()
 
 
 def test_an_open_loop_point_keeps_its_schedule(servers, tmp_path):
