@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from specnb.analysis.bootstrap import level_of
-from specnb.analysis.pairing import LOAD_KEYS, condition_keys, paired, usable
+from specnb.analysis.pairing import LOAD_KEYS, condition_column, condition_keys, paired, usable
 from specnb.ledger import load_requests
 
 __all__ = ["DEFAULT_THRESHOLD", "compare_outputs", "lossless", "lossless_summary"]
@@ -113,7 +113,7 @@ def lossless_summary(table: pd.DataFrame, threshold: float = DEFAULT_THRESHOLD) 
         return "(no output token ids in these ledgers at temperature 0: nothing to compare)"
     lines = []
     # one line per condition where the table holds several (a study's checkpoints, layouts, ...)
-    cond = next((k for k in ("condition", "sweep") if k in table.columns and table[k].nunique() > 1), None)
+    cond = condition_column(table)
     by = ([cond] if cond else []) + ["arm", "workload"]
     for key, g in table.groupby(by, sort=True):
         arm, wl = key[-2], key[-1]

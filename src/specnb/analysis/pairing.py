@@ -31,6 +31,7 @@ __all__ = [
     "usable",
     "baseline_arm",
     "condition_keys",
+    "condition_column",
     "pair_keys",
     "paired",
     "speedup_table",
@@ -86,6 +87,12 @@ def baseline_arm(df: pd.DataFrame, baseline: str | None = None) -> str:
 def condition_keys(df: pd.DataFrame) -> list[str]:
     """The study and condition columns where the frame has them (a study's notebook frames)."""
     return [k for k in CONDITION_KEYS if k in df.columns]
+
+
+def condition_column(df: pd.DataFrame) -> str | None:
+    """The column that tells a folder's conditions apart where it holds several (``condition`` in
+    a study's frame, else ``sweep``), or None: one condition, nothing to split by."""
+    return next((k for k in ("condition", "sweep") if k in df.columns and df[k].nunique() > 1), None)
 
 
 def pair_keys(df: pd.DataFrame) -> list[str]:

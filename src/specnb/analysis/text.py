@@ -30,7 +30,7 @@ from specnb.analysis.latency import (
     latency_threshold,
 )
 from specnb.analysis.lossless import lossless, lossless_summary
-from specnb.analysis.pairing import curve_label, isna, redundant_keys, usable
+from specnb.analysis.pairing import condition_column, curve_label, isna, redundant_keys, usable
 from specnb.analysis.thresholds import Threshold, thresholds
 from specnb.ledger import PLAIN_CONDITION
 
@@ -222,12 +222,13 @@ def format_category_acceptance(cats: pd.DataFrame) -> str:
     ok = usable(cats) if "status" in cats.columns else cats
     if ok.empty:
         return "(no per-request acceptance in these ledgers)"
-    several = "sweep" in ok.columns and ok["sweep"].nunique() > 1
-    keys = (["sweep"] if several else []) + ["arm", "workload", "concurrency", "category"]
+    cond = condition_column(ok)
+    several = cond is not None
+    keys = ([cond] if several else []) + ["arm", "workload", "concurrency", "category"]
     g = ok.groupby(keys, sort=True)[
         ["requests", "num_spec_steps", "num_draft_tokens", "num_accepted_draft_tokens", "output_tokens"]].sum()
-    width = max(len(str(v)) for v in ok["sweep"]) if several else 0
-    lead = f"{'sweep':<{width}} " if several else ""
+    width = max(len(str(v)) for v in ok[cond]) if several else 0
+    lead = f"{cond:<{width}} " if several else ""
     head = (f"{lead}{'arm':<12} {'workload':<14} {'c':>3} {'category':<16} {'requests':>8} {'accept len':>10} "
             f"{'accept %':>8} {'drafted %':>9}")
     lines = [head, "-" * len(head)]

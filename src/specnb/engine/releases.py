@@ -4,7 +4,7 @@ Checked in the official ``vllm`` wheels (the symbol present in the release, abse
 before) and in vLLM's pull requests:
 
 - ``draft_model``: speculative decoding with a draft model in the V1 engine, 0.15.0 (PR #24322;
-  0.14.0 raises ``NotImplementedError``);
+  0.14.0 refuses a draft model at start-up);
 - ``eagle3_positions``: an EAGLE/EAGLE-3 head's ``max_position_embeddings`` raised to the
   target's ``max_model_len``, 0.27.0 (PR #49343; before it the head
   ``yuhuili/EAGLE3-LLaMA3.1-Instruct-8B``, trained on 2,048 positions, misreads or asserts past

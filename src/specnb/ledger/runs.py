@@ -18,7 +18,7 @@ from specnb import paths
 from specnb.errors import SpecnbError, plain_name
 
 __all__ = ["AXES", "RunError", "new_run_name", "run_folder", "latest_run", "find_run", "OUTCOME_FILE_ENV",
-           "report_failed_points", "read_failed_points", "search_lines"]
+           "report_failed_points", "read_failed_points", "search_record", "search_lines"]
 
 # Set by the notebook runner for the kernel it starts: the measuring notebook appends the points
 # that failed, so `make measure-<axis>` exits non-zero although the notebook itself finished.
@@ -87,6 +87,11 @@ def read_failed_points(path: Path | str) -> list[str]:
     return [json.loads(ln) for ln in lines if ln.strip()]
 
 
+def search_record(out_dir: Path | str, round_: int) -> Path:
+    """Where a sweep's adaptive search writes round ``round_``'s decision (written once)."""
+    return Path(out_dir) / "search" / f"round-{round_:02d}.json"
+
+
 def search_lines(folder: Path | str) -> list[str]:
     """The report's lines on how each adaptive search (:mod:`specnb.sweep.search`) under
     ``folder`` ended: per sweep, the last round's decision for every curve and why the search
@@ -97,7 +102,7 @@ def search_lines(folder: Path | str) -> list[str]:
     """
     root = Path(folder)
     out: list[str] = []
-    for search_dir in sorted({p.parent for p in root.rglob("search/round-*.json")}):
+    for search_dir in sorted({p.parent for p in root.rglob("search/round-*.json")}):  # search_record's names
         rounds = sorted(search_dir.glob("round-*.json"))
         try:
             last, err = json.loads(rounds[-1].read_text()), ""

@@ -39,7 +39,7 @@ import pandas as pd
 from specnb.analysis.bootstrap import bootstrap_speedups
 from specnb.analysis.thresholds import Threshold, thresholds
 from specnb.ledger import load_ledgers, utcnow, write_once
-from specnb.ledger.runs import search_lines
+from specnb.ledger.runs import search_lines, search_record
 from specnb.sweep.preflight import flag_value
 from specnb.sweep.spec import SweepSpec
 
@@ -148,10 +148,6 @@ def round_cost(spec: SweepSpec, df: pd.DataFrame, new_levels: int) -> float:
     return blocks * (ready + new_levels * point)
 
 
-def _record(out_dir: Path, round_: int) -> Path:
-    return out_dir / "search" / f"round-{round_:02d}.json"
-
-
 def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
                echo: Callable[[str], None] = print) -> dict[str, list[tuple[float, str]]]:
     """The levels to measure in round ``round_`` per workload (empty: the search is over).
@@ -159,7 +155,7 @@ def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
     The decision is written once to ``search/round-NN.json``; a resumed run replays it.
     """
     assert spec.search is not None
-    path = _record(out_dir, round_)
+    path = search_record(out_dir, round_)
     if path.exists():
         doc = json.loads(path.read_text())
         return {wl: [(float(c), why) for c, why in lv] for wl, lv in doc["levels"].items()}
