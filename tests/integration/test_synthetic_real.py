@@ -104,7 +104,7 @@ def _assert_rates_match(sd: dict) -> None:
 def test_sweep_refuses_nothing_when_the_plugin_is_there(plugin_env):
     spec = SweepSpec.parse({"name": "ceiling", "model": str(MODEL), "concurrency": [1],
                             "arms": [{"name": "ceil", "speculative_config": CEILING}]})
-    _, _, notes = prepare(spec)  # the real entry point, the real vLLM CPU sampler
+    notes = prepare(spec).notes  # the real entry point, the real vLLM CPU sampler
     assert "specnb_synthetic_cpu plugin (patchable)" in notes["ceil"][0]
 
 

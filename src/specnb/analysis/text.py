@@ -32,9 +32,10 @@ from specnb.analysis.latency import (
 from specnb.analysis.lossless import lossless, lossless_summary
 from specnb.analysis.pairing import condition_column, curve_label, isna, redundant_keys, usable
 from specnb.analysis.thresholds import Threshold, thresholds
-from specnb.ledger import PLAIN_CONDITION
+from specnb.ledger import PLAIN_CONDITION, REFUSED_ERROR
 
 __all__ = [
+    "format_refused",
     "format_speedup_table",
     "format_threshold",
     "format_thresholds",
@@ -310,6 +311,23 @@ def format_machine(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def format_refused(df: pd.DataFrame) -> str:
+    """One line per condition and arm that preflight refused (the engine build cannot serve it on
+    the machine that ran the sweep; nothing was started for it), with the reason; "" when none."""
+    if df.empty or "error_type" not in df.columns:
+        return ""
+    ref = df[df["error_type"] == REFUSED_ERROR]
+    if ref.empty:
+        return ""
+    where = next((k for k in ("condition", "sweep") if k in ref.columns), None)
+    lines = []
+    for _, r in ref.drop_duplicates([c for c in (where, "arm") if c]).iterrows():
+        label = f"{r[where]} / {r['arm']}" if where else r["arm"]
+        n = int(((ref["arm"] == r["arm"]) & ((ref[where] == r[where]) if where else True)).sum())
+        lines.append(f"{label}: {n} point(s) not measured: {r.get('error_message') or 'refused'}")
+    return "\n".join(lines)
+
+
 def format_report(
     df: pd.DataFrame,
     baseline: str | None = None,
@@ -354,6 +372,9 @@ def format_report(
     sched = _schedules(closed, n_boot=n_boot, seed=seed) if len(closed) else ""
     if sched:
         parts += ["", "the schedule to deploy (vLLM dynamic speculation; `specnb policy` writes it):", sched]
+    refused = format_refused(df)
+    if refused:
+        parts += ["", "refused before any server started (this engine build cannot serve it on that machine):", refused]
     same = lossless(df)
     if not same.empty:
         parts += ["", "lossless check (temperature 0; outputs compared request by request):", lossless_summary(same)]

@@ -40,6 +40,8 @@ from specnb.engine.vllm import LOCALHOST, engine_environment, recorded_environme
 __all__ = [
     "ServerError",
     "ServerStartError",
+    "EngineDiedError",
+    "engine_cause",
     "EndpointAuthError",
     "KvCapacity",
     "bearer",
@@ -54,6 +56,37 @@ __all__ = [
 
 class ServerError(RuntimeError):
     """The server could not be used."""
+
+
+class EngineDiedError(ServerError):
+    """The server came up but its engine failed at its first requests; the message names the
+    cause read from the server's log."""
+
+
+# "(EngineCore pid=12) ERROR 12-01 09:58:03 [core.py:1001] " before each line of a vLLM log
+_LOG_PREFIX = re.compile(r"^(?:\([^)]*\)\s+)?(?:[A-Z]+\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+\[[^\]]*\]\s+)?")
+_EXC_LINE = re.compile(r"^((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Failure))(?::\s*(.*))?$")
+# what the API server says after the engine died: the consequence, never the cause
+_GENERIC = ("EngineDeadError", "EngineGenerateError", "CancelledError", "ClientDisconnectedError")
+
+
+def engine_cause(log_text: str) -> str | None:
+    """The root cause of an engine failure in a vLLM server log, as ``"Type: message"``: the
+    first exception line of the first traceback that is not the API server's "engine is dead"
+    consequence; None when the log holds no traceback."""
+    lines = [_LOG_PREFIX.sub("", ln).rstrip() for ln in log_text.splitlines()]
+    start = next((i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")), None)
+    if start is None:
+        return None
+    found = []
+    for ln in lines[start:]:
+        m = _EXC_LINE.match(ln.strip())
+        if m:
+            found.append((m.group(1), m.group(2) or ""))
+    for name, msg in found:
+        if name.rsplit(".", 1)[-1] not in _GENERIC:
+            return f"{name.rsplit('.', 1)[-1]}: {msg}".strip().rstrip(":")
+    return f"{found[0][0].rsplit('.', 1)[-1]}: {found[0][1]}".strip().rstrip(":") if found else None
 
 
 class ServerStartError(ServerError):

@@ -15,7 +15,7 @@ It imports nothing from either.
 from __future__ import annotations
 
 from specnb.ledger.frame import ledger_files, load_ledgers, load_requests, load_spec_by_category
-from specnb.ledger.names import BASELINE, PLAIN_CONDITION, Flag, has_flag
+from specnb.ledger.names import BASELINE, PLAIN_CONDITION, REFUSED_ERROR, Flag, has_flag
 from specnb.ledger.schema import (
     READABLE_VERSIONS,
     SCHEMA_VERSION,
@@ -40,6 +40,7 @@ from specnb.ledger.store import read_ledger, write_ledger, write_once
 __all__ = [
     "SCHEMA_VERSION",
     "BASELINE",
+    "REFUSED_ERROR",
     "PLAIN_CONDITION",
     "ArmRecord",
     "CategorySpecDecode",

@@ -151,6 +151,7 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
         "search_round": led.search.round if led.search else 0,
         "search_reason": led.search.reason if led.search else None,
         "error_type": led.failure.error_type if led.failure else None,
+        "error_message": led.failure.message[:500] if led.failure else None,
         "started_at": led.started_at,
         "path": str(path),
     }

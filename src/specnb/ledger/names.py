@@ -11,7 +11,7 @@ from enum import StrEnum
 
 import pandas as pd
 
-__all__ = ["Flag", "BASELINE", "PLAIN_CONDITION", "has_flag"]
+__all__ = ["Flag", "BASELINE", "REFUSED_ERROR", "PLAIN_CONDITION", "has_flag"]
 
 
 class Flag(StrEnum):
@@ -33,9 +33,15 @@ class Flag(StrEnum):
     PREEMPTIONS = "preemptions"
     CLIENT_BUSY = "client_busy"  # the load generator itself may have limited the point
     HOST_BUSY = "host_busy"  # another process used the CPU during the point
+    # the server's engine logged a slower fallback path (oneDNN could not build a matmul for the
+    # dtype on this CPU: torch linear instead): a real measurement, of that path
+    ENGINE_FALLBACK = "engine_fallback"
 
 
 BASELINE = "baseline"  # the arm without a drafter in every study
+# the failure type of a point whose arm the engine build cannot serve on the machine
+# (specnb.engine.kernels.Unservable): refused in preflight, nothing started, never retried
+REFUSED_ERROR = "Unservable"
 PLAIN_CONDITION = "default"  # the condition of a sweep that is not part of a study
 
 

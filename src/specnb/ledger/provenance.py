@@ -8,6 +8,7 @@ vLLM (that costs seconds and, for vLLM, initialises a platform).
 from __future__ import annotations
 
 import importlib.metadata as md
+import os
 import platform
 import shutil
 import subprocess
@@ -17,7 +18,12 @@ from typing import Any
 
 from specnb import paths
 
-__all__ = ["collect", "git_state", "hardware", "versions"]
+__all__ = ["collect", "git_state", "hardware", "versions", "cpu_isa", "cpu_flags", "EMULATE_ENV", "ISA_LEVELS"]
+
+# the CPU levels that decide which kernels a CPU engine build has, lowest first
+ISA_LEVELS = ("none", "avx2", "avx512", "avx512_bf16", "amx_bf16")
+# lowers the level the kernel probe answers for (tests of the AVX2 route on an AVX-512 machine)
+EMULATE_ENV = "SPECNB_EMULATE_CPU_ISA"
 
 
 def _run(argv: list[str], timeout: float = 10.0) -> str | None:
@@ -64,6 +70,44 @@ def _cpu_model() -> str | None:
     return platform.processor() or None
 
 
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (``/proc/cpuinfo``; empty where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith(("flags", "Features")):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _level(flags: set[str]) -> str:
+    if {"amx_bf16", "amx_tile", "avx512_bf16"} <= flags:
+        return "amx_bf16"
+    if {"avx512f", "avx512_bf16"} <= flags:
+        return "avx512_bf16"
+    if "avx512f" in flags:
+        return "avx512"
+    return "avx2" if "avx2" in flags else "none"
+
+
+def cpu_isa(flags: set[str] | None = None, env: dict[str, str] | None = None) -> tuple[str, bool]:
+    """(the x86 instruction-set level that picks a CPU engine's kernels, whether it is emulated).
+
+    Levels (:data:`ISA_LEVELS`): ``amx_bf16``, ``avx512_bf16``, ``avx512``, ``avx2``, ``none``;
+    on another architecture its name (``aarch64``). ``SPECNB_EMULATE_CPU_ISA`` in ``env`` lowers
+    the level (never raises it: a kernel the CPU cannot run cannot be emulated)."""
+    machine = platform.machine()
+    if flags is None and machine not in ("x86_64", "AMD64", "i686", "i386"):
+        return machine or "unknown", False
+    real = _level(cpu_flags() if flags is None else flags)
+    want = (env if env is not None else os.environ).get(EMULATE_ENV, "").strip().lower()
+    if want in ISA_LEVELS and ISA_LEVELS.index(want) < ISA_LEVELS.index(real):
+        return want, True
+    return real, False
+
+
 def _gpus() -> list[dict[str, str]]:
     if shutil.which("nvidia-smi") is None:
         return []
@@ -78,13 +122,15 @@ def _gpus() -> list[dict[str, str]]:
 
 @lru_cache(maxsize=1)
 def hardware() -> dict[str, Any]:
-    import os
-
+    isa, emulated = cpu_isa()
     return {
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
+        # which kernels a CPU engine build has depends on it (specnb.engine.kernels)
+        "cpu_isa": isa,
+        **({"cpu_isa_emulated": True} if emulated else {}),
         "gpus": _gpus(),
     }
 

@@ -11,7 +11,13 @@ servers. :func:`prepare` resolves, for all arms first:
 - every attached endpoint: reachable, serving the model, and accepting the API key named by
   the arm's ``api_key_env`` (a 401 is named, the key never is);
 - the ledger folder: writable, and a ``sweep.json`` already in it readable;
-- ceiling arms, refused where the engine would die at its first speculative step.
+- ceiling arms, refused where the engine would die at its first speculative step;
+- one arm without a drafter, which every drafter arm is paired with;
+- what the installed engine build can serve on this CPU (:mod:`specnb.engine.kernels`): an arm
+  whose checkpoint needs a kernel the build lacks here is *refused*: nothing is started for it
+  and each of its points is recorded as a failure with that one line (the sweep goes on with
+  its other arms, a study with its other conditions); a dtype that runs on a slower fallback
+  path is noted on the arm's ledgers.
 """
 
 from __future__ import annotations
@@ -20,8 +26,10 @@ import importlib.util
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from specnb import paths
+from specnb.engine import kernels
 from specnb.engine.plugins import ENTRY_POINT_GROUP, synthetic_cpu
 from specnb.engine.releases import parse_version, required_release
 from specnb.engine.server import EndpointAuthError, ServerError, attach
@@ -32,7 +40,7 @@ from specnb.prompts.workload import Workload, WorkloadError, resolve
 from specnb.sweep.arm import DEFAULT_API_KEY_ENV, Arm, ArmError, check_drafter
 from specnb.sweep.spec import SweepError, SweepSpec
 
-__all__ = ["prepare", "check_endpoints", "check_engine_release", "CPU_CEILING_DRAFTERS", "TOKENIZER_FILES"]
+__all__ = ["prepare", "Prepared", "check_endpoints", "check_kernels", "check_engine_release", "CPU_CEILING_DRAFTERS", "TOKENIZER_FILES"]
 
 # any of these in a model folder is a tokenizer vLLM can load
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "tekken.json")
@@ -179,12 +187,71 @@ def _check_out_dir(out_dir: Path) -> None:
         raise SweepError(str(exc)) from None
 
 
-def prepare(spec: SweepSpec, out_dir: Path | str | None = None,
-            ) -> tuple[str | None, dict[str, Workload], dict[str, list[str]]]:
-    """Every check that can fail before a server starts, for every arm: model, tokenizer,
-    workloads, drafters, ceilings, the ledger folder (when given) and attached endpoints.
+class Prepared(NamedTuple):
+    """What preflight resolved for a sweep."""
 
-    Returns the resolved model, the workloads by name and notes per arm for the ledgers."""
+    model: str | None  # the target, resolved (a local folder's absolute path)
+    workloads: dict[str, Workload]
+    notes: dict[str, list[str]]  # arm -> notes for its ledgers
+    refused: dict[str, str]  # arm -> why this engine build cannot serve it here (nothing is started)
+    fallback: dict[str, str]  # arm -> the slower path its engine will take (its points are flagged)
+
+
+def _check_baseline(spec: SweepSpec) -> None:
+    """Every drafter arm is paired with the one arm without a drafter: two of them (or none)
+    would be measured in full and then refused by the report."""
+    bases = [a.name for a in spec.arms if not a.speculative]
+    if len(bases) > 1:
+        raise SweepError(f"arms {', '.join(map(repr, bases))} have no drafter: a sweep pairs every drafter arm "
+                         "with exactly one baseline; keep one (a second serving config is a condition of a "
+                         "study, or a sweep of its own)")
+    if not bases:
+        raise SweepError("no arm without a drafter: a sweep pairs every drafter arm with a baseline arm; add one "
+                         "(an arm with a name and no speculative_config)")
+
+
+def check_kernels(spec: SweepSpec, model: str | None,
+                  kp: kernels.KernelProbe | None = None) -> tuple[dict[str, str], dict[str, str], dict[str, list[str]]]:
+    """(refused, fallback, notes) per launched arm, from what the engine build can serve on this
+    CPU: its target checkpoint and any draft model (``kp``: a probe already made)."""
+    refused: dict[str, str] = {}
+    fallback: dict[str, str] = {}
+    notes: dict[str, list[str]] = {}
+    launched = [a for a in spec.arms if a.endpoint is None]
+    if not launched or model is None:
+        return refused, fallback, notes
+    kp = kp if kp is not None else kernels.probe(_launch_env(spec, launched[0]))
+    if kp is None:  # not the CPU build: nothing to ask
+        return refused, fallback, notes
+    for arm in launched:
+        args = [*spec.server_args, *arm.server_args]
+        dtype = flag_value(args, "--dtype")
+        checkpoints = [(model, "model")]
+        cfg = arm.speculative_config or {}
+        if isinstance(cfg.get("model"), str) and drafter_method(cfg) not in ("ngram", "suffix"):
+            draft = cfg["model"]
+            local = next((c for c in (Path(draft).expanduser(), paths.ROOT / draft) if c.is_dir()), None)
+            if local is not None:
+                checkpoints.append((str(local.resolve()), "draft model"))
+        for folder, what in checkpoints:
+            if not Path(folder).is_dir():
+                continue  # a hub id: its config is the engine's to read
+            a = kernels.assess(folder, dtype, kp, what=what)
+            if a.refused and arm.name not in refused:
+                refused[arm.name] = f"arm {arm.name!r}: {a.refused}"
+            if a.fallback and arm.name not in fallback:
+                fallback[arm.name] = a.notes[0]
+            notes.setdefault(arm.name, []).extend(a.notes)
+    return refused, fallback, notes
+
+
+def prepare(spec: SweepSpec, out_dir: Path | str | None = None) -> Prepared:
+    """Every check that can fail before a server starts, for every arm: model, tokenizer,
+    workloads, drafters, the baseline, ceilings, the engine's kernels on this CPU, the ledger
+    folder (when given) and attached endpoints.
+
+    Returns the resolved model, the workloads by name, notes per arm for the ledgers, and the
+    arms refused (not servable by this build here) or served on a fallback path."""
     if any(a.endpoint is None for a in spec.arms) and importlib.util.find_spec("vllm") is None:
         raise SweepError("vLLM is not installed in this environment: run `make setup` "
                          "(`make setup EXTRA=gpu` on a GPU machine), or attach to running endpoints")
@@ -198,15 +265,19 @@ def prepare(spec: SweepSpec, out_dir: Path | str | None = None,
             wls[wl.name] = wl
     except WorkloadError as exc:
         raise SweepError(str(exc)) from None
+    _check_baseline(spec)
     notes = _check_drafts(spec, model)
     for name, note in _check_ceilings(spec).items():
         notes[name] = [*notes.get(name, []), note]
     _check_schedules(spec)
     check_engine_release(spec)  # after the schedule check: a schedule arm gets that one's message
+    refused, fallback, kernel_notes = check_kernels(spec, model)
+    for name, more in kernel_notes.items():
+        notes[name] = [*notes.get(name, []), *more]
     check_endpoints(spec)  # the network, after every local check
     if out_dir is not None:  # last: it creates the folder, and a refused sweep leaves none
         _check_out_dir(Path(out_dir))
-    return model, wls, notes
+    return Prepared(model, wls, notes, refused, fallback)
 
 
 # vLLM's dynamic speculation (num_speculative_tokens_per_batch_size) came in 0.24.0, but the

@@ -66,7 +66,8 @@ from specnb import paths
 from specnb.analysis.schedule import k_at
 from specnb.engine import loadgen, metrics
 from specnb.engine.hostload import HOST_BUSY, HostLoad, wait_for_quiet
-from specnb.engine.server import Endpoint, ServerError, VllmServer, attach
+from specnb.engine.kernels import FALLBACK_LOG_LINE, Unservable
+from specnb.engine.server import Endpoint, EngineDiedError, ServerError, VllmServer, attach, engine_cause
 from specnb.engine.startup import startup_breakdown
 from specnb.engine.vllm import engine_supports_flag
 from specnb.ledger import (
@@ -110,6 +111,8 @@ class SweepOutcome:
     restarts: int = 0  # launched servers restarted after dying mid-run
     # "<point id> (<why>)" for every planned point still without a measurement when the run ended
     failed_points: list[str] = field(default_factory=list)
+    # "<arm>: <why>" for every arm this engine build cannot serve here: recorded, not retried
+    refused: list[str] = field(default_factory=list)
     timings: list[Path] = field(default_factory=list)  # timings/<UTC time>.json written by this run
     phases_s: dict[str, float] = field(default_factory=dict)  # wall seconds per phase (ledger.timing.PHASES)
 
@@ -127,6 +130,7 @@ class SweepOutcome:
         self.superseded += later.superseded
         self.restarts += later.restarts
         self.failed_points = list(later.failed_points)
+        self.refused = list(later.refused)
         self.timings += later.timings
         self.phases_s = total_phases([{"phases_s": self.phases_s}, {"phases_s": later.phases_s}])
         return self
@@ -143,6 +147,8 @@ class SweepOutcome:
                 f"{len(self.failed)} failure records{busy}{restarts} -> {self.out_dir}")
         if self.overhead:
             text += f"\n{self.overhead}"
+        for why in self.refused:
+            text += f"\nrefused: {why}"
         if self.failed_points:
             shown = "; ".join(self.failed_points[:5]) + ("; ..." if len(self.failed_points) > 5 else "")
             text += f"\n{len(self.failed_points)} point(s) without a measurement: {shown}"
@@ -263,12 +269,12 @@ async def _panel_once(ep: Endpoint, spec: SweepSpec, panel: list[Prompt]) -> loa
                                       spec.sampling.model_dump(), session=session)
 
 
-async def _warmup(ep: Endpoint, spec: SweepSpec, wl: Workload) -> None:
+async def _warmup(ep: Endpoint, spec: SweepSpec, wl: Workload) -> loadgen.PointLoad | None:
     if spec.warmup_requests == 0:
-        return
+        return None
     k = spec.warmup_requests
     async with _session(ep, spec) as session:
-        await loadgen.run_load(
+        return await loadgen.run_load(
             ep.base_url, ep.model, wl.prompts, min(k, 4), k, spec.sampling.model_dump(),
             session=session, prompt_offset=len(wl.prompts) - k,
         )
@@ -340,10 +346,16 @@ class _SweepRun:
         self._start_s_seen = 0.0  # server_start seconds already given to an entry of server_starts
         self.points_run = 0  # points measured (or attempted) by this invocation
         with self.clock.phase("preflight"):
-            self.model, self.workloads, self.notes = prepare(spec, out_dir)
+            pre = prepare(spec, out_dir)
+            self.model, self.workloads, self.notes = pre.model, pre.workloads, pre.notes
+            self.refused, self.fallback = pre.refused, pre.fallback
             _sweep_record(out_dir, spec, self.workloads)
             self.provenance = Provenance(**provenance.collect())
         echo(f"sweep {spec.name!r} -> {out_dir} (every check passed; the same folder resumes it)")
+        for why in self.refused.values():  # recorded as failures point by point; nothing starts for them
+            echo(f"refused: {why}")
+        for arm, why in self.fallback.items():
+            echo(f"note: arm {arm!r}: {why}")
         self.outcome = SweepOutcome(out_dir=out_dir)
         self.planned: list[_Point] = []  # every point of every round, for the failed-points summary
         self.panels = {name: wl.panel(spec.panel_size) for name, wl in self.workloads.items()}
@@ -393,6 +405,7 @@ class _SweepRun:
                     levels = search.next_round(self.spec, self.out_dir, round_,
                                                elapsed_s=time.monotonic() - self.t_start, echo=self.echo)
             self.outcome.failed_points = self.missing()
+            self.outcome.refused = list(self.refused.values())
         except BaseException as exc:
             ended = ("interrupted" if isinstance(exc, (KeyboardInterrupt, SystemExit))
                      else f"stopped: {type(exc).__name__}")
@@ -468,18 +481,23 @@ class _SweepRun:
         out = []
         seen: set[Path] = set()
         for pt in self.planned:
-            if self.path(pt) in seen:
+            if self.path(pt) in seen or pt.arm.name in self.refused:  # refused: recorded, nothing to retry
                 continue
             seen.add(self.path(pt))
             if not self.path(pt).exists():
                 reason = " ".join(why.get(pt.point_id, "not measured").split())
-                out.append(f"{pt.point_id} ({reason if len(reason) <= 100 else reason[:97] + '...'})")
+                out.append(f"{pt.point_id} ({reason if len(reason) <= 160 else reason[:157] + '...'})")
         return out
 
     # -- one server ------------------------------------------------------------------------
     def run_block(self, arm: Arm, repeat: int, pending: list[_Point]) -> None:
         server_rec: ServerRecord | None = None
+        server: VllmServer | None = None
         started = utcnow()
+        if arm.name in self.refused:  # this build cannot serve it here: a failure record each, no server
+            for pt in pending:
+                self.record_failure(pt, Unservable(self.refused[arm.name]), None, started, quiet=True)
+            return
         self.bar.set_description(f"{self.spec.name} r{repeat} {arm.name}: starting server")
         log_path = self.out_dir / "logs" / f"{arm.name}-r{repeat:02d}.log"
         on_start = lambda srv, ep: self.record_start(arm, repeat, srv, ep)  # noqa: E731
@@ -489,7 +507,8 @@ class _SweepRun:
                 with self.clock.phase("sizing"):
                     self.size_panels(ep, pending)
                 with self.clock.phase("warmup"):
-                    _run_async(_warmup(ep, self.spec, next(iter(self.workloads.values()))))
+                    warm = _run_async(_warmup(ep, self.spec, next(iter(self.workloads.values()))))
+                _check_engine(warm, server)
                 for pt in pending:
                     if server is not None and not server.alive():  # died between points
                         ep, server_rec = self.restart(server, f"before {pt.point_id}", arm, repeat)
@@ -503,10 +522,11 @@ class _SweepRun:
             # The server did not start, or the block broke outside a point (warmup):
             # every point of the block not yet recorded gets a failure record.
             done = {(q.parent, q.name.split(".")[0]) for q in self.outcome.failed}
+            tail = server.log_tail() if server is not None and isinstance(exc, EngineDiedError) else None
             for pt in pending:
                 p = self.path(pt)
                 if not p.exists() and (p.parent, p.stem) not in done:
-                    self.record_failure(pt, exc, server_rec, started)
+                    self.record_failure(pt, exc, server_rec, started, tail)
 
     def size_panels(self, ep: Endpoint, pending: list[_Point]) -> None:
         """Measure output tokens per request on each workload's panel once per run (at its first
@@ -585,7 +605,9 @@ class _SweepRun:
             pl, before, after, sampler = _run_async(
                 _measure(ep, spec, self.panels[pt.workload.name], pt, n, tick))
             pl.host_other_cpu_cores = host.other_cores()
-            led = self.measured_ledger(pt, server_rec, reset, pl, before, after, sampler, started)
+            log = server.start_log() if server is not None else ""
+            led = self.measured_ledger(pt, server_rec, reset, pl, before, after, sampler, started,
+                                       fallback=FALLBACK_LOG_LINE in log, engine_log=log)
         except Exception as exc:  # noqa: BLE001 - recorded as a failure, the sweep goes on
             self.record_failure(pt, exc, server_rec, started, server.log_tail() if server else None,
                                 unticked=n - ticks)
@@ -633,7 +655,8 @@ class _SweepRun:
         )
 
     def record_failure(self, pt: _Point, exc: BaseException, server_rec: ServerRecord | None,
-                       started: str, log_tail: str | None = None, unticked: int | None = None) -> None:
+                       started: str, log_tail: str | None = None, unticked: int | None = None,
+                       quiet: bool = False) -> None:
         msg = paths.portable(getattr(exc, "short", None) or str(exc) or type(exc).__name__)
         tail = getattr(exc, "log_tail", None) or log_tail
         led = PointLedger(
@@ -645,11 +668,13 @@ class _SweepRun:
         )
         self.outcome.failed.append(write_ledger(_failed_path(self.path(pt)), led))
         self.bar.update(self.num_requests(pt) if unticked is None else unticked)
-        self.echo(f"FAILED {pt.point_id}: {msg.splitlines()[0][:200] if msg else ''}")
+        if not quiet:  # a refused arm was said once, in full, at the start
+            self.echo(f"FAILED {pt.point_id}: {msg.splitlines()[0][:200] if msg else ''}")
 
     def measured_ledger(self, pt: _Point, server_rec: ServerRecord, reset: bool | None,
                         pl: loadgen.PointLoad, before: metrics.Snapshot, after: metrics.Snapshot,
-                        sampler: metrics.GaugeSampler, started: str) -> PointLedger:
+                        sampler: metrics.GaugeSampler, started: str, fallback: bool = False,
+                        engine_log: str = "") -> PointLedger:
         results = loadgen.summarize(pl)
         results["error_share"] = results["num_errors"] / max(results["num_requests"], 1)
         results["client_cpu_util"] = pl.client_cpu_util
@@ -672,6 +697,10 @@ class _SweepRun:
                 kv.update(source="cache_config_info", tokens_per_engine=per_engine,
                           total_tokens=sum(per_engine))
         ok = results["num_ok"] > 0 and results["error_share"] <= self.spec.max_error_share
+        failure = None if ok else _request_failure(results, self.spec.max_error_share, engine_cause(engine_log))
+        flags = _flags(pt.arm, results, sd, cache, reset, self.in_flight(pt), self.spec.max_error_share)
+        if fallback:
+            flags.append(Flag.ENGINE_FALLBACK)
         return PointLedger(
             status="ok" if ok else "failed", started_at=started, finished_at=utcnow(),
             server=server_rec.model_copy(update={
@@ -679,8 +708,7 @@ class _SweepRun:
             results=results, server_samples=sampler.summary(), cache=cache,
             spec_decode=SpecDecode(**sd) if sd and (pt.arm.speculative or sd["num_drafts"]) else None,
             spec_decode_by_category=loadgen.spec_decode_by_category(pl.records),
-            flags=_flags(pt.arm, results, sd, cache, reset, self.in_flight(pt), self.spec.max_error_share),
-            failure=None if ok else _request_failure(results, self.spec.max_error_share),
+            flags=flags, failure=failure,
             **self.common(pt),
         )
 
@@ -723,11 +751,25 @@ def _failed_path(p: Path) -> Path:
     return p.with_name(f"{p.stem}.failed-{stamp}.json")
 
 
-def _request_failure(results: dict[str, Any], max_error_share: float) -> Failure:
-    """Why a point whose requests failed is not a measurement: all of them, or more than allowed."""
+def _check_engine(warm: loadgen.PointLoad | None, server: VllmServer | None) -> None:
+    """A launched server whose warmup requests all failed, with an engine error in its log, has
+    a dead engine: say why in one line instead of measuring a point of HTTP 500s."""
+    if warm is None or server is None or any(r.ok for r in warm.records):
+        return
+    cause = engine_cause(server.start_log())
+    if cause:
+        raise EngineDiedError(f"the engine died at its first requests: {cause} "
+                              f"(server log {paths.portable(str(server.log_path))})")
+
+
+def _request_failure(results: dict[str, Any], max_error_share: float, cause: str | None = None) -> Failure:
+    """Why a point whose requests failed is not a measurement: all of them, or more than allowed;
+    with the engine's own error where its log has one (not a bare HTTP 500)."""
     examples = "; ".join(results["error_examples"])
+    if cause:
+        examples = f"the engine failed: {cause}; requests: {examples}"
     if not results["num_ok"]:
-        return Failure(error_type="AllRequestsFailed", message=examples[:2000])
+        return Failure(error_type="EngineDied" if cause else "AllRequestsFailed", message=examples[:2000])
     return Failure(error_type="ErrorShare", message=(
         f"{results['num_errors']} of {results['num_requests']} requests failed ({results['error_share']:.0%} > "
         f"max_error_share {max_error_share:.0%}): {examples}")[:2000])

