@@ -77,3 +77,27 @@ def test_drafter_notebook_measures_ngram_and_a_draft_model(tmp_path):
     draft = df[df.arm == "draft-noise0.05"]
     assert (draft.num_drafts > 0).all() and (draft.acceptance_rate > 0).all()
     assert {"drafter-heatmap", "drafter-by-category"} <= {s["id"] for s in _check_figures(tmp_path / "fig")}
+
+
+@pytest.mark.integration
+def test_quantization_notebook_records_what_the_build_cannot_serve_and_measures_the_rest(tmp_path, monkeypatch):
+    """`make measure-quantization` on an AVX2-only machine: W4A16 refused with its reason (no server
+    started for it), bf16 measured, the figures drawn. Emulated on a CPU with AVX-512 (the probe then
+    answers from the AVX2 extension); the real thing on an AVX2-only one."""
+    from specnb.ledger.provenance import EMULATE_ENV
+
+    w4 = paths.MODELS / "SmolLM2-135M-Instruct-W4A16-G64"
+    if not (MODEL.exists() and w4.exists()):
+        pytest.skip("the CPU models are not built: run `make setup`")
+    monkeypatch.setenv(EMULATE_ENV, "avx2")
+    nb = next(n for n in NOTEBOOKS if _axis(n) == "quantization")
+    conditions = {"bf16": {"label": "bf16"}, "w4a16": {"model": str(w4), "label": "INT4 W4A16 g64"}}
+    root, df = _measure(nb, tmp_path, concurrency=[1], panel_size=2, max_tokens=16, workloads=["copy"],
+                        conditions=conditions)
+    ok, refused = df[df.status == "ok"], df[df.error_type == "Unservable"]
+    assert set(ok.condition) == {"bf16"} and len(ok) == 2
+    assert set(refused.condition) == {"w4a16"} and set(refused.arm) == {"baseline", "ngram-k4"}
+    assert refused.error_message.str.contains("cpu_gemm_wna16").all()
+    assert not list((root / "quantization").rglob("w4a16/logs/*"))  # nothing started for it
+    assert df.machine.str.contains(r"\(AVX2(?:, emulated)?\)").all()  # the level the answer is for is named
+    _check_figures(tmp_path / "fig")

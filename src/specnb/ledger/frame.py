@@ -173,10 +173,17 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
     return row
 
 
+_ISA_NAMES = {"none": "no AVX2", "avx2": "AVX2", "avx512": "AVX-512", "avx512_bf16": "AVX-512 BF16",
+              "amx_bf16": "AMX BF16"}
+
+
 def machine_label(hardware: dict[str, Any]) -> str:
     """Where a point ran, in one phrase: CPU model and cores, and the GPUs with their driver."""
     cpu = hardware.get("cpu_model") or hardware.get("machine") or "unknown CPU"
     text = f"{cpu}, {hardware.get('cpu_count') or '?'} CPUs"
+    isa = hardware.get("cpu_isa")  # which kernels a CPU engine build had (ledgers before 2026-12-01: none)
+    if isa:
+        text += f" ({_ISA_NAMES.get(isa, isa)}{', emulated' if hardware.get('cpu_isa_emulated') else ''})"
     gpus = hardware.get("gpus") or []
     if gpus:
         names: dict[str, int] = {}
