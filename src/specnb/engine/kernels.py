@@ -87,7 +87,7 @@ class KernelProbe:
         """What a ledger records of it."""
         return {"isa": self.isa, "emulated": self.emulated, "extension": self.extension,
                 "onednn_linear": {k: v is None for k, v in self.onednn_linear.items()},
-                "missing": sorted(k for k, _ in SCHEME_KERNELS.values() if self.extension and not self.has(k)),
+                "missing": sorted({k for k, _ in SCHEME_KERNELS.values() if self.extension and not self.has(k)}),
                 "error": self.error}
 
 

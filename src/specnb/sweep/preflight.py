@@ -195,6 +195,7 @@ class Prepared(NamedTuple):
     notes: dict[str, list[str]]  # arm -> notes for its ledgers
     refused: dict[str, str]  # arm -> why this engine build cannot serve it here (nothing is started)
     fallback: dict[str, str]  # arm -> the slower path its engine will take (its points are flagged)
+    kernels: dict | None = None  # what the probe found (KernelProbe.summary()); None: not a CPU build
 
 
 def _check_baseline(spec: SweepSpec) -> None:
@@ -210,6 +211,13 @@ def _check_baseline(spec: SweepSpec) -> None:
                          "(an arm with a name and no speculative_config)")
 
 
+def probe_kernels(spec: SweepSpec) -> kernels.KernelProbe | None:
+    """The engine build's kernels on this CPU, for a sweep with launched arms (None otherwise,
+    and on a build that is not the CPU one)."""
+    launched = [a for a in spec.arms if a.endpoint is None]
+    return kernels.probe(_launch_env(spec, launched[0])) if launched else None
+
+
 def check_kernels(spec: SweepSpec, model: str | None,
                   kp: kernels.KernelProbe | None = None) -> tuple[dict[str, str], dict[str, str], dict[str, list[str]]]:
     """(refused, fallback, notes) per launched arm, from what the engine build can serve on this
@@ -220,7 +228,7 @@ def check_kernels(spec: SweepSpec, model: str | None,
     launched = [a for a in spec.arms if a.endpoint is None]
     if not launched or model is None:
         return refused, fallback, notes
-    kp = kp if kp is not None else kernels.probe(_launch_env(spec, launched[0]))
+    kp = kp if kp is not None else probe_kernels(spec)
     if kp is None:  # not the CPU build: nothing to ask
         return refused, fallback, notes
     for arm in launched:
@@ -271,13 +279,14 @@ def prepare(spec: SweepSpec, out_dir: Path | str | None = None) -> Prepared:
         notes[name] = [*notes.get(name, []), note]
     _check_schedules(spec)
     check_engine_release(spec)  # after the schedule check: a schedule arm gets that one's message
-    refused, fallback, kernel_notes = check_kernels(spec, model)
+    kp = probe_kernels(spec)
+    refused, fallback, kernel_notes = check_kernels(spec, model, kp)
     for name, more in kernel_notes.items():
         notes[name] = [*notes.get(name, []), *more]
     check_endpoints(spec)  # the network, after every local check
     if out_dir is not None:  # last: it creates the folder, and a refused sweep leaves none
         _check_out_dir(Path(out_dir))
-    return Prepared(model, wls, notes, refused, fallback)
+    return Prepared(model, wls, notes, refused, fallback, kp.summary() if kp is not None else None)
 
 
 # vLLM's dynamic speculation (num_speculative_tokens_per_batch_size) came in 0.24.0, but the

@@ -350,7 +350,10 @@ class _SweepRun:
             self.model, self.workloads, self.notes = pre.model, pre.workloads, pre.notes
             self.refused, self.fallback = pre.refused, pre.fallback
             _sweep_record(out_dir, spec, self.workloads)
-            self.provenance = Provenance(**provenance.collect())
+            prov = provenance.collect()
+            if pre.kernels is not None:  # which engine extension, and what it lacked, on this CPU
+                prov["hardware"] = {**prov["hardware"], "engine_kernels": pre.kernels}
+            self.provenance = Provenance(**prov)
         echo(f"sweep {spec.name!r} -> {out_dir} (every check passed; the same folder resumes it)")
         for why in self.refused.values():  # recorded as failures point by point; nothing starts for them
             echo(f"refused: {why}")

@@ -70,6 +70,7 @@ def test_a_condition_the_build_cannot_serve_is_recorded_refused_and_the_study_go
         assert led.status == "failed" and led.server is None
         assert led.failure.error_type == REFUSED_ERROR and "W4A16" in led.failure.message
         assert led.provenance.hardware["cpu_isa"]  # the level is in every ledger
+        assert led.provenance.hardware["engine_kernels"]["missing"] == ["cpu_gemm_wna16"]
     assert all(not o.failed_points for o in outcomes)  # a refusal is recorded, not retried
     assert any(o.refused for o in outcomes)
     df = load_ledgers(folder)
