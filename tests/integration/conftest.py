@@ -48,7 +48,7 @@ def sweep_spec(**kw) -> SweepSpec:
             {"name": "baseline"},
             {"name": "ngram-k4", "speculative_config": NGRAM},
             # a server that cannot start: its points become failure records, the sweep goes on
-            {"name": "broken", "server_args": ["--max-model-len", "not-a-number"]},
+            {"name": "broken", "speculative_config": NGRAM, "server_args": ["--max-model-len", "not-a-number"]},
         ],
     )
     base.update(kw)

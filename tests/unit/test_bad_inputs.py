@@ -176,9 +176,6 @@ CASES = [
     Case("two-arms-without-a-drafter", lambda t: sweep(
         t, '[[arms]]\nname = "baseline"\n[[arms]]\nname = "fp32"\nserver_args = ["--dtype", "float32"]\n'),
          "arms 'baseline', 'fp32' have no drafter: a sweep pairs every drafter arm with exactly one baseline"),
-    Case("no-arm-without-a-drafter", lambda t: sweep(
-        t, '[[arms]]\nname = "ngram"\nspeculative_config = { method = "ngram", num_speculative_tokens = 2 }\n'),
-         "no arm without a drafter"),
     Case("key-replaced-by-a-schema-version", lambda t: sweep(t, "requests_per_user = 4\n"),
          "'requests_per_user' is gone: it was replaced by panel_size and work_floor_tokens"),
     Case("nb-parameter-replaced-by-a-schema-version", lambda t: notebook(t, "requests_per_user=4"),
