@@ -123,7 +123,7 @@ screenshots: $(BROWSER_STAMP) chromium ## retake docs/jupyterlab.png and docs/ga
 	SPECNB_SCREENSHOTS=$(CURDIR)/docs $(PY) -m pytest -q -ra -m browser tests/browser $(PYTEST_ARGS)
 
 gpu-check: $(STAMP) ## on a GPU machine: check every GPU parameter file against the installed vLLM (keys, methods, args, cached models) in seconds; measures nothing
-	$(PY) -m specnb.sweep.gpucheck notebooks/params/gpu/*.yaml
+	$(PY) -m specnb.notebooks.gpucheck notebooks/params/gpu/*.yaml
 
 .SECONDEXPANSION:
 $(EXECUTED)/%.ipynb: notebooks/%.py $$(call ledgers_of,$$(call axis_of,$$*)) $(LIB) | $(if $(FIGURES_BATCH),,$(STAMP))

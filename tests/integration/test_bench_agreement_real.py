@@ -23,9 +23,10 @@ from pathlib import Path
 import pytest
 
 from specnb import paths
+from specnb.analysis.point import summarize_point
 from specnb.engine import loadgen
 from specnb.engine.server import VllmServer
-from specnb.prompts.workload import resolve
+from specnb.prompts.sources import resolve
 
 MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
 SERVER_ARGS = ["--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "2048"]
@@ -70,7 +71,7 @@ def _specnb_round(ep, prompts) -> dict:
         ep.base_url, ep.model, prompts, CONCURRENCY, len(prompts),
         {"max_tokens": MAX_TOKENS, "temperature": 0.0, "ignore_eos": True},
     ))
-    s = loadgen.summarize(pl)
+    s = summarize_point(pl)
     assert s["num_errors"] == 0, s["error_examples"]
     return {"output_tok_s": s["output_tok_s_wall"], "ttft_p50_ms": s["p50_ttft_ms"],
             "output_tokens": s["output_tokens"], "duration_s": s["duration_s"]}

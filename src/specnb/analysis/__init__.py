@@ -9,7 +9,7 @@ the data flows through them:
   analysis shares (usable points, the baseline arm, pair keys);
 - :mod:`~specnb.analysis.requests`: per-request terms the prompt level re-weights;
 - :mod:`~specnb.analysis.bootstrap`: intervals over server starts and prompts;
-- :mod:`~specnb.analysis.crossing` and :mod:`~specnb.analysis.thresholds`: where a curve
+- :mod:`~specnb.models.crossing` and :mod:`~specnb.analysis.thresholds`: where a curve
   crosses 1.0, with an interval on the crossing;
 - :mod:`~specnb.analysis.decisions`: attach the drafter or not, with seed 004's rule;
 - :mod:`~specnb.analysis.kv`: the KV pool the drafter takes (seed 000);
@@ -31,7 +31,6 @@ from specnb.analysis.bootstrap import (
     bootstrap_speedups,
     group_keys,
 )
-from specnb.analysis.crossing import crossing, crossings
 from specnb.analysis.decisions import Decision, decide
 from specnb.analysis.kv import kv_capacity
 from specnb.analysis.lossless import lossless, lossless_summary
@@ -56,6 +55,7 @@ from specnb.analysis.text import (
     format_thresholds,
 )
 from specnb.analysis.thresholds import Threshold, thresholds
+from specnb.models.crossing import crossing, crossings
 
 __all__ = [
     "DEFAULT_LEVEL",

@@ -39,6 +39,7 @@ from specnb.analysis.bootstrap import (
 )
 from specnb.analysis.pairing import AnalysisError, baseline_arm, condition_keys, usable
 from specnb.analysis.thresholds import Threshold, thresholds
+from specnb.analysis.window import frame_window
 from specnb.ledger import load_requests
 
 __all__ = ["SLO_KEYS", "parse_slos", "frontier", "pareto_front", "goodput", "best_goodput", "BestGoodput",
@@ -140,10 +141,7 @@ def _window_terms(req: pd.DataFrame, concurrency: int, good: np.ndarray) -> tupl
     """Per request: good tokens inside the steady window, all tokens inside it, and the
     request-seconds it spent there (the same window :mod:`specnb.analysis.requests` uses)."""
     start, end = req["start_s"].to_numpy(float), req["end_s"].to_numpy(float)
-    per_worker = req.groupby("worker")
-    lo, hi = per_worker["start_s"].min().max(), per_worker["end_s"].max().min()
-    if per_worker.ngroups != concurrency or not hi > lo:
-        lo, hi = start.min(), end.max()
+    lo, hi = frame_window(req, concurrency)
     x = np.zeros(len(req))
     for i, (times, toks) in enumerate(zip(req["chunk_times_s"], req["chunk_tokens"], strict=True)):
         if times is not None and len(times):

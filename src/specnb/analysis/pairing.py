@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from specnb.errors import SpecnbError
-from specnb.ledger import PLAIN_CONDITION, Flag, has_flag
+from specnb.ledger import PLAIN_CONDITION, usable
 
 __all__ = [
     "AnalysisError",
@@ -58,16 +58,6 @@ class PairingError(AnalysisError):
 
 def isna(v: Any) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
-
-
-def usable(df: pd.DataFrame) -> pd.DataFrame:
-    """The points an analysis may use: measured (``status == "ok"``), not a speculative arm
-    whose drafter never drafted (``spec_no_drafts``: speculation was silently off), and not a
-    point where more requests failed than the sweep allowed (``invalid``). Any frame with
-    ``status`` and ``flags`` columns (points, or their per-category rows) is filtered alike."""
-    if df.empty:
-        return df
-    return df[(df["status"] == "ok") & ~has_flag(df, Flag.SPEC_NO_DRAFTS) & ~has_flag(df, Flag.INVALID)]
 
 
 def baseline_arm(df: pd.DataFrame, baseline: str | None = None) -> str:

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from specnb.analysis.pairing import PairingError
+from specnb.analysis.window import frame_window, slot_column
 from specnb.ledger import load_requests
 
 __all__ = ["RequestTerms", "request_terms", "weight_factors", "Sidecars", "pair_terms"]
@@ -37,19 +38,14 @@ class RequestTerms:
 
 
 def request_terms(req: pd.DataFrame, concurrency: int) -> RequestTerms | None:
-    need = {"index", "worker", "start_s", "end_s", "chunk_times_s", "chunk_tokens", "output_tokens"}
+    need = {"index", slot_column(req), "start_s", "end_s", "chunk_times_s", "chunk_tokens", "output_tokens"}
     if req.empty or not need <= set(req.columns):
         return None
     req = req.sort_values("index")
     err = req["error"] if "error" in req.columns else pd.Series([None] * len(req), index=req.index)
     ok = (err.isna() & (req["output_tokens"] > 0)).to_numpy()
     start, end = req["start_s"].to_numpy(float), req["end_s"].to_numpy(float)
-    # The steady window as the load generator drew it: from the last worker's first start to
-    # the first worker's last end (load.run_load); without one the ledger used the wall clock.
-    per_worker = req.groupby("worker")
-    lo, hi = per_worker["start_s"].min().max(), per_worker["end_s"].max().min()
-    if per_worker.ngroups != concurrency or not hi > lo:
-        lo, hi = start.min(), end.max()
+    lo, hi = frame_window(req, concurrency)  # the window the load driver counted in
     x = np.zeros(len(req))
     for i, (times, toks) in enumerate(zip(req["chunk_times_s"], req["chunk_tokens"], strict=True)):
         if ok[i] and times is not None and len(times):

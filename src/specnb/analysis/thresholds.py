@@ -1,7 +1,7 @@
 """Where each curve crosses 1.0, with a bootstrap interval on the crossing itself.
 
 The crossing is interpolated in log2(concurrency) on the mean curve
-(:mod:`specnb.analysis.crossing`: the first fall through 1.0) and on every replicate curve;
+(:mod:`specnb.models.crossing`: the first fall through 1.0) and on every replicate curve;
 its interval is the percentile interval of the replicate crossings, where a replicate that
 pays over the whole range counts as "beyond the largest c" and one that never pays as
 "below the smallest c" (shown as ``>8`` / ``<1``), and the share of replicates that never
@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 
 from specnb.analysis.bootstrap import METRICS, SpeedupBootstrap
-from specnb.analysis.crossing import KINDS, crossing, crossings
 from specnb.analysis.pairing import AnalysisError, curve_label, isna
+from specnb.models.crossing import KINDS, crossing, crossings
 
 __all__ = ["Threshold", "thresholds", "curve_rows", "interp", "verdict"]
 

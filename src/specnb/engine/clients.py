@@ -1,20 +1,21 @@
 """One closed-loop point spread over several client processes: one counter, one clock.
 
 A fast GPU server can stream more chunks per second than one client core ingests. With
-``run_load(..., workers=P)`` the ``concurrency`` in-flight slots are split over P processes
-(``spawn``: safe from a program that already runs threads or an event loop; worker ids stay
-global, process p runs ids ``[offset_p, offset_p + share_p)``), and every slot in every
+``run_load(..., processes=P)`` the ``concurrency`` in-flight slots are split over P client
+processes (``spawn``: safe from a program that already runs threads or an event loop; slot ids
+stay global, process p runs slots ``[offset_p, offset_p + share_p)``), and every slot in every
 process takes the next request index from ONE shared counter, so the semantics are those of
 one process: N requests in flight until the indices run out, request i gets prompt
-``(prompt_offset + i) % len(prompts)``.
+``(prompt_offset + i) % len(prompts)``. Each process drives the load driver's own closed loop
+(:func:`specnb.engine.loadgen.closed_loop`).
 
 One clock: ``time.monotonic`` is ``CLOCK_MONOTONIC``, one system-wide clock on Linux (not a
 per-process one), so the parent picks a start instant once every process has connected its
 slots, all processes start at it and time their records from it. Each process parses its
-own streams after the point (in parallel), and returns its records, its slots' first starts
-and last ends and its CPU seconds per wall second; the parent merges them, and the steady
-window is computed as in one process over all slots. ``client_cpu_util`` is the busiest
-process's, so ``client_busy`` fires when any one of them was saturated.
+own streams after the point (in parallel), and returns its records and its CPU seconds per
+wall second; the parent merges them, and the steady window is computed as in one process
+over all slots. ``client_cpu_util`` is the busiest process's, so ``client_busy`` fires when
+any one of them was saturated.
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specnb.engine import wire
+from specnb.engine import loadgen, wire
+from specnb.engine.records import parse_streams
 
-__all__ = ["run_load_processes", "shares"]
+__all__ = ["run_load", "shares"]
 
 READY_TIMEOUT_S = 120.0
 START_DELAY_S = 0.1  # after the last process is ready: time for every one to see the start
@@ -37,7 +39,7 @@ START_DELAY_S = 0.1  # after the last process is ready: time for every one to se
 
 @dataclass(frozen=True)
 class _Prompt:
-    """What a worker process needs of a prompt (any prompt object pickles down to this)."""
+    """What a client process needs of a prompt (any prompt object pickles down to this)."""
 
     id: str
     category: str | None
@@ -50,8 +52,6 @@ def shares(slots: int, processes: int) -> list[int]:
 
 
 def _child(p: int, args: dict[str, Any], counter: Any, ready_q: Any, start_q: Any, out_q: Any) -> None:
-    from specnb.engine import loadgen
-
     try:
         n = args["num_requests"]
 
@@ -67,27 +67,24 @@ def _child(p: int, args: dict[str, Any], counter: Any, ready_q: Any, start_q: An
             ready_q.put(p)
             return start_q.get()
 
-        async def go() -> loadgen._LoopResult:
-            target = wire.Target(args["base_url"], "/v1/chat/completions", args["headers"])
-            requests = loadgen._Requests(target, args["model"], args["prompts"], args["sampling"],
-                                         args["return_token_ids"])
-            return await loadgen._closed_loop(
-                target, requests, args["prompts"], args["share"], take, prompt_offset=args["prompt_offset"],
-                timeout_s=args["timeout_s"], on_done=None, worker_offset=args["offset"], ready=ready,
-                num_requests=n)
+        async def go() -> loadgen.LoopResult:
+            target = wire.Target(args["base_url"], loadgen.CHAT_PATH, args["headers"])
+            requests = loadgen.RequestBuilder(target, args["model"], args["prompts"], args["sampling"],
+                                              args["return_token_ids"])
+            return await loadgen.closed_loop(
+                requests, args["share"], take, prompt_offset=args["prompt_offset"], timeout_s=args["timeout_s"],
+                first_slot=args["offset"], ready=ready, num_requests=n)
 
         res = asyncio.run(go())
-        parse_s = loadgen._parse_records(res.records, res.raw, res.t0)
-        out_q.put((p, res.records, res.first_starts, res.last_ends, (res.cpu_util, res.loop_busy), parse_s, None))
+        parse_s = parse_streams(res.records, res.raw, res.t0)
+        out_q.put((p, res.records, (res.cpu_util, res.loop_busy), parse_s, None))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
-        out_q.put((p, None, None, None, None, None, f"{type(exc).__name__}: {exc}"))
+        out_q.put((p, None, None, None, f"{type(exc).__name__}: {exc}"))
 
 
 def _run_blocking(base_url: str, model: str, prompts: Sequence[Any], concurrency: int, num_requests: int,
                   sampling: dict[str, Any], processes: int, timeout_s: float, headers: Mapping[str, str],
-                  prompt_offset: int, return_token_ids: bool) -> Any:
-    from specnb.engine import loadgen
-
+                  prompt_offset: int, return_token_ids: bool) -> loadgen.PointLoad:
     ctx = mp.get_context("spawn")
     counter = ctx.Value("q", 0, lock=True)
     ready_q, start_q, out_q = ctx.Queue(), ctx.Queue(), ctx.Queue()
@@ -111,7 +108,7 @@ def _run_blocking(base_url: str, model: str, prompts: Sequence[Any], concurrency
             except queue.Empty:
                 _drain(out_q, results)
                 errs = [r[-1] for r in results.values() if r[-1]]
-                raise RuntimeError(f"a load worker process did not get ready in {READY_TIMEOUT_S:g} s"
+                raise RuntimeError(f"a load client process did not get ready in {READY_TIMEOUT_S:g} s"
                                    f"{': ' + errs[0] if errs else ''}") from None
         start_at = wire.clock() + START_DELAY_S
         for _ in range(processes):
@@ -122,7 +119,7 @@ def _run_blocking(base_url: str, model: str, prompts: Sequence[Any], concurrency
             except queue.Empty:
                 dead = [ch for ch in children if not ch.is_alive() and ch.exitcode not in (0, None)]
                 if dead and out_q.empty():
-                    raise RuntimeError(f"load worker process {dead[0].name} died (exit code {dead[0].exitcode})") from None
+                    raise RuntimeError(f"load client process {dead[0].name} died (exit code {dead[0].exitcode})") from None
                 continue
             results[item[0]] = item[1:]
     finally:
@@ -133,19 +130,17 @@ def _run_blocking(base_url: str, model: str, prompts: Sequence[Any], concurrency
                 ch.join(timeout=5)
     errors = [r[-1] for r in results.values() if r[-1]]
     if errors:
-        raise RuntimeError(f"a load worker process failed: {errors[0]}")
-    records, first_starts, last_ends, utils, busy, parse = [], [], [], [], [], []
+        raise RuntimeError(f"a load client process failed: {errors[0]}")
+    records, utils, busy, parse = [], [], [], []
     for p in range(processes):
-        recs, fs, le, util, parse_s, _ = results[p]
+        recs, util, parse_s, _ = results[p]
         records += recs
-        first_starts += fs
-        last_ends += le
         utils.append(util[0])
         busy.append(util[1])
         parse.append(parse_s)
     known = [b for b in busy if b is not None]
-    return loadgen._point(concurrency, records, first_starts, last_ends, max(utils), max(parse),
-                          workers=processes, worker_cpu_util=utils, loop_busy=max(known) if known else None)
+    return loadgen.point_load(concurrency, records, max(utils), max(parse), processes=processes,
+                              process_cpu_util=utils, loop_busy=max(known) if known else None)
 
 
 def _drain(q: Any, into: dict[int, tuple]) -> None:
@@ -157,20 +152,29 @@ def _drain(q: Any, into: dict[int, tuple]) -> None:
         into[item[0]] = item[1:]
 
 
-async def run_load_processes(
+async def run_load(
     base_url: str, model: str, prompts: Sequence[Any], concurrency: int, num_requests: int,
-    sampling: dict[str, Any], *, processes: int, timeout_s: float, headers: Mapping[str, str],
-    on_done: Callable[[Any], None] | None, prompt_offset: int, return_token_ids: bool,
-) -> Any:
-    """:func:`specnb.engine.loadgen.run_load` over ``processes`` worker processes (its
-    ``workers=``); the waiting runs in a thread, so the caller's event loop (a metrics
-    sampler) goes on. ``on_done`` is called for every record once the point is over."""
+    sampling: dict[str, Any], *, processes: int = 1, request_timeout_s: float = 600.0,
+    session: Any = None, headers: Mapping[str, str] | None = None,
+    on_done: Callable[[Any], None] | None = None, prompt_offset: int = 0, return_token_ids: bool = False,
+) -> loadgen.PointLoad:
+    """:func:`specnb.engine.loadgen.run_load` over ``processes`` client processes (one: that
+    function itself). The waiting runs in a thread, so the caller's event loop (a metrics
+    sampler) goes on; ``on_done`` is called for every record once the point is over."""
     if processes < 1:
         raise ValueError(f"processes must be >= 1, got {processes}")
+    n_slots = min(concurrency, num_requests)
+    if processes == 1 or n_slots == 1:
+        return await loadgen.run_load(base_url, model, prompts, concurrency, num_requests, sampling,
+                                      request_timeout_s=request_timeout_s, session=session, on_done=on_done,
+                                      prompt_offset=prompt_offset, return_token_ids=return_token_ids, headers=headers)
+    if concurrency < 1 or num_requests < 1 or not prompts:
+        raise ValueError("concurrency and num_requests must be >= 1, with prompts")
     if sys.platform == "win32":  # pragma: no cover - CLOCK_MONOTONIC is the premise
-        raise RuntimeError("several load worker processes need one system-wide monotonic clock (Linux, macOS)")
+        raise RuntimeError("several load client processes need one system-wide monotonic clock (Linux, macOS)")
+    hdrs, timeout_s = loadgen.request_settings(session, headers, request_timeout_s)
     pl = await asyncio.to_thread(_run_blocking, base_url, model, prompts, concurrency, num_requests, sampling,
-                                 processes, timeout_s, headers, prompt_offset, return_token_ids)
+                                 min(processes, n_slots), timeout_s, hdrs, prompt_offset, return_token_ids)
     if on_done is not None:
         for rec in pl.records:
             on_done(rec)

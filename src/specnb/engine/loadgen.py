@@ -1,248 +1,71 @@
-"""Closed-loop streaming load against an OpenAI-compatible chat endpoint.
+"""The load driver: streaming chat requests against an OpenAI-compatible endpoint, arriving by
+one of two policies, over one set of connections.
 
-``concurrency`` workers each send one streaming chat completion at a time, back to back,
-until the point's request budget is spent, so exactly N requests are in flight between
-the moment the last worker started and the moment the first worker ran out of work. That
-window is the *steady* window; throughput counted inside it is the number a server at
-concurrency N actually delivers, free of ramp-up and drain tails.
+- **Closed loop** (:func:`run_load`): ``concurrency`` connection *slots* each send one
+  streaming request at a time, back to back, until the point's request budget is spent, so
+  exactly N requests are in flight inside the steady window (:mod:`specnb.analysis.window`).
+- **Open loop** (:func:`run_rate_load`): request i is due at the i-th of gamma-distributed
+  arrival times (:func:`arrival_times`), whether or not earlier ones finished, at most
+  ``max_in_flight`` at once.
 
-Every streamed chunk is timed on arrival. The token count of a chunk comes from vLLM's
-``continuous_usage_stats`` (cumulative ``completion_tokens`` in every chunk): with
-speculative decoding one chunk can carry several tokens, so inter-token latency is
-computed per token (chunk gap / tokens in the chunk), not per chunk. When a server does
-not report usage per chunk, each content chunk counts as one token and the record says so.
+Both share what makes a measurement trustworthy, written once: the slots' connections are
+opened and every request's bytes built before the clock starts (:class:`SlotPool`,
+:class:`RequestBuilder`), a connection the server closed is reopened inside the request that
+needs it, and the client's own CPU share and event-loop busy share are measured while the
+requests run, with the garbage collector paused (:class:`ClientMeter`). A new arrival policy
+(a conversation replay) is a new way of choosing *when* to call :meth:`SlotPool.send`.
 
-The requests go over raw keep-alive connections (:mod:`specnb.engine.wire`): every socket
-read is timed as it arrives and the streams are parsed after the point, so the client
-ingests about twice the chunks per second of ``vllm bench serve`` on one core
-(benchmarks/README.md); ``workers=N`` spreads the slots over N processes with one clock
-(:mod:`specnb.engine.workers`) for hosts whose server outruns one client core. The client's
-CPU share while the requests ran is kept (``client_cpu_util``; above :data:`CLIENT_BUSY`
-the point is flagged ``client_busy``). httpx, and so the ``openai`` client, falls to 13k
-chunks/s at c=256 on these machines (design/anchors.md): the load generator must not be
-the bottleneck.
-
-A server started with ``--per-request-spec-decode-metrics summary`` (vLLM >= 0.32) puts each
-request's own acceptance counts under ``metrics.speculative_decoding`` in the final
-usage-only chunk of the stream (``choices: []``); the parser copies them into the
-request's record (``spec_*`` fields, so they land in the Parquet sidecar), and
-:func:`spec_decode_by_category` pools them per prompt category for the point's ledger:
-the one place where copy-style and free-form acceptance are seen apart inside one run.
+The requests go over raw keep-alive connections (:mod:`specnb.engine.wire`): every socket read
+is timed as it arrives and the streams are parsed after the point
+(:func:`specnb.engine.records.parse_streams`), so the client ingests about twice the chunks per
+second of ``vllm bench serve`` on one core (benchmarks/README.md). Hosts whose server outruns
+one client core split a closed loop over several client processes with one clock
+(:mod:`specnb.engine.clients`, which drives :func:`closed_loop` in each). The client's CPU share
+is kept (``client_cpu_util``; above :data:`CLIENT_BUSY` the point is flagged ``client_busy``):
+the load generator must not be the bottleneck.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import hashlib
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import numpy as np
 
-from specnb.engine import stats, wire
-from specnb.prompts.workload import UNCATEGORIZED
+from specnb.analysis.window import steady_window
+from specnb.engine import wire
+from specnb.engine.records import RequestRecord, parse_streams
 
 __all__ = [
-    "RequestRecord",
-    "StreamParser",
     "PointLoad",
+    "LoopResult",
+    "RequestBuilder",
+    "SlotPool",
+    "ClientMeter",
+    "closed_loop",
+    "point_load",
     "run_load",
     "run_rate_load",
     "arrival_times",
-    "summarize",
-    "spec_decode_by_category",
     "chat_body",
+    "request_settings",
     "CLIENT_BUSY",
+    "CHAT_PATH",
 ]
 
-
-@dataclass
-class RequestRecord:
-    """One request, times in seconds relative to the point's start (perf_counter)."""
-
-    index: int
-    worker: int
-    prompt_id: str
-    category: str | None
-    start_s: float
-    end_s: float = 0.0
-    first_token_s: float | None = None
-    chunk_times_s: list[float] = field(default_factory=list)
-    chunk_tokens: list[int] = field(default_factory=list)
-    output_tokens: int = 0
-    prompt_tokens: int | None = None
-    cached_prompt_tokens: int | None = None
-    finish_reason: str | None = None
-    token_count_source: str = "usage"
-    http_status: int | None = None
-    error: str | None = None
-    # vLLM's per-request metrics.speculative_decoding (None when the server sent none)
-    spec_mean_acceptance_length: float | None = None
-    spec_draft_acceptance_rate: float | None = None
-    spec_acceptance_histogram: list[int] | None = None
-    spec_num_spec_steps: int | None = None
-    spec_num_accepted_draft_tokens: int | None = None
-    spec_num_draft_tokens: int | None = None
-    spec_num_spec_tokens: int | None = None
-    # the response itself, for the lossless check: vLLM's token ids (return_token_ids) when it
-    # sent them, and a digest of the token ids (or of the text when there were none)
-    output_token_ids: list[int] | None = None
-    output_sha: str | None = None
-    # open loop: when the request was due (its arrival time); start_s is when it was sent
-    scheduled_s: float | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.output_tokens > 0
-
-    @property
-    def ttft_s(self) -> float | None:
-        return None if self.first_token_s is None else self.first_token_s - self.start_s
-
-    @property
-    def tpot_s(self) -> float | None:
-        """(E2E - TTFT) / (n - 1): mean time per output token after the first."""
-        if self.output_tokens < 2 or self.first_token_s is None or not self.chunk_times_s:
-            return None
-        return (self.chunk_times_s[-1] - self.first_token_s) / (self.output_tokens - 1)
-
-    def itl_per_token_s(self) -> list[float]:
-        """Inter-token latency, one value per token after the first chunk."""
-        out: list[float] = []
-        for i in range(1, len(self.chunk_times_s)):
-            n = self.chunk_tokens[i]
-            gap = self.chunk_times_s[i] - self.chunk_times_s[i - 1]
-            out.extend([gap / n] * n)
-        return out
-
-    def as_row(self) -> dict[str, Any]:
-        row = asdict(self)
-        row["ttft_s"] = self.ttft_s
-        row["tpot_s"] = self.tpot_s
-        return row
-
-
-class StreamParser:
-    """Turns SSE lines of one chat-completion stream into a :class:`RequestRecord`.
-
-    Pure: it takes lines and their arrival times, so it is tested on canned streams.
-    """
-
-    def __init__(self, record: RequestRecord):
-        self.rec = record
-        self._usage_seen = False
-        self._last_completion = 0
-        self._text: list[str] = []
-        self.done = False
-
-    def finish(self) -> None:
-        """The response's digest, once the stream ended: sha256 of the token ids when the server
-        sent them, else of the text (the lossless check compares arms with it)."""
-        if self.rec.output_token_ids:
-            data = ",".join(map(str, self.rec.output_token_ids)).encode()
-            self.rec.output_sha = "ids:" + hashlib.sha256(data).hexdigest()[:24]
-        elif self._text:
-            self.rec.output_sha = "text:" + hashlib.sha256("".join(self._text).encode()).hexdigest()[:24]
-
-    def feed(self, line: bytes | str, t: float) -> None:
-        if isinstance(line, bytes):
-            line = line.decode("utf-8", "replace")
-        line = line.strip()
-        if not line or line.startswith(":") or not line.startswith("data:"):
-            return
-        payload = line[5:].strip()
-        if payload == "[DONE]":
-            self.done = True
-            return
-        try:
-            obj = json.loads(payload)
-        except json.JSONDecodeError:
-            self.rec.error = f"unparseable SSE data: {payload[:120]!r}"
-            return
-        if not isinstance(obj, dict):
-            self.rec.error = f"SSE data is not a JSON object: {payload[:120]!r}"
-            return
-        if "error" in obj and not obj.get("choices"):
-            err = obj["error"]
-            self.rec.error = err.get("message", str(err)) if isinstance(err, dict) else str(err)
-            return
-        has_content = False
-        for choice in obj.get("choices") or ():
-            delta = choice.get("delta") or {}
-            text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-            if text:
-                has_content = True
-                self._text.append(text)
-            ids = choice.get("token_ids")
-            if ids:
-                if self.rec.output_token_ids is None:
-                    self.rec.output_token_ids = []
-                self.rec.output_token_ids.extend(ids)
-            if choice.get("finish_reason"):
-                self.rec.finish_reason = choice["finish_reason"]
-        metrics = obj.get("metrics")
-        if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
-            self._spec(metrics["speculative_decoding"])
-        usage = obj.get("usage") or {}
-        completion = usage.get("completion_tokens")
-        if usage.get("prompt_tokens") is not None:
-            self.rec.prompt_tokens = int(usage["prompt_tokens"])
-        details = usage.get("prompt_tokens_details") or {}
-        if details.get("cached_tokens") is not None:
-            self.rec.cached_prompt_tokens = int(details["cached_tokens"])
-        if completion is not None and (self._usage_seen or self.rec.output_tokens == 0):
-            # Cumulative usage in every chunk (vLLM continuous_usage_stats): exact counts.
-            self._usage_seen = True
-            self._add(t, int(completion) - self._last_completion)
-            self._last_completion = int(completion)
-        elif completion is not None:
-            # Usage arrives only at the end, after chunks were counted one by one: keep the
-            # chunk timing, take the server's total as the token count.
-            if has_content:
-                self._add(t, 1)
-            self.rec.output_tokens = int(completion)
-            self.rec.token_count_source = "chunks"
-        elif has_content:
-            self.rec.token_count_source = "chunks"
-            self._add(t, 1)
-
-    _SPEC_INT = ("num_spec_steps", "num_accepted_draft_tokens", "num_draft_tokens", "num_spec_tokens")
-
-    def _spec(self, sd: dict[str, Any]) -> None:
-        """Copy vLLM's per-request acceptance block; a malformed one is ignored, not fatal
-        (the field is marked experimental upstream and may change shape)."""
-        try:
-            ints = {k: int(sd[k]) for k in self._SPEC_INT}
-            hist = [int(x) for x in sd["acceptance_histogram"]]
-            mal, rate = float(sd["mean_acceptance_length"]), float(sd["draft_acceptance_rate"])
-        except (KeyError, TypeError, ValueError):
-            return
-        rec = self.rec
-        rec.spec_mean_acceptance_length, rec.spec_draft_acceptance_rate = mal, rate
-        rec.spec_acceptance_histogram = hist
-        rec.spec_num_spec_steps = ints["num_spec_steps"]
-        rec.spec_num_accepted_draft_tokens = ints["num_accepted_draft_tokens"]
-        rec.spec_num_draft_tokens = ints["num_draft_tokens"]
-        rec.spec_num_spec_tokens = ints["num_spec_tokens"]
-
-    def _add(self, t: float, n_new: int) -> None:
-        if n_new <= 0:
-            return
-        if self.rec.first_token_s is None:
-            self.rec.first_token_s = t
-        self.rec.chunk_times_s.append(t)
-        self.rec.chunk_tokens.append(n_new)
-        self.rec.output_tokens += n_new
+CHAT_PATH = "/v1/chat/completions"
+# share of one core above which the client itself may be the bottleneck (flag client_busy)
+CLIENT_BUSY = 0.8
 
 
 @dataclass
 class PointLoad:
-    """Everything the load generator observed for one point."""
+    """Everything the load driver observed for one point."""
 
     concurrency: int
     records: list[RequestRecord]
@@ -250,24 +73,20 @@ class PointLoad:
     wall_end_s: float
     steady_start_s: float | None
     steady_end_s: float | None
-    # CPU seconds of the client per wall second while the requests ran (the busiest worker
-    # process when there are several): above engine.loadgen.CLIENT_BUSY the client may have
-    # limited the point. Parsing the streams after the point is not counted (parse_s).
+    # CPU seconds of the client per wall second while the requests ran (the busiest client
+    # process when there are several): above CLIENT_BUSY the client may have limited the point.
+    # Parsing the streams after the point is not counted (parse_s).
     client_cpu_util: float | None = None
     host_other_cpu_cores: float | None = None  # cores used by other processes (engine.hostload)
     # open loop: the offered rate, and the most requests that were in flight at once
     offered_rate_rps: float | None = None
     peak_in_flight: int | None = None
-    workers: int = 1  # client processes the requests were split over (engine.workers)
-    worker_cpu_util: list[float] | None = None  # per process, when workers > 1
+    processes: int = 1  # client processes the slots were split over (engine.clients)
+    process_cpu_util: list[float] | None = None  # per process, when processes > 1
     parse_s: float | None = None  # seconds spent parsing the streams after the point
-    # share of the wall the client's event loop was not waiting for I/O (the busiest worker's):
+    # share of the wall the client's event loop was not waiting for I/O (the busiest process's):
     # 1 when the client had work all along, even on a core it shared (engine.wire.LoopWaits)
     client_loop_busy: float | None = None
-
-
-# share of one core above which the client itself may be the bottleneck (flag client_busy)
-CLIENT_BUSY = 0.8
 
 
 def chat_body(
@@ -292,16 +111,8 @@ def chat_body(
     return body
 
 
-def _request_params(sampling: dict[str, Any], prompt_index: int) -> dict[str, Any]:
-    params = dict(sampling)
-    if params.get("seed") is not None:
-        # Same prompt -> same seed in every arm, so sampled runs stay paired.
-        params["seed"] = int(params["seed"]) + prompt_index
-    return params
-
-
-def _session_settings(session: aiohttp.ClientSession | None, headers: Mapping[str, str] | None,
-                      request_timeout_s: float) -> tuple[dict[str, str], float]:
+def request_settings(session: aiohttp.ClientSession | None, headers: Mapping[str, str] | None,
+                     request_timeout_s: float) -> tuple[dict[str, str], float]:
     """The headers (an endpoint's API key rides on its session) and the timeout a caller's
     aiohttp session carries: the requests themselves go over :mod:`specnb.engine.wire`."""
     out: dict[str, str] = {}
@@ -315,8 +126,9 @@ def _session_settings(session: aiohttp.ClientSession | None, headers: Mapping[st
     return out, timeout
 
 
-class _Requests:
-    """Request bytes per prompt index (the seed follows the prompt), built once."""
+class RequestBuilder:
+    """Request bytes per prompt index, built once; the seed follows the prompt, so a sampled
+    request is the same in every arm."""
 
     def __init__(self, target: wire.Target, model: str, prompts: Sequence[Any], sampling: dict[str, Any],
                  return_token_ids: bool):
@@ -327,141 +139,176 @@ class _Requests:
     def get(self, pidx: int) -> bytes:
         data = self._cache.get(pidx)
         if data is None:
-            body = chat_body(self.model, self.prompts[pidx].messages, _request_params(self.sampling, pidx),
-                             self.return_token_ids)
+            params = dict(self.sampling)
+            if params.get("seed") is not None:
+                params["seed"] = int(params["seed"]) + pidx
+            body = chat_body(self.model, self.prompts[pidx].messages, params, self.return_token_ids)
             data = self._cache[pidx] = self.target.request(body)
         return data
 
+    def prebuild(self, first: int, count: int) -> None:
+        """Build the bytes of ``count`` requests from prompt index ``first`` on, before the clock."""
+        for i in range(min(len(self.prompts), count)):
+            self.get((first + i) % len(self.prompts))
+
+
+class SlotPool:
+    """The connections a point's requests go over, opened before the clock starts (TCP set-up
+    is part of no request); a connection the server closed after its last response is reopened
+    inside the request that needs it, as any client would."""
+
+    def __init__(self, target: wire.Target, timeout_s: float, n: int):
+        self.timeout_s = timeout_s
+        self.raw: dict[int, wire.Raw] = {}  # request index -> its body's socket reads and their times
+        self.conns = [wire.Connection(target, timeout_s, self.raw) for _ in range(n)]
+
+    async def open(self) -> None:
+        await asyncio.gather(*(c.connect() for c in self.conns))
+
+    def send(self, conn: wire.Connection, rec: RequestRecord, data: bytes, t0: float,
+             on_end: Callable[[wire.Connection, RequestRecord], None]) -> None:
+        """Send ``data`` for ``rec`` on ``conn``; ``on_end(conn, rec)`` when it ended (answered,
+        failed, timed out, or the connection could not be reopened: the record says which)."""
+        if conn.usable:
+            conn.send(rec, data, t0, on_end)
+        else:
+            asyncio.get_running_loop().create_task(self._reopen_and_send(conn, rec, data, t0, on_end))
+
+    async def _reopen_and_send(self, conn: wire.Connection, rec: RequestRecord, data: bytes, t0: float,
+                               on_end: Callable[[wire.Connection, RequestRecord], None]) -> None:
+        start_s = rec.start_s
+        try:
+            await asyncio.wait_for(conn.connect(), self.timeout_s)
+        except (OSError, TimeoutError) as exc:
+            rec.error = f"{type(exc).__name__}: {exc}"[:300]
+            rec.end_s = wire.clock() - t0
+            on_end(conn, rec)
+            return
+        conn.send(rec, data, t0, on_end)
+        rec.start_s = start_s  # the new connection's set-up is part of this request
+
+    def close(self) -> None:
+        for c in self.conns:
+            c.close()
+
+
+class ClientMeter:
+    """While the requests run: the client's CPU seconds per wall second and its event loop's
+    busy share, with the garbage collector paused (a collection stalls every stream at once)."""
+
+    def __enter__(self) -> ClientMeter:
+        self._loop = asyncio.get_running_loop()
+        self._waits = wire.LoopWaits(self._loop)
+        self._cpu0, self._wall0 = time.process_time(), wire.clock()
+        self._gc_was = gc.isenabled()
+        gc.disable()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._gc_was:
+            gc.enable()
+        self.loop_busy = self._waits.busy_share()
+        self.cpu_util = (time.process_time() - self._cpu0) / max(wire.clock() - self._wall0, 1e-9)
+
 
 @dataclass
-class _LoopResult:
+class LoopResult:
+    """A closed loop's records (stream fields not yet parsed), their raw responses, the clock's
+    zero and the client's meter readings."""
+
     records: list[RequestRecord]
     raw: dict[int, wire.Raw]
-    first_starts: list[float]
-    last_ends: list[float]
     t0: float
     cpu_util: float
     loop_busy: float | None = None
 
 
-async def _closed_loop(
-    target: wire.Target, requests: _Requests, prompts: Sequence[Any], n_workers: int, take: Callable[[], int | None],
-    *, prompt_offset: int, timeout_s: float, on_done: Callable[[RequestRecord], None] | None,
-    worker_offset: int = 0, start_at: float | None = None, ready: Callable[[], None] | None = None,
-    num_requests: int | None = None,
-) -> _LoopResult:
-    """``n_workers`` connections, each sending the next request (``take()``) the moment its
-    previous one ended, from the callback that saw it end. Connections are opened and request
-    bytes built before the clock starts: TCP set-up is part of no request. ``start_at`` (a
-    :data:`wire.clock` instant) starts several processes together; ``ready`` is called once
-    this one is connected."""
-    loop = asyncio.get_running_loop()
-    records: list[RequestRecord] = []
-    raw: dict[int, wire.Raw] = {}
-    first_starts: list[float] = []
-    last_ends: list[float] = []
-    conns = [wire.Connection(target, timeout_s, raw) for _ in range(n_workers)]
-    await asyncio.gather(*(c.connect() for c in conns))
-    for i in range(min(len(prompts), num_requests if num_requests is not None else len(prompts))):
-        requests.get((prompt_offset + i) % len(prompts))
+async def _start_together(start_at: float | None, ready: Callable[[], float] | None) -> float:
+    """The clock's zero: now, or an instant several client processes agreed on."""
     if ready is not None:
-        start_at = await loop.run_in_executor(None, ready)
+        start_at = await asyncio.get_running_loop().run_in_executor(None, ready)
     if start_at is not None:
         while wire.clock() < start_at - 0.002:
             await asyncio.sleep(min(0.05, start_at - wire.clock() - 0.001))
         while wire.clock() < start_at:
             pass
-    t0 = wire.clock() if start_at is None else start_at
-    done = loop.create_future()
-    left = [len(conns)]
-    worker_of = {id(c): worker_offset + w for w, c in enumerate(conns)}
-    first = set()
+        return start_at
+    return wire.clock()
+
+
+async def closed_loop(
+    requests: RequestBuilder, n_slots: int, take: Callable[[], int | None], *, prompt_offset: int = 0,
+    timeout_s: float, on_done: Callable[[RequestRecord], None] | None = None, first_slot: int = 0,
+    start_at: float | None = None, ready: Callable[[], float] | None = None, num_requests: int | None = None,
+) -> LoopResult:
+    """``n_slots`` slots, each sending the next request (``take()``: its index, None when the
+    point's requests are spent) the moment its previous one ended, from the callback that saw
+    it end. Request i uses prompt ``(prompt_offset + i) % len(prompts)``. Slot ids start at
+    ``first_slot`` (several processes number their slots apart); ``start_at`` (a
+    :data:`wire.clock` instant) or ``ready`` (called once connected, returns that instant)
+    start several processes together."""
+    prompts = requests.prompts
+    pool = SlotPool(requests.target, timeout_s, n_slots)
+    await pool.open()
+    requests.prebuild(prompt_offset, num_requests if num_requests is not None else len(prompts))
+    t0 = await _start_together(start_at, ready)
+    records: list[RequestRecord] = []
+    done = asyncio.get_running_loop().create_future()
+    left = [n_slots]
+    slot_of = {id(c): first_slot + s for s, c in enumerate(pool.conns)}
 
     def ended(conn: wire.Connection, rec: RequestRecord) -> None:
         if on_done is not None:
             on_done(rec)
         nxt(conn)
 
-    def start(conn: wire.Connection, i: int) -> None:
-        pidx = (prompt_offset + i) % len(prompts)
-        p = prompts[pidx]
-        w = worker_of[id(conn)]
-        rec = RequestRecord(index=i, worker=w, prompt_id=p.id, category=p.category, start_s=wire.clock() - t0)
-        records.append(rec)
-        if w not in first:
-            first.add(w)
-            first_starts.append(rec.start_s)
-        if conn.usable:
-            conn.send(rec, requests.get(pidx), t0, ended)
-        else:  # the server closed the connection after the last response: open another
-            loop.create_task(reconnect(conn, rec, pidx))
-
-    async def reconnect(conn: wire.Connection, rec: RequestRecord, pidx: int) -> None:
-        start_s = rec.start_s
-        try:
-            await asyncio.wait_for(conn.connect(), timeout_s)
-        except (OSError, TimeoutError) as exc:
-            rec.error = f"{type(exc).__name__}: {exc}"[:300]
-            rec.end_s = wire.clock() - t0
-            ended(conn, rec)
-            return
-        conn.send(rec, requests.get(pidx), t0, ended)
-        rec.start_s = start_s  # the new connection's set-up is part of this request, as in any client
-
     def nxt(conn: wire.Connection) -> None:
         i = take()
         if i is None:
-            last_ends.append(wire.clock() - t0)
             left[0] -= 1
             if left[0] == 0 and not done.done():
                 done.set_result(None)
             return
-        start(conn, i)
+        pidx = (prompt_offset + i) % len(prompts)
+        p = prompts[pidx]
+        rec = RequestRecord(index=i, slot=slot_of[id(conn)], prompt_id=p.id, category=p.category,
+                            start_s=wire.clock() - t0)
+        records.append(rec)
+        pool.send(conn, rec, requests.get(pidx), t0, ended)
 
-    cpu0, wall0 = time.process_time(), wire.clock()
-    waits = wire.LoopWaits(loop)
-    gc_was = gc.isenabled()
-    gc.disable()  # a collection pass stalls every stream at once: none while the point runs
     try:
-        for c in conns:
-            nxt(c)
-        if left[0]:
-            await done
+        with ClientMeter() as meter:
+            for c in pool.conns:
+                nxt(c)
+            if left[0]:
+                await done
     finally:
-        if gc_was:
-            gc.enable()
-        loop_busy = waits.busy_share()
-        for c in conns:
-            c.close()
-    cpu_util = (time.process_time() - cpu0) / max(wire.clock() - wall0, 1e-9)
-    return _LoopResult(records, raw, first_starts, last_ends, t0, cpu_util, loop_busy)
+        pool.close()
+    return LoopResult(records, pool.raw, t0, meter.cpu_util, meter.loop_busy)
 
 
-def _parse_records(records: Sequence[RequestRecord], raw: dict[int, wire.Raw], t0: float) -> float:
-    """Fill each record's stream fields from its raw response; returns the seconds it took."""
-    tp = wire.clock()
-    for rec in records:
-        r = raw.get(rec.index)
-        if r is None:
-            continue
-        parser = StreamParser(rec)
-        failed = rec.error is not None  # a transport error or timeout: keep its text
-        err = wire.parse_response(parser, r, t0)
-        parser.finish()
-        if not failed:
-            if err and rec.error is None:
-                rec.error = err
-            if rec.error is None and rec.output_tokens == 0:
-                rec.error = "stream ended without output tokens"
-    return wire.clock() - tp
+def point_load(concurrency: int, records: list[RequestRecord], cpu_util: float | None, parse_s: float | None, *,
+               processes: int = 1, process_cpu_util: list[float] | None = None,
+               loop_busy: float | None = None) -> PointLoad:
+    """A closed loop's point from its records (of every process), with its steady window (none
+    when fewer requests than ``concurrency`` were sent: N were never in flight at once)."""
+    records.sort(key=lambda r: r.index)
+    win = steady_window([r.slot for r in records], [r.start_s for r in records], [r.end_s for r in records],
+                        concurrency)
+    return PointLoad(
+        concurrency=concurrency, records=records,
+        wall_start_s=min(r.start_s for r in records), wall_end_s=max(r.end_s for r in records),
+        steady_start_s=None if win is None else win[0], steady_end_s=None if win is None else win[1],
+        client_cpu_util=cpu_util, processes=processes, process_cpu_util=process_cpu_util, parse_s=parse_s,
+        client_loop_busy=loop_busy,
+    )
 
 
-def _steady(first_starts: list[float], last_ends: list[float], concurrency: int) -> tuple[float | None, float | None]:
-    steady_start = max(first_starts) if len(first_starts) == concurrency else None
-    steady_end = min(last_ends) if last_ends else None
-    if steady_start is not None and steady_end is not None and steady_end <= steady_start:
-        steady_start = steady_end = None
-    return steady_start, steady_end
+def _check(prompts: Sequence[Any], num_requests: int, in_flight: int) -> None:
+    if in_flight < 1 or num_requests < 1:
+        raise ValueError("the requests in flight and num_requests must be >= 1")
+    if not prompts:
+        raise ValueError("no prompts")
 
 
 async def run_load(
@@ -478,70 +325,26 @@ async def run_load(
     prompt_offset: int = 0,
     return_token_ids: bool = False,
     headers: Mapping[str, str] | None = None,
-    workers: int = 1,
 ) -> PointLoad:
-    """Run ``num_requests`` streaming requests with exactly ``concurrency`` in flight.
+    """Closed loop: ``num_requests`` streaming requests with exactly ``concurrency`` in flight.
 
-    ``prompts`` are objects with ``id``, ``category``, ``messages`` and an optional
-    ``seed`` offset; request i uses prompt ``(prompt_offset + i) % len(prompts)``, so two
-    arms given the same arguments send the same prompts in the same order.
-
-    The requests go over :mod:`specnb.engine.wire` (raw keep-alive connections, each socket
-    read timed, the streams parsed after the point). ``session`` (aiohttp) is read for its
-    headers (an endpoint's API key) and timeout; ``headers`` adds to them. ``on_done`` sees
-    each record when its request ends, with index, worker, prompt, times, HTTP status and
-    transport errors; the stream's fields (chunks, tokens, finish reason, acceptance, in-stream
-    errors) are filled before ``run_load`` returns. ``workers > 1`` splits the in-flight slots
-    over that many processes sharing one request counter and one clock
-    (:mod:`specnb.engine.workers`); ``on_done`` is then called once the point is over.
+    ``prompts`` are objects with ``id``, ``category`` and ``messages``; request i uses prompt
+    ``(prompt_offset + i) % len(prompts)``, so two arms given the same arguments send the same
+    prompts in the same order. ``session`` (aiohttp) is read for its headers (an endpoint's API
+    key) and timeout; ``headers`` adds to them. ``on_done`` sees each record when its request
+    ends, with index, slot, prompt, times, HTTP status and transport errors; the stream's fields
+    (chunks, tokens, finish reason, acceptance, in-stream errors) are filled before ``run_load``
+    returns. Several client processes: :func:`specnb.engine.clients.run_load`.
     """
-    if concurrency < 1 or num_requests < 1:
-        raise ValueError("concurrency and num_requests must be >= 1")
-    if not prompts:
-        raise ValueError("no prompts")
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
-    hdrs, timeout_s = _session_settings(session, headers, request_timeout_s)
+    _check(prompts, num_requests, concurrency)
+    hdrs, timeout_s = request_settings(session, headers, request_timeout_s)
+    requests = RequestBuilder(wire.Target(base_url, CHAT_PATH, hdrs), model, prompts, sampling, return_token_ids)
     n_slots = min(concurrency, num_requests)
-    if workers > 1 and n_slots > 1:
-        from specnb.engine import workers as _workers
-
-        return await _workers.run_load_processes(
-            base_url, model, prompts, concurrency, num_requests, sampling, processes=min(workers, n_slots),
-            timeout_s=timeout_s, headers=hdrs, on_done=on_done, prompt_offset=prompt_offset,
-            return_token_ids=return_token_ids)
-    target = wire.Target(base_url, "/v1/chat/completions", hdrs)
-    requests = _Requests(target, model, prompts, sampling, return_token_ids)
     counter = iter(range(num_requests))
-
-    def take() -> int | None:
-        return next(counter, None)
-
-    res = await _closed_loop(target, requests, prompts, n_slots, take, prompt_offset=prompt_offset,
-                             timeout_s=timeout_s, on_done=on_done, num_requests=num_requests)
-    parse_s = _parse_records(res.records, res.raw, res.t0)
-    return _point(concurrency, res.records, res.first_starts, res.last_ends, res.cpu_util, parse_s,
-                  loop_busy=res.loop_busy)
-
-
-def _point(concurrency: int, records: list[RequestRecord], first_starts: list[float], last_ends: list[float],
-           cpu_util: float | None, parse_s: float | None, workers: int = 1,
-           worker_cpu_util: list[float] | None = None, loop_busy: float | None = None) -> PointLoad:
-    records.sort(key=lambda r: r.index)
-    steady_start, steady_end = _steady(first_starts, last_ends, concurrency)
-    return PointLoad(
-        concurrency=concurrency,
-        records=records,
-        wall_start_s=min(r.start_s for r in records),
-        wall_end_s=max(r.end_s for r in records),
-        steady_start_s=steady_start,
-        steady_end_s=steady_end,
-        client_cpu_util=cpu_util,
-        workers=workers,
-        worker_cpu_util=worker_cpu_util,
-        parse_s=parse_s,
-        client_loop_busy=loop_busy,
-    )
+    res = await closed_loop(requests, n_slots, lambda: next(counter, None), prompt_offset=prompt_offset,
+                            timeout_s=timeout_s, on_done=on_done, num_requests=num_requests)
+    parse_s = parse_streams(res.records, res.raw, res.t0)
+    return point_load(concurrency, res.records, res.cpu_util, parse_s, loop_busy=res.loop_busy)
 
 
 def arrival_times(n: int, rate_rps: float, burstiness: float = 1.0, seed: int = 0) -> np.ndarray:
@@ -574,32 +377,27 @@ async def run_rate_load(
     return_token_ids: bool = False,
     headers: Mapping[str, str] | None = None,
 ) -> PointLoad:
-    """Open-loop arrivals: request i is due at :func:`arrival_times`' i-th time, whether or not
-    earlier ones finished, with prompt ``i % len(prompts)``; at most ``max_in_flight`` are in
-    flight (an arrival that finds the cap full waits for a free slot). Each record keeps when it
-    was due (``scheduled_s``) and when it was sent (``start_s``): the difference is the
-    client's lateness, recorded so a schedule the client could not keep is seen. Throughput is
-    counted over the whole run (first send to last answer): an open loop has no steady window
-    of N requests in flight. ``session``, ``headers``, ``on_done``: as :func:`run_load`.
+    """Open loop: request i is due at :func:`arrival_times`' i-th time, whether or not earlier
+    ones finished, with prompt ``i % len(prompts)``; at most ``max_in_flight`` are in flight (an
+    arrival that finds every slot busy waits for a free one). Each record keeps when it was due
+    (``scheduled_s``) and when it was sent (``start_s``): the difference is the client's
+    lateness, recorded so a schedule the client could not keep is seen. Throughput is counted
+    over the whole run (first send to last answer): an open loop has no steady window of N
+    requests in flight. ``session``, ``headers``, ``on_done``: as :func:`run_load`.
     """
-    if num_requests < 1 or max_in_flight < 1:
-        raise ValueError("num_requests and max_in_flight must be >= 1")
-    if not prompts:
-        raise ValueError("no prompts")
-    hdrs, timeout_s = _session_settings(session, headers, request_timeout_s)
-    target = wire.Target(base_url, "/v1/chat/completions", hdrs)
-    requests = _Requests(target, model, prompts, sampling, return_token_ids)
+    _check(prompts, num_requests, max_in_flight)
+    hdrs, timeout_s = request_settings(session, headers, request_timeout_s)
+    requests = RequestBuilder(wire.Target(base_url, CHAT_PATH, hdrs), model, prompts, sampling, return_token_ids)
     due = arrival_times(num_requests, rate_rps, burstiness, arrival_seed)
     loop = asyncio.get_running_loop()
-    raw: dict[int, wire.Raw] = {}
-    # every slot's connection opened before the clock starts, as in the closed loop
-    conns = [wire.Connection(target, timeout_s, raw) for _ in range(min(max_in_flight, num_requests))]
-    await asyncio.gather(*(c.connect() for c in conns))
+    pool = SlotPool(requests.target, timeout_s, min(max_in_flight, num_requests))
+    await pool.open()
     free: asyncio.Queue[wire.Connection] = asyncio.Queue()
-    for c in conns:
+    slot_of = {}
+    for s, c in enumerate(pool.conns):
         free.put_nowait(c)
-    for i in range(min(len(prompts), num_requests)):
-        requests.get(i % len(prompts))
+        slot_of[id(c)] = s
+    requests.prebuild(0, num_requests)
     records: list[RequestRecord] = []
     in_flight = peak = 0
     t0 = wire.clock()
@@ -611,23 +409,14 @@ async def run_rate_load(
             await asyncio.sleep(wait)
         conn = await free.get()
         p = prompts[i % len(prompts)]
-        rec = RequestRecord(index=i, worker=0, prompt_id=p.id, category=p.category,
+        rec = RequestRecord(index=i, slot=slot_of[id(conn)], prompt_id=p.id, category=p.category,
                             start_s=wire.clock() - t0, scheduled_s=float(due[i]))
         records.append(rec)
         in_flight += 1
         peak = max(peak, in_flight)
         ended: asyncio.Future[None] = loop.create_future()
         try:
-            if not conn.usable:
-                try:
-                    await asyncio.wait_for(conn.connect(), timeout_s)
-                except (OSError, TimeoutError) as exc:
-                    rec.error = f"{type(exc).__name__}: {exc}"[:300]
-                    rec.end_s = wire.clock() - t0
-                    return
-            start_s = rec.start_s
-            conn.send(rec, requests.get(i % len(prompts)), t0, lambda _c, _r: ended.set_result(None))
-            rec.start_s = start_s
+            pool.send(conn, rec, requests.get(i % len(prompts)), t0, lambda _c, _r: ended.set_result(None))
             await ended
         finally:
             in_flight -= 1
@@ -635,128 +424,17 @@ async def run_rate_load(
             if on_done is not None:
                 on_done(rec)
 
-    cpu0, wall0 = time.process_time(), wire.clock()
-    waits = wire.LoopWaits(loop)
     try:
-        await asyncio.gather(*(one(i) for i in range(num_requests)))
+        with ClientMeter() as meter:
+            await asyncio.gather(*(one(i) for i in range(num_requests)))
     finally:
-        loop_busy = waits.busy_share()
-        for c in conns:
-            c.close()
-    cpu_util = (time.process_time() - cpu0) / max(wire.clock() - wall0, 1e-9)
-    parse_s = _parse_records(records, raw, t0)
+        pool.close()
+    parse_s = parse_streams(records, pool.raw, t0)
     records.sort(key=lambda r: r.index)
     return PointLoad(
-        concurrency=max_in_flight,
-        records=records,
-        wall_start_s=min(r.start_s for r in records),
-        wall_end_s=max(r.end_s for r in records),
-        steady_start_s=min(r.start_s for r in records),
-        steady_end_s=max(r.end_s for r in records),
-        client_cpu_util=cpu_util,
-        offered_rate_rps=rate_rps,
-        peak_in_flight=peak,
-        parse_s=parse_s,
-        client_loop_busy=loop_busy,
+        concurrency=max_in_flight, records=records,
+        wall_start_s=min(r.start_s for r in records), wall_end_s=max(r.end_s for r in records),
+        steady_start_s=min(r.start_s for r in records), steady_end_s=max(r.end_s for r in records),
+        client_cpu_util=meter.cpu_util, offered_rate_rps=rate_rps, peak_in_flight=peak, parse_s=parse_s,
+        client_loop_busy=meter.loop_busy,
     )
-
-
-def summarize(load: PointLoad) -> dict[str, Any]:
-    """Per-point aggregates; names carry units. Failed requests count only as errors."""
-    ok = [r for r in load.records if r.ok]
-    errors = [r for r in load.records if not r.ok]
-    wall = load.wall_end_s - load.wall_start_s
-    out_tokens = sum(r.output_tokens for r in ok)
-    steady_tok_s = None
-    if load.steady_start_s is not None and load.steady_end_s is not None:
-        lo, hi = load.steady_start_s, load.steady_end_s
-        n = sum(k for r in ok for t, k in zip(r.chunk_times_s, r.chunk_tokens, strict=True) if lo <= t <= hi)
-        steady_tok_s = n / (hi - lo)
-    ttft = [r.ttft_s * 1e3 for r in ok if r.ttft_s is not None]
-    tpot = [r.tpot_s * 1e3 for r in ok if r.tpot_s is not None]
-    itl = [x * 1e3 for r in ok for x in r.itl_per_token_s()]
-    per_user = [1e3 / x for x in tpot if x > 0]
-    chunks = sum(len(r.chunk_times_s) for r in ok)
-    prompt_tokens = sum(r.prompt_tokens or 0 for r in ok)
-    summary: dict[str, Any] = {
-        "num_requests": len(load.records),
-        "num_ok": len(ok),
-        "num_errors": len(errors),
-        "error_examples": sorted({r.error or "no output" for r in errors})[:3],
-        "duration_s": wall,
-        "steady_window_s": (
-            None if steady_tok_s is None else load.steady_end_s - load.steady_start_s
-        ),
-        "output_tokens": out_tokens,
-        "prompt_tokens": prompt_tokens,
-        "output_tok_s": steady_tok_s if steady_tok_s is not None else (out_tokens / wall if wall > 0 else None),
-        "output_tok_s_wall": out_tokens / wall if wall > 0 else None,
-        "total_tok_s_wall": (out_tokens + prompt_tokens) / wall if wall > 0 else None,
-        "per_user_decode_tok_s_mean": stats.mean(per_user),
-        "per_user_decode_tok_s_p50": stats.percentile(per_user, 50),
-        "tokens_per_chunk_mean": out_tokens / chunks if chunks else None,
-        "token_count_source": sorted({r.token_count_source for r in ok}) or None,
-        "client_loop_busy": load.client_loop_busy,
-        "finish_reasons": {
-            k: sum(1 for r in ok if r.finish_reason == k) for k in sorted({str(r.finish_reason) for r in ok})
-        },
-    }
-    e2el = [(r.end_s - r.start_s) * 1e3 for r in ok]
-    for name, values in (("ttft_ms", ttft), ("itl_ms", itl), ("tpot_ms", tpot), ("e2el_ms", e2el)):
-        for key, v in stats.percentiles(values).items():
-            summary[f"{key}_{name}"] = v
-        summary[f"mean_{name}"] = stats.mean(values)
-    if load.offered_rate_rps is not None:
-        # open loop: did the client keep the schedule, and what rate was served
-        late = [(r.start_s - r.scheduled_s) * 1e3 for r in load.records if r.scheduled_s is not None]
-        summary.update(
-            offered_rate_rps=load.offered_rate_rps,
-            achieved_rate_rps=len(ok) / wall if wall > 0 else None,
-            peak_in_flight=load.peak_in_flight,
-            p50_send_lateness_ms=stats.percentile(late, 50),
-            p99_send_lateness_ms=stats.percentile(late, 99),
-            max_send_lateness_ms=max(late) if late else None,
-        )
-    return summary
-
-
-def spec_decode_by_category(records: Sequence[RequestRecord]) -> dict[str, dict[str, Any]] | None:
-    """Per-request acceptance pooled per prompt category (ok requests that reported it).
-
-    Counts are summed and the ratios use vLLM's formulas on the sums (mean acceptance length
-    = 1 + accepted / steps, acceptance rate = accepted / draft tokens), as ``/metrics`` does
-    for the whole point. ``None`` when no request carried the metrics.
-    """
-    groups: dict[str, list[RequestRecord]] = {}
-    for r in records:
-        if r.ok and r.spec_num_spec_steps is not None:
-            groups.setdefault(r.category or UNCATEGORIZED, []).append(r)
-    if not groups:
-        return None
-    out: dict[str, dict[str, Any]] = {}
-    for cat in sorted(groups):
-        rs = groups[cat]
-        width = max(len(r.spec_acceptance_histogram or []) for r in rs)
-        hist = [0] * width
-        for r in rs:
-            for j, v in enumerate(r.spec_acceptance_histogram or []):
-                hist[j] += v
-        steps = sum(r.spec_num_spec_steps or 0 for r in rs)
-        drafted = sum(r.spec_num_draft_tokens or 0 for r in rs)
-        accepted = sum(r.spec_num_accepted_draft_tokens or 0 for r in rs)
-        out_tokens = sum(r.output_tokens for r in rs)
-        own = [1.0 + (r.spec_num_accepted_draft_tokens or 0) / r.spec_num_spec_steps
-               for r in rs if r.spec_num_spec_steps]
-        out[cat] = {
-            "requests": len(rs),
-            "output_tokens": out_tokens,
-            "num_spec_steps": steps,
-            "num_draft_tokens": drafted,
-            "num_accepted_draft_tokens": accepted,
-            "acceptance_histogram": hist,
-            "mean_acceptance_length": 1.0 + accepted / steps if steps else None,
-            "draft_acceptance_rate": accepted / drafted if drafted else None,
-            "accepted_output_share": accepted / out_tokens if out_tokens else None,
-            "request_mean_acceptance_length_p50": stats.percentile(own, 50),
-        }
-    return out

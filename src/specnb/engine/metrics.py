@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from specnb.engine import stats
+from specnb.analysis import stats
 
 __all__ = [
     "SPEC_DRAFTS",

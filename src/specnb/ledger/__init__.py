@@ -15,7 +15,16 @@ It imports nothing from either.
 from __future__ import annotations
 
 from specnb.ledger.frame import ledger_files, load_ledgers, load_requests, load_spec_by_category
-from specnb.ledger.names import BASELINE, PLAIN_CONDITION, REFUSED_ERROR, Flag, has_flag
+from specnb.ledger.names import (
+    BASELINE,
+    PLAIN_CONDITION,
+    REFUSED_ERROR,
+    Flag,
+    LoadMode,
+    Status,
+    has_flag,
+    usable,
+)
 from specnb.ledger.schema import (
     READABLE_VERSIONS,
     SCHEMA_VERSION,
@@ -41,6 +50,9 @@ __all__ = [
     "SCHEMA_VERSION",
     "BASELINE",
     "REFUSED_ERROR",
+    "Status",
+    "LoadMode",
+    "usable",
     "PLAIN_CONDITION",
     "ArmRecord",
     "CategorySpecDecode",

@@ -1,4 +1,5 @@
-"""The words ledgers and frames share: flag names, the baseline arm, the plain condition.
+"""The words ledgers and frames share: statuses, flag names, the baseline arm, the plain
+condition, the load modes, and the one filter every analysis applies (:func:`usable`).
 
 A flag is written by the sweep into a ledger and read by every analysis, so its spelling
 lives here once. In a frame (:func:`specnb.ledger.load_ledgers`) the flags of a point are
@@ -11,7 +12,27 @@ from enum import StrEnum
 
 import pandas as pd
 
-__all__ = ["Flag", "BASELINE", "REFUSED_ERROR", "PLAIN_CONDITION", "has_flag"]
+__all__ = ["Status", "LoadMode", "Flag", "BASELINE", "REFUSED_ERROR", "usable", "PLAIN_CONDITION", "has_flag"]
+
+
+class Status(StrEnum):
+    """A point ledger's status."""
+
+    OK = "ok"  # measured: a point
+    FAILED = "failed"  # a record of why there is no measurement (kept, never paired)
+
+
+class LoadMode(StrEnum):
+    """How a point's requests arrive: a closed loop at fixed concurrency, or open-loop arrivals
+    at a rate. A sweep says ``load = "concurrency"``; a ledger's load shape says which loop ran
+    (:attr:`shape`: ``"closed"`` or ``"rate"``, as ledgers have always written it)."""
+
+    CONCURRENCY = "concurrency"
+    RATE = "rate"
+
+    @property
+    def shape(self) -> str:
+        return "closed" if self is LoadMode.CONCURRENCY else "rate"
 
 
 class Flag(StrEnum):
@@ -50,3 +71,13 @@ def has_flag(df: pd.DataFrame, flag: Flag | str) -> pd.Series:
     if df.empty or "flags" not in df.columns:
         return pd.Series(False, index=df.index)
     return df["flags"].fillna("").map(lambda cell: str(flag) in cell.split(","))
+
+
+def usable(df: pd.DataFrame) -> pd.DataFrame:
+    """The points an analysis may use: measured (``status == "ok"``), not a speculative arm
+    whose drafter never drafted (``spec_no_drafts``: speculation was silently off), and not a
+    point where more requests failed than the sweep allowed (``invalid``). Any frame with
+    ``status`` and ``flags`` columns (points, or their per-category rows) is filtered alike."""
+    if df.empty:
+        return df
+    return df[(df["status"] == Status.OK) & ~has_flag(df, Flag.SPEC_NO_DRAFTS) & ~has_flag(df, Flag.INVALID)]

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specnb.analysis.pairing import usable
+from specnb.ledger import usable
 from specnb.models.hardware import Hardware, StepCostError
 from specnb.models.optimize import fit_least_squares, uncertainty_factors
 from specnb.models.stepcost import NGRAM, Drafter, TargetModel, step_terms

@@ -23,7 +23,7 @@ Tokens emitted per request per step are 1 (baseline) and 1 + q * (MAL(alpha, K) 
 speculation (:func:`specnb.models.theory.acceptance_length`); per-user tok/s = tokens / step time,
 aggregate = B times that. Their ratio against B gives the speedup curve, and
 :func:`predicted_crossing` finds where it crosses 1.0 (the log2 interpolation of
-:func:`specnb.analysis.crossing.crossing`). With a memory size the model also says where each arm's KV
+:func:`specnb.models.crossing.crossing`). With a memory size the model also says where each arm's KV
 pool runs out (the drafter's weights and KV cache take seats: seed 000's 6.7 -> 4.3 sessions).
 
 Left out on purpose: attention FLOPs (the KV *reads* are in the memory floor, and they
@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specnb.analysis.crossing import crossing
+from specnb.models.crossing import crossing
 from specnb.models.hardware import Hardware, StepCostError, positive
 from specnb.models.theory import acceptance_length
 

@@ -6,7 +6,9 @@ runner that executes them.
   (``python -m specnb.notebooks.runner``, what ``make figures`` and ``make measure-<axis>`` run),
   into a byte-stable executed copy;
 - :mod:`~specnb.notebooks.reports`: HTML pages of the executed notebooks and a figure gallery
-  (``make reports``).
+  (``make reports``);
+- :mod:`~specnb.notebooks.gpucheck`: every GPU parameter file against the installed vLLM
+  (``make gpu-check``), in seconds, with no server.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from specnb.analysis.tables import label_conditions, run_summary, summarize
 from specnb.figures.save import save_figure
 from specnb.ledger import load_ledgers
 from specnb.ledger.runs import RunError, find_run
+from specnb.notebooks.runner import notebook_source
 from specnb.sweep.study import Study
 
 __all__ = ["AxisRun", "open_axis", "notebook_id", "show"]
@@ -34,8 +35,8 @@ __all__ = ["AxisRun", "open_axis", "notebook_id", "show"]
 
 def notebook_id(axis: str) -> str:
     """``NN_<axis>``: the notebook of an axis, as figure sidecars name it."""
-    found = sorted((paths.ROOT / "notebooks").glob(f"[0-9][0-9]_{axis}.py"))
-    return found[0].stem if found else axis
+    source = notebook_source(axis)
+    return source.stem if source else axis
 
 
 def show(markdown: str) -> None:

@@ -14,7 +14,7 @@ For each ``notebooks/params/gpu/<axis>[-variant].yaml`` this checks, without sta
   with ``HF_HUB_OFFLINE=1``); ``--skip-models`` leaves this out;
 - the calculator's file names a hardware preset with a peak for its ``compute_dtype``.
 
-``python -m specnb.sweep.gpucheck notebooks/params/gpu/*.yaml [--skip-models]``: one line per
+``python -m specnb.notebooks.gpucheck notebooks/params/gpu/*.yaml [--skip-models]``: one line per
 problem and exit 1, or one ``ok`` line per file and exit 0.
 """
 
@@ -32,6 +32,7 @@ from typing import Any
 
 from specnb import paths
 from specnb.errors import SpecnbError
+from specnb.notebooks.runner import notebook_parameters, notebook_source, read_params
 
 __all__ = ["check_file", "check_files", "VllmRules", "main"]
 
@@ -108,16 +109,8 @@ def _model_problem(model: str) -> str | None:
             f"huggingface-cli download {model}")
 
 
-def _notebook(axis: str) -> Path:
-    found = sorted((paths.ROOT / "notebooks").glob(f"[0-9][0-9]_{axis}.py"))
-    if not found:
-        raise SpecnbError(f"no notebook for axis {axis!r}")
-    return found[0]
-
-
 def check_file(path: Path | str, rules: VllmRules | None, *, skip_models: bool = False) -> list[str]:
     """Every problem with one GPU parameter file, one line each (empty: it would run)."""
-    from specnb.notebooks.runner import notebook_parameters, read_params
     from specnb.sweep.preflight import check_engine_release
     from specnb.sweep.study import Study
 
@@ -125,7 +118,9 @@ def check_file(path: Path | str, rules: VllmRules | None, *, skip_models: bool =
     name = path.name
     axis = path.stem.split("-")[0]
     try:
-        source = _notebook(axis)
+        source = notebook_source(axis)
+        if source is None:
+            raise SpecnbError(f"no notebook for axis {axis!r}")
         params = read_params(path, source)
         if axis == "calculator":
             from specnb.models.hardware import load_hardware
@@ -179,7 +174,7 @@ def check_files(files: Iterable[Path | str], *, skip_models: bool = False,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m specnb.sweep.gpucheck",
+    p = argparse.ArgumentParser(prog="python -m specnb.notebooks.gpucheck",
                                 description="Check GPU parameter files against the installed vLLM (no server).")
     p.add_argument("files", type=Path, nargs="+")
     p.add_argument("--skip-models", action="store_true", help="do not look for the checkpoints")

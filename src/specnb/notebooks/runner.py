@@ -66,6 +66,12 @@ def _read(source: Path):
         raise NotebookError(f"{source}: {exc.strerror}") from None
 
 
+def notebook_source(axis: str) -> Path | None:
+    """``notebooks/NN_<axis>.py``, the notebook of an axis (None: there is none)."""
+    found = sorted((paths.ROOT / "notebooks").glob(f"[0-9][0-9]_{axis}.py"))
+    return found[0] if found else None
+
+
 def notebook_parameters(source: Path | str) -> dict[str, Any]:
     """The literals of the notebook's ``parameters`` cell (name -> default value)."""
     nb = _read(Path(source))

@@ -12,8 +12,9 @@ Pure data handling: nothing here talks to a server.
 from __future__ import annotations
 
 from specnb.prompts.copyshare import MixError, measure_mix
+from specnb.prompts.sources import resolve
 from specnb.prompts.traffic import TrafficError, TrafficSource, load_traffic
-from specnb.prompts.workload import Prompt, Workload, WorkloadError, bundled, load_jsonl, resolve
+from specnb.prompts.workload import Prompt, Workload, WorkloadError, bundled, load_jsonl
 
 __all__ = ["MixError", "Prompt", "TrafficError", "TrafficSource", "Workload", "WorkloadError", "bundled",
            "load_jsonl", "load_traffic", "measure_mix", "resolve"]

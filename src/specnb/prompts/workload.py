@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -34,7 +34,7 @@ from typing import Any
 
 from specnb.errors import SpecnbError
 
-__all__ = ["Prompt", "Workload", "WorkloadError", "load_jsonl", "bundled", "resolve", "check_messages",
+__all__ = ["Prompt", "Workload", "WorkloadError", "load_jsonl", "bundled", "check_messages",
            "prompts_hash", "text_lines", "BUNDLED", "UNCATEGORIZED"]
 
 BUNDLED = ("copy", "freeform")
@@ -217,28 +217,3 @@ def bundled(name: str) -> Workload:
     with resources.as_file(ref) as path:
         wl = load_jsonl(path, name=name)
     return Workload(name=name, prompts=wl.prompts, source=f"specnb:prompts/sets/{name}.jsonl")
-
-
-def resolve(spec: str | Mapping[str, Any] | Any) -> Workload:
-    """A workload from its name in a sweep.
-
-    - ``"copy"``, ``"freeform"``: a bundled set;
-    - ``"path/to/prompts.jsonl"``: a prompt file (:func:`load_jsonl`);
-    - ``"<either of those>:<category>"``: only that category's prompts (``"copy:fix-json"``);
-    - a mapping (or :class:`specnb.prompts.traffic.TrafficSource`) with a ``traffic`` path and optional
-      ``sample``, ``seed``, ``name``, ``category``: imported real traffic (:mod:`specnb.prompts.traffic`).
-    """
-    if not isinstance(spec, str):
-        from specnb.prompts.traffic import TrafficSource, load_source  # traffic imports this module
-
-        return load_source(spec if isinstance(spec, TrafficSource) else TrafficSource.parse(spec))
-    if spec in BUNDLED:
-        return bundled(spec)
-    base, sep, category = spec.rpartition(":")
-    if sep and base and category and "/" not in category:
-        return resolve(base).select(category)
-    if spec.endswith(".jsonl") or "/" in spec:
-        return load_jsonl(spec)
-    raise WorkloadError(
-        f"workload {spec!r} is neither a bundled set {list(BUNDLED)}, '<set>:<category>', nor a .jsonl path"
-    )

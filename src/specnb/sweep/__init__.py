@@ -7,7 +7,6 @@ studies (one sweep per condition of a notebook axis).
 - :mod:`~specnb.sweep.runner`: servers started, load driven, ledgers written;
 - :mod:`~specnb.sweep.study`: a notebook's parameters as one sweep per condition;
 - :mod:`~specnb.sweep.progress`: a bar in a terminal, a line per point in a file or CI log;
-- :mod:`~specnb.sweep.gpucheck`: GPU parameter files against the installed vLLM (``make gpu-check``).
 
 The definition modules are light; the runner (aiohttp, the load generator, servers) is
 imported only when a name from it is asked for, so reading a study's parameters never loads

@@ -36,7 +36,8 @@ from specnb.engine.server import EndpointAuthError, ServerError, attach
 from specnb.engine.vllm import engine_environment, installed_vllm
 from specnb.ledger.schema import drafter_method
 from specnb.ledger.store import LedgerError, LedgerWriteError, check_writable, read_json
-from specnb.prompts.workload import Workload, WorkloadError, resolve
+from specnb.prompts.sources import resolve
+from specnb.prompts.workload import Workload, WorkloadError
 from specnb.sweep.arm import DEFAULT_API_KEY_ENV, Arm, ArmError, check_drafter
 from specnb.sweep.spec import SweepError, SweepSpec
 
@@ -199,16 +200,14 @@ class Prepared(NamedTuple):
 
 
 def _check_baseline(spec: SweepSpec) -> None:
-    """Every drafter arm is paired with the one arm without a drafter: two of them (or none)
-    would be measured in full and then refused by the report."""
+    """Every drafter arm is paired with the one arm without a drafter: two of them would be
+    measured in full and then refused by the report. (None is allowed: a sweep of drafter arms
+    alone reads acceptance, not speedups.)"""
     bases = [a.name for a in spec.arms if not a.speculative]
     if len(bases) > 1:
         raise SweepError(f"arms {', '.join(map(repr, bases))} have no drafter: a sweep pairs every drafter arm "
                          "with exactly one baseline; keep one (a second serving config is a condition of a "
                          "study, or a sweep of its own)")
-    if not bases:
-        raise SweepError("no arm without a drafter: a sweep pairs every drafter arm with a baseline arm; add one "
-                         "(an arm with a name and no speculative_config)")
 
 
 def probe_kernels(spec: SweepSpec) -> kernels.KernelProbe | None:

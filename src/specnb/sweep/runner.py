@@ -63,16 +63,19 @@ import aiohttp
 import pandas as pd
 
 from specnb import paths
+from specnb.analysis.point import spec_decode_by_category, summarize_point
 from specnb.analysis.schedule import k_at
-from specnb.engine import loadgen, metrics
+from specnb.engine import clients, loadgen, metrics
 from specnb.engine.hostload import HOST_BUSY, HostLoad, wait_for_quiet
 from specnb.engine.kernels import FALLBACK_LOG_LINE, Unservable
+from specnb.engine.records import RequestRecord
 from specnb.engine.server import Endpoint, EngineDiedError, ServerError, VllmServer, attach, engine_cause
 from specnb.engine.startup import startup_breakdown
 from specnb.engine.vllm import engine_supports_flag
 from specnb.ledger import (
     Failure,
     Flag,
+    LoadMode,
     LoadShape,
     PointLedger,
     Provenance,
@@ -222,7 +225,7 @@ def _open_endpoint(spec: SweepSpec, arm: Arm, model: str | None, log_path: Path,
 
 async def _measure(
     ep: Endpoint, spec: SweepSpec, panel: list[Prompt], pt: _Point, n: int,
-    on_done: Callable[[loadgen.RequestRecord], None] | None,
+    on_done: Callable[[RequestRecord], None] | None,
 ) -> tuple[loadgen.PointLoad, metrics.Snapshot, metrics.Snapshot, metrics.GaugeSampler]:
     async with _session(ep, spec) as session:
         before = await metrics.scrape(session, ep.base_url)
@@ -231,10 +234,10 @@ async def _measure(
         cpu0, wall0 = time.process_time(), time.perf_counter()
         try:
             sampling = spec.sampling.model_dump()
-            if pt.load == "concurrency":
-                pl = await loadgen.run_load(
+            if pt.load == LoadMode.CONCURRENCY:
+                pl = await clients.run_load(
                     ep.base_url, ep.model, panel, int(pt.level), n, sampling, session=session, on_done=on_done,
-                    return_token_ids=spec.return_token_ids, workers=spec.client_workers,
+                    return_token_ids=spec.return_token_ids, processes=spec.client_workers,
                 )
             else:
                 pl = await loadgen.run_rate_load(
@@ -597,7 +600,7 @@ class _SweepRun:
                                  f"{level_tag(pt.level, pt.load)}")
         ticks = 0
 
-        def tick(_rec: loadgen.RequestRecord) -> None:
+        def tick(_rec: RequestRecord) -> None:
             nonlocal ticks
             ticks += 1
             self.bar.update(1)
@@ -678,7 +681,7 @@ class _SweepRun:
                         pl: loadgen.PointLoad, before: metrics.Snapshot, after: metrics.Snapshot,
                         sampler: metrics.GaugeSampler, started: str, fallback: bool = False,
                         engine_log: str = "") -> PointLedger:
-        results = loadgen.summarize(pl)
+        results = summarize_point(pl)
         results["error_share"] = results["num_errors"] / max(results["num_requests"], 1)
         results["client_cpu_util"] = pl.client_cpu_util
         results["host_other_cpu_cores"] = pl.host_other_cpu_cores
@@ -710,7 +713,7 @@ class _SweepRun:
                 "cache_config_info": info, "prefix_cache_reset": reset, "kv_capacity": kv}),
             results=results, server_samples=sampler.summary(), cache=cache,
             spec_decode=SpecDecode(**sd) if sd and (pt.arm.speculative or sd["num_drafts"]) else None,
-            spec_decode_by_category=loadgen.spec_decode_by_category(pl.records),
+            spec_decode_by_category=spec_decode_by_category(pl.records),
             flags=flags, failure=failure,
             **self.common(pt),
         )

@@ -22,9 +22,9 @@ from specnb.analysis import (
     kv_capacity,
     thresholds,
 )
-from specnb.analysis.crossing import crossing
 from specnb.analysis.pairing import PairingError
 from specnb.ledger import load_ledgers, write_ledger
+from specnb.models.crossing import crossing
 from tests.unit.factories import ledger
 
 DEMO = paths.ROOT / "ledgers" / "concurrency" / "cpu" / "20261129-cpu-demo"

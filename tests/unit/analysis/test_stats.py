@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specnb.engine import stats
+from specnb.analysis import stats
 
 
 def test_percentile_interpolates_linearly():

@@ -1,4 +1,5 @@
-"""SSE stream parsing, per-token latencies, point summaries and run_load against a fake server."""
+"""SSE stream parsing (engine.records), per-token latencies, point summaries (analysis.point) and the
+load driver (engine.loadgen) against a fake server."""
 
 from __future__ import annotations
 
@@ -10,17 +11,10 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from specnb.engine.loadgen import (
-    PointLoad,
-    RequestRecord,
-    StreamParser,
-    arrival_times,
-    chat_body,
-    run_load,
-    run_rate_load,
-    spec_decode_by_category,
-    summarize,
-)
+from specnb.analysis.point import spec_decode_by_category
+from specnb.analysis.point import summarize_point as summarize
+from specnb.engine.loadgen import PointLoad, arrival_times, chat_body, run_load, run_rate_load
+from specnb.engine.records import RequestRecord, StreamParser
 from specnb.prompts.workload import Prompt
 
 # ----------------------------------------------------------------------------- canned streams
@@ -59,7 +53,7 @@ DONE = b"data: [DONE]\n"
 
 
 def new_record(start_s=0.0) -> RequestRecord:
-    return RequestRecord(index=0, worker=0, prompt_id="p0", category="copy", start_s=start_s)
+    return RequestRecord(index=0, slot=0, prompt_id="p0", category="copy", start_s=start_s)
 
 
 def parse(lines_and_times, start_s=0.0) -> tuple[RequestRecord, StreamParser]:
@@ -278,15 +272,15 @@ def test_as_row_includes_derived_latencies():
 
 
 def handmade_load(steady=(1.0, 2.0)) -> PointLoad:
-    r0 = RequestRecord(index=0, worker=0, prompt_id="a", category="copy", start_s=0.0, end_s=2.0,
+    r0 = RequestRecord(index=0, slot=0, prompt_id="a", category="copy", start_s=0.0, end_s=2.0,
                        first_token_s=0.5, chunk_times_s=[0.5, 1.0, 1.5, 2.0], chunk_tokens=[1, 2, 2, 1],
                        output_tokens=6, prompt_tokens=10, finish_reason="stop")
-    r1 = RequestRecord(index=1, worker=1, prompt_id="b", category="copy", start_s=0.1, end_s=2.6,
+    r1 = RequestRecord(index=1, slot=1, prompt_id="b", category="copy", start_s=0.1, end_s=2.6,
                        first_token_s=0.8, chunk_times_s=[0.8, 1.2, 2.6], chunk_tokens=[1, 4, 3],
                        output_tokens=8, prompt_tokens=20, finish_reason="length", token_count_source="chunks")
-    r2 = RequestRecord(index=2, worker=0, prompt_id="c", category="copy", start_s=0.2, end_s=0.3,
+    r2 = RequestRecord(index=2, slot=0, prompt_id="c", category="copy", start_s=0.2, end_s=0.3,
                        http_status=500, error="HTTP 500: nope")
-    r3 = RequestRecord(index=3, worker=1, prompt_id="d", category="copy", start_s=0.3, end_s=1.3,
+    r3 = RequestRecord(index=3, slot=1, prompt_id="d", category="copy", start_s=0.3, end_s=1.3,
                        first_token_s=0.4, chunk_times_s=[0.4, 1.1], chunk_tokens=[1, 50], output_tokens=51,
                        prompt_tokens=1000, error="boom")
     return PointLoad(concurrency=2, records=[r0, r1, r2, r3], wall_start_s=0.0, wall_end_s=2.6,
@@ -433,7 +427,7 @@ def test_run_load_concurrency_order_seeds_and_errors():
     expected = [(3 + i) % 5 for i in range(8)]
     assert [r.prompt_id for r in pl.records] == [f"p{k}" for k in expected]
     assert [r.category for r in pl.records] == [PROMPTS[k].category for k in expected]
-    assert sorted({r.worker for r in pl.records}) == [0, 1, 2]
+    assert sorted({r.slot for r in pl.records}) == [0, 1, 2]
 
     # every request carries the seed of its prompt, so paired arms sample alike
     seen = []
@@ -537,7 +531,7 @@ def test_without_the_flag_or_with_a_malformed_block_nothing_is_recorded():
 
 
 def _spec_rec(i, category, out, hist, drafted, ok=True):
-    r = RequestRecord(index=i, worker=0, prompt_id=f"p{i}", category=category, start_s=0.0)
+    r = RequestRecord(index=i, slot=0, prompt_id=f"p{i}", category=category, start_s=0.0)
     r.output_tokens = out
     r.error = None if ok else "boom"
     r.spec_acceptance_histogram = hist
@@ -555,7 +549,7 @@ def test_spec_decode_by_category_pools_counts():
         _spec_rec(2, "chat", 30, [5, 1, 0, 0, 0], 24),        # 6 steps, 1 accepted
         _spec_rec(3, "chat", 10, [0, 0, 0, 0, 0], 0),         # never drafted
         _spec_rec(4, "chat", 99, [9, 9, 9, 9, 9], 180, ok=False),  # failed: left out
-        RequestRecord(index=5, worker=0, prompt_id="p5", category=None, start_s=0.0, output_tokens=5),
+        RequestRecord(index=5, slot=0, prompt_id="p5", category=None, start_s=0.0, output_tokens=5),
     ]
     out = spec_decode_by_category(recs)
     assert list(out) == ["chat", "fix-json"]  # p5 sent no metrics: no 'uncategorized' block
@@ -594,7 +588,7 @@ def test_multi_turn_messages_are_sent_as_given():
 
 
 def test_token_ids_are_collected_and_digested_text_otherwise():
-    rec = RequestRecord(index=0, worker=0, prompt_id="p", category=None, start_s=0.0)
+    rec = RequestRecord(index=0, slot=0, prompt_id="p", category=None, start_s=0.0)
     p = StreamParser(rec)
     for i, ids in enumerate(([11, 12], [13])):
         obj = {"choices": [{"delta": {"content": "x"}, "token_ids": ids}],
@@ -602,7 +596,7 @@ def test_token_ids_are_collected_and_digested_text_otherwise():
         p.feed("data: " + json.dumps(obj), 0.1 * (i + 1))
     p.finish()
     assert rec.output_token_ids == [11, 12, 13] and rec.output_sha.startswith("ids:")
-    other = RequestRecord(index=0, worker=0, prompt_id="p", category=None, start_s=0.0)
+    other = RequestRecord(index=0, slot=0, prompt_id="p", category=None, start_s=0.0)
     q = StreamParser(other)
     q.feed("data: " + json.dumps({"choices": [{"delta": {"content": "hello"}}], "usage": {"completion_tokens": 1}}), 0.1)
     q.finish()

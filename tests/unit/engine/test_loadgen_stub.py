@@ -1,4 +1,4 @@
-"""run_load against benchmarks/stub_server.py: timing fidelity, worker processes, client_busy.
+"""run_load against benchmarks/stub_server.py: timing fidelity, client processes, client_busy.
 
 The stub is an OpenAI-compatible SSE server on 127.0.0.1 in its own process that logs when it
 wrote each chunk (CLOCK_MONOTONIC, the load generator's clock). With an injected inter-step
@@ -24,7 +24,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specnb.engine.loadgen import CLIENT_BUSY, run_load, summarize
+from specnb.analysis.point import summarize_point as summarize
+from specnb.engine import clients
+from specnb.engine.loadgen import CLIENT_BUSY, run_load
 from specnb.prompts.workload import Prompt
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -128,16 +130,16 @@ def test_itl_and_tpot_match_the_servers_emission_log(stub_factory, concurrency, 
     assert all(r.spec_num_spec_steps is not None for r in pl.records)
 
 
-def test_two_worker_processes_share_one_counter_and_one_clock(stub_factory):
+def test_two_client_processes_share_one_counter_and_one_clock(stub_factory):
     stub = stub_factory("--delay-ms", "10", "--chunks", "20", "--tokens-per-chunk", "1,3")
     sampling = {**SAMPLING, "seed": 100}
-    pl = asyncio.run(run_load(stub.url, "stub", PROMPTS, 8, 40, sampling, prompt_offset=2, workers=2,
+    pl = asyncio.run(clients.run_load(stub.url, "stub", PROMPTS, 8, 40, sampling, prompt_offset=2, processes=2,
                               headers={"Authorization": "Bearer k"}))
-    assert pl.workers == 2 and len(pl.worker_cpu_util) == 2
-    assert pl.client_cpu_util == max(pl.worker_cpu_util)
+    assert pl.processes == 2 and len(pl.process_cpu_util) == 2
+    assert pl.client_cpu_util == max(pl.process_cpu_util)
     assert [r.index for r in pl.records] == list(range(40))  # each index sent once, over both processes
     assert [r.prompt_id for r in pl.records] == [f"p{(2 + i) % 7}" for i in range(40)]
-    assert sorted({r.worker for r in pl.records}) == list(range(8))
+    assert sorted({r.slot for r in pl.records}) == list(range(8))
     assert all(r.ok and r.output_tokens == 40 for r in pl.records)
     assert pl.steady_start_s is not None and pl.steady_start_s < pl.steady_end_s
     # one clock: the processes start together and the stub's log agrees with every record
@@ -169,16 +171,16 @@ def test_client_busy_fires_when_the_client_is_saturated_and_not_when_idle(stub_f
     saturated = asyncio.run(run_load(stub.url, "stub", PROMPTS, 16, 64, SAMPLING, on_done=busy))
     assert saturated.client_loop_busy > 0.9
     assert _client_busy(saturated)
-    # in worker processes the busiest one decides, and the figures come from the children
+    # in client processes the busiest one decides, and the figures come from the children
     fast = stub_factory("--delay-ms", "0", "--chunks", "64", "--burst", "8", "--no-log")
-    pl = asyncio.run(run_load(fast.url, "stub", PROMPTS, 16, 400, SAMPLING, workers=2))
-    assert pl.client_cpu_util == max(pl.worker_cpu_util) > 0.05
+    pl = asyncio.run(clients.run_load(fast.url, "stub", PROMPTS, 16, 400, SAMPLING, processes=2))
+    assert pl.client_cpu_util == max(pl.process_cpu_util) > 0.05
     assert pl.client_loop_busy is not None and 0 < pl.client_loop_busy <= 1
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux only")
-def test_a_bad_worker_count_is_one_clear_error():
-    with pytest.raises(ValueError, match="workers must be >= 1"):
-        asyncio.run(run_load("http://127.0.0.1:9", "stub", PROMPTS, 4, 4, SAMPLING, workers=0))
+def test_a_bad_process_count_is_one_clear_error():
+    with pytest.raises(ValueError, match="processes must be >= 1"):
+        asyncio.run(clients.run_load("http://127.0.0.1:9", "stub", PROMPTS, 4, 4, SAMPLING, processes=0))
     with pytest.raises(ValueError, match="base URL"):
         asyncio.run(run_load("127.0.0.1:9", "stub", PROMPTS, 4, 4, SAMPLING))

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from specnb.engine import wire
-from specnb.engine.loadgen import RequestRecord, StreamParser, run_load
+from specnb.engine.loadgen import run_load
+from specnb.engine.records import RequestRecord, StreamParser
 from specnb.prompts.workload import Prompt
 
 PROMPTS = [Prompt(id=f"p{k}", category=None, messages=[{"role": "user", "content": f"prompt {k}"}]) for k in range(3)]
@@ -32,7 +33,7 @@ def test_dechunk_keeps_each_piece_at_the_time_of_its_read():
     pieces, ptimes, err = wire.dechunk(bufs, times)
     assert err is None
     assert b"".join(pieces) == sse(1) + sse(3) + b"data: [DONE]\n\n"
-    rec = RequestRecord(index=0, worker=0, prompt_id="p", category=None, start_s=0.0)
+    rec = RequestRecord(index=0, slot=0, prompt_id="p", category=None, start_s=0.0)
     parser = StreamParser(rec)
     assert wire.parse_response(parser, (bufs, times, True), t0=0.5) is None
     # a line counts from the read that completed it

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specnb.analysis.crossing import crossing, crossings
+from specnb.models.crossing import crossing, crossings
 
 
 def test_crossing_interpolates_in_log2_concurrency():

@@ -14,13 +14,13 @@ import sys
 import pytest
 
 from specnb import paths
-from specnb.sweep import gpucheck
+from specnb.notebooks import gpucheck
 
 GPU_FILES = sorted((paths.ROOT / "notebooks" / "params" / "gpu").glob("*.yaml"))
 
 PROBE = """
 import json, sys
-from specnb.sweep import gpucheck
+from specnb.notebooks import gpucheck
 rules = gpucheck.VllmRules.load()
 old = gpucheck.VllmRules(version="0.28.0", spec_fields=rules.spec_fields, methods=rules.methods, parser=rules.parser)
 files = sys.argv[1:]

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from specnb.ledger import WorkloadRecord
+from specnb.prompts.sources import resolve
 from specnb.prompts.traffic import TrafficError, TrafficSource, load_traffic, message_text
-from specnb.prompts.workload import resolve
 
 
 def _write(tmp_path, lines, name="t.jsonl"):

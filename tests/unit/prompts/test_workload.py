@@ -9,7 +9,8 @@ from collections import Counter
 import pytest
 
 from specnb import paths
-from specnb.prompts.workload import BUNDLED, Prompt, Workload, WorkloadError, bundled, load_jsonl, resolve
+from specnb.prompts.sources import resolve
+from specnb.prompts.workload import BUNDLED, Prompt, Workload, WorkloadError, bundled, load_jsonl
 
 # max_model_len 2048 minus 256 output tokens leaves 1792 for the prompt; SmolLM2's tokenizer
 # spends at least ~2.5 characters per token on this text (the generator's --tokenizer prints

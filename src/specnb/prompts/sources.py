@@ -1,0 +1,37 @@
+"""A workload from its name in a sweep: a bundled set, a prompt file, one category of either,
+or imported real traffic. The one place that knows every kind of source, so that
+:mod:`specnb.prompts.workload` and :mod:`specnb.prompts.traffic` need not know each other
+(traffic builds on workload; nothing builds on both but this)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from specnb.prompts.traffic import TrafficSource, load_source
+from specnb.prompts.workload import BUNDLED, Workload, WorkloadError, bundled, load_jsonl
+
+__all__ = ["resolve"]
+
+
+def resolve(spec: str | Mapping[str, Any] | Any) -> Workload:
+    """A workload from its name in a sweep.
+
+    - ``"copy"``, ``"freeform"``: a bundled set;
+    - ``"path/to/prompts.jsonl"``: a prompt file (:func:`load_jsonl`);
+    - ``"<either of those>:<category>"``: only that category's prompts (``"copy:fix-json"``);
+    - a mapping (or :class:`specnb.prompts.traffic.TrafficSource`) with a ``traffic`` path and optional
+      ``sample``, ``seed``, ``name``, ``category``: imported real traffic (:mod:`specnb.prompts.traffic`).
+    """
+    if not isinstance(spec, str):
+        return load_source(spec if isinstance(spec, TrafficSource) else TrafficSource.parse(spec))
+    if spec in BUNDLED:
+        return bundled(spec)
+    base, sep, category = spec.rpartition(":")
+    if sep and base and category and "/" not in category:
+        return resolve(base).select(category)
+    if spec.endswith(".jsonl") or "/" in spec:
+        return load_jsonl(spec)
+    raise WorkloadError(
+        f"workload {spec!r} is neither a bundled set {list(BUNDLED)}, '<set>:<category>', nor a .jsonl path"
+    )
