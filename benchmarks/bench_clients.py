@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Side-by-side client benchmark against the stub (stub_server.py), one invocation.
 
-  bench_clients.py throughput --clients vllm,specnb,fastload --levels 8,64,256 --seconds 10
-  bench_clients.py timing --delays 5,20 --levels 1,64 --clients vllm,specnb,fastload
+  bench_clients.py throughput --clients vllm,specnb-before,specnb --levels 8,64,256 --seconds 10
+  bench_clients.py timing --delays 5,20 --levels 1,64 --clients vllm,specnb
 
 Layout: the stub pinned to core 1 (``taskset -c 1``), each client pinned to core 0
 (``taskset -c 0``, unless its spec says otherwise), every client run wrapped in
@@ -10,8 +10,8 @@ Layout: the stub pinned to core 1 (``taskset -c 1``), each client pinned to core
 
 * ``POST /stub/reset``, wait for a quiet host (other processes < 0.15 core for 1 s, at most
   ``--quiet-wait`` s), run the client, ``GET /stub/stats`` (+ ``/stub/log`` for timing);
-* the client's normalized result -> chunks/s in the steady window (last worker's first start
-  to first worker's last end), chunks/s over the wall, counted chunks vs the stub's;
+* the client's normalized result -> chunks/s in the steady window (last slot's first start
+  to first slot's last end), chunks/s over the wall, counted chunks vs the stub's;
 * CPU sampled every 0.25 s (psutil): client process tree, stub, and the rest of the host,
   interpolated onto the steady window: ``client_util`` (cores), ``stub_util``,
   ``other_cores``; ``client_busy`` when a client process used > 0.8 of a core,
@@ -55,11 +55,11 @@ HOST_BUSY = 0.25
 # name -> (kind, run_client args, cpus)
 CLIENTS: dict[str, tuple[str, list[str], str]] = {
     "vllm": ("vllm", [], "0"),
-    "specnb-aiohttp": ("run", ["--client", "specnb-aiohttp"], "0"),
+    "specnb-before": ("run", ["--client", "specnb-before"], "0"),
     "specnb": ("run", ["--client", "specnb", "--procs", "1"], "0"),
     "specnb-w2": ("run", ["--client", "specnb", "--procs", "2"], "0,1"),
 }
-DEFAULT_RATE = {"vllm": 90e3, "specnb-aiohttp": 70e3, "specnb": 180e3, "specnb-w2": 180e3}  # chunks/s, first guess
+DEFAULT_RATE = {"vllm": 90e3, "specnb-before": 70e3, "specnb": 180e3, "specnb-w2": 180e3}  # chunks/s, first guess
 
 
 class Sampler(threading.Thread):
@@ -486,7 +486,7 @@ def cmd_all(args) -> None:
     """Everything the README reports, into --results: the throughput ladder, processes, timing."""
     smoke = args.smoke
     levels = [8] if smoke else [8, 64, 256]
-    clients = ["specnb"] if smoke else ["vllm", "specnb-aiohttp", "specnb"]
+    clients = ["specnb"] if smoke else ["vllm", "specnb-before", "specnb"]
     if smoke:
         args.seconds, args.timing_seconds, args.tries, args.quiet_wait = 1.0, 0.5, 1, 0.0
     os.makedirs(args.results, exist_ok=True)
@@ -557,7 +557,7 @@ def main(argv=None):
     pt.add_argument("files", nargs="+")
     for name in ("throughput", "timing", "all"):
         p = sub.add_parser(name)
-        p.add_argument("--clients", default="vllm,specnb-aiohttp,specnb")
+        p.add_argument("--clients", default="vllm,specnb-before,specnb")
         p.add_argument("--levels", default="8,64,256" if name == "throughput" else "1,64")
         p.add_argument("--seconds", type=float, default=8.0, help="throughput runs: seconds of streaming")
         p.add_argument("--timing-seconds", type=float, default=6.0, help="timing runs: seconds of streaming")

@@ -77,7 +77,7 @@ def from_records(records, t0: float) -> dict[str, Any]:
     ct, ck = [], []
     for r in records:
         idx.append(r.index)
-        worker.append(r.worker)
+        worker.append(getattr(r, "slot", getattr(r, "worker", -1)))  # a connection slot (older clients: worker)
         start.append(r.start_s + t0)
         end.append(r.end_s + t0)
         first.append(np.nan if r.first_token_s is None else r.first_token_s + t0)

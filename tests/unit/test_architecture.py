@@ -104,3 +104,107 @@ def test_every_module_says_what_it_is():
     for f in sorted(PACKAGE.rglob("*.py")):
         doc = ast.get_docstring(ast.parse(f.read_text()))
         assert doc, f"{f.relative_to(paths.ROOT)} has no module docstring"
+
+
+# --------------------------------------------------------------------------- layers and circles
+# The package's layers, lowest first: a module may import its own layer and those below, never
+# one above; ``specnb`` itself (its lazy top-level names) and ``cli`` sit on top. The folders are
+# named here; the modules and their imports are read from the source.
+LAYERS = (("paths", "errors"), ("ledger",), ("prompts",), ("models",), ("analysis",), ("figures",),
+          ("engine", "setup"), ("sweep",), ("notebooks",), ("cli", "__init__"))
+
+
+def _module_graph(package: Path) -> dict[str, set[str]]:
+    """Every module under ``package`` -> the package modules it imports (at any depth of the
+    file: a lazy import is still a dependency)."""
+    root = package.parent
+    mods = {}
+    for f in package.rglob("*.py"):
+        parts = list(f.relative_to(root).with_suffix("").parts)
+        mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    graph: dict[str, set[str]] = {}
+    for name, f in mods.items():
+        pkg = name if f.name == "__init__.py" else name.rsplit(".", 1)[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names}
+        deps = set()
+        for m in found:
+            while m and m not in mods:
+                m = m.rsplit(".", 1)[0] if "." in m else ""
+            if m and m != name:
+                deps.add(m)
+        graph[name] = deps
+    return graph
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    key = parts[1] if len(parts) > 1 else "__init__"
+    for i, names in enumerate(LAYERS):
+        if key in names:
+            return i
+    raise AssertionError(f"{module}: its folder {key!r} is in no layer of LAYERS")
+
+
+def _violations(graph: dict[str, set[str]]) -> list[str]:
+    """Back-arrows (a lower layer importing a higher one) and import circles, one line each."""
+    out = [f"{m} (layer {LAYERS[_layer(m)][0]}) imports {d} (layer {LAYERS[_layer(d)][0]}, higher)"
+           for m in sorted(graph) for d in sorted(graph[m]) if _layer(d) > _layer(m)]
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+
+    def strong(v: str) -> None:  # Tarjan: every strongly connected set of two or more is a circle
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            ring = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                ring.append(w)
+                if w == v:
+                    break
+            if len(ring) > 1:
+                out.append("import circle: " + " -> ".join(sorted(ring)))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return out
+
+
+def test_no_module_imports_a_higher_layer_and_no_imports_run_in_a_circle():
+    assert _violations(_module_graph(PACKAGE)) == []
+
+
+def test_the_layer_check_fails_on_a_new_circle_or_back_arrow(tmp_path):
+    pkg = tmp_path / "specnb"
+    for sub in ("ledger", "analysis", "engine"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text('"""x"""\n')
+    (pkg / "__init__.py").write_text("")
+    (pkg / "ledger" / "frame.py").write_text("from specnb.analysis.tables import summary\n")  # back-arrow
+    (pkg / "analysis" / "tables.py").write_text("summary = 1\n")
+    (pkg / "engine" / "a.py").write_text("def f():\n    from specnb.engine import b\n")  # lazy, still a circle
+    (pkg / "engine" / "b.py").write_text("from . import a\n")
+    found = _violations(_module_graph(pkg))
+    assert any("specnb.ledger.frame" in v and "specnb.analysis.tables" in v and "higher" in v for v in found)
+    assert "import circle: specnb.engine.a -> specnb.engine.b" in found
+    assert len(found) == 2

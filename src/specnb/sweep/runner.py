@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import hashlib
 import json
 import sys
 import time
@@ -63,45 +62,44 @@ import aiohttp
 import pandas as pd
 
 from specnb import paths
-from specnb.analysis.point import spec_decode_by_category, summarize_point
-from specnb.analysis.schedule import k_at
 from specnb.engine import clients, loadgen, metrics
-from specnb.engine.hostload import HOST_BUSY, HostLoad, wait_for_quiet
+from specnb.engine.hostload import HostLoad, wait_for_quiet
 from specnb.engine.kernels import FALLBACK_LOG_LINE, Unservable
 from specnb.engine.records import RequestRecord
 from specnb.engine.server import Endpoint, EngineDiedError, ServerError, VllmServer, attach, engine_cause
 from specnb.engine.startup import startup_breakdown
 from specnb.engine.vllm import engine_supports_flag
 from specnb.ledger import (
-    Failure,
     Flag,
     LoadMode,
-    LoadShape,
-    PointLedger,
     Provenance,
-    SearchInfo,
     ServerRecord,
-    Sizing,
-    SpecDecode,
-    WorkloadRecord,
+    Status,
     provenance,
     read_ledger,
     utcnow,
     write_ledger,
     write_once,
 )
-from specnb.ledger.store import LedgerError, LedgerWriteError, read_json
-from specnb.ledger.timing import MEASURING, TIMING_KIND, TIMINGS_DIR, overhead_line, total_phases
-from specnb.prompts.workload import Prompt, Workload, prompts_hash
+from specnb.ledger.store import LedgerError, LedgerWriteError
+from specnb.ledger.timing import MEASURING, TIMINGS_DIR, overhead_line, total_phases
+from specnb.prompts.workload import Prompt, Workload
 from specnb.sweep.arm import Arm
 from specnb.sweep.clock import PhaseClock
+from specnb.sweep.ledgers import (
+    CLIENT_BUSY,
+    failure_ledger,
+    measured_ledger,
+    point_fields,
+    sweep_record,
+    timing_record,
+)
 from specnb.sweep.preflight import prepare
 from specnb.sweep.progress import progress_bar
-from specnb.sweep.spec import SweepError, SweepSpec, blocks, level_tag, point_path
+from specnb.sweep.spec import SweepSpec, blocks, level_tag, point_path
 
 __all__ = ["SweepOutcome", "run_sweep", "server_args_for", "PER_REQUEST_SPEC_FLAG", "CLIENT_BUSY"]
 
-CLIENT_BUSY = loadgen.CLIENT_BUSY  # share of one core above which the client itself may be the bottleneck
 
 
 @dataclass
@@ -156,24 +154,6 @@ class SweepOutcome:
             shown = "; ".join(self.failed_points[:5]) + ("; ..." if len(self.failed_points) > 5 else "")
             text += f"\n{len(self.failed_points)} point(s) without a measurement: {shown}"
         return text
-
-
-def _sweep_record(out_dir: Path, spec: SweepSpec, wls: dict[str, Workload]) -> None:
-    ident = spec.identity()
-    ident["workload_hashes"] = {k: w.content_hash for k, w in wls.items()}
-    digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
-    path = out_dir / "sweep.json"
-    if path.exists():
-        old = read_json(path)
-        if old.get("identity_hash") != digest:
-            raise SweepError(
-                f"{out_dir} holds a sweep with different settings (identity {old.get('identity_hash')} "
-                f"vs {digest}); choose another output folder"
-            )
-        return
-    doc = {"identity_hash": digest, "created_at": utcnow(), "spec": spec.model_dump(),
-           "workloads": {k: w.describe() for k, w in wls.items()}}
-    write_once(path, (json.dumps(doc, indent=2) + "\n").encode())
 
 
 PER_REQUEST_SPEC_FLAG = "--per-request-spec-decode-metrics"
@@ -283,38 +263,6 @@ async def _warmup(ep: Endpoint, spec: SweepSpec, wl: Workload) -> loadgen.PointL
         )
 
 
-def _flags(arm: Arm, results: dict[str, Any], sd: dict[str, Any] | None, cache: dict[str, float],
-           reset: bool | None, concurrency: int | None = None, max_error_share: float = 1.0) -> list[str]:
-    flags = []
-    drafts = (sd or {}).get("num_drafts") or 0
-    if arm.ceiling:
-        flags.append(Flag.SYNTHETIC_ACCEPTANCE)  # forced acceptance: never mix with a real drafter's
-    if arm.speculative and drafts == 0:
-        if arm.schedule and concurrency is not None and k_at(arm.schedule, concurrency) == 0:
-            flags.append(Flag.SCHEDULE_OFF)  # the schedule switched drafting off here, as asked: a real point
-        else:
-            flags.append(Flag.SPEC_NO_DRAFTS)  # speculation silently off: never average this in
-    if not arm.speculative and drafts > 0:
-        flags.append(Flag.BASELINE_HAS_DRAFTS)
-    if results["num_errors"]:
-        flags.append(Flag.REQUEST_ERRORS)
-    if results.get("error_share", 0.0) > max_error_share:
-        flags.append(Flag.INVALID)  # too many requests failed for the throughput to mean anything
-    if reset is False:
-        flags.append(Flag.PREFIX_CACHE_NOT_RESET)
-    if "chunks" in (results.get("token_count_source") or []):
-        flags.append(Flag.TOKEN_COUNT_FROM_CHUNKS)
-    if results.get("steady_window_s") is None:
-        flags.append(Flag.NO_STEADY_WINDOW)
-    if cache.get("preemptions"):
-        flags.append(Flag.PREEMPTIONS)
-    if max(results.get("client_cpu_util") or 0, results.get("client_loop_busy") or 0) > CLIENT_BUSY:
-        flags.append(Flag.CLIENT_BUSY)  # the load generator may have limited the measurement
-    if (results.get("host_other_cpu_cores") or 0) > HOST_BUSY:
-        flags.append(Flag.HOST_BUSY)  # another process competed for the CPU during this point
-    return flags
-
-
 @dataclass(frozen=True)
 class _Point:
     """One point of the plan: an arm's workload at one level in one repeat (and search round)."""
@@ -352,7 +300,7 @@ class _SweepRun:
             pre = prepare(spec, out_dir)
             self.model, self.workloads, self.notes = pre.model, pre.workloads, pre.notes
             self.refused, self.fallback = pre.refused, pre.fallback
-            _sweep_record(out_dir, spec, self.workloads)
+            sweep_record(out_dir, spec, self.workloads)
             prov = provenance.collect()
             if pre.kernels is not None:  # which engine extension, and what it lacked, on this CPU
                 prov["hardware"] = {**prov["hardware"], "engine_kernels": pre.kernels}
@@ -429,15 +377,7 @@ class _SweepRun:
         self.outcome.phases_s = phases
         if not self.server_starts and not self.points_run:
             return
-        wall = sum(phases.values())
-        doc = {
-            "kind": TIMING_KIND, "schema_version": 1, "sweep": self.spec.name, "ended": ended,
-            "started_at": self.started_at, "finished_at": utcnow(), "wall_s": round(wall, 2),
-            "phases_s": {k: round(v, 2) for k, v in phases.items()},
-            "overhead_share": round(1 - phases[MEASURING] / wall, 4) if wall > 0 else None,
-            "summary": overhead_line(phases),
-            "points": self.points_run, "server_starts": self.server_starts,
-        }
+        doc = timing_record(self.spec.name, ended, self.started_at, phases, self.points_run, self.server_starts)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         path = self.out_dir / TIMINGS_DIR / f"{stamp}.json"
         try:
@@ -612,19 +552,19 @@ class _SweepRun:
                 _measure(ep, spec, self.panels[pt.workload.name], pt, n, tick))
             pl.host_other_cpu_cores = host.other_cores()
             log = server.start_log() if server is not None else ""
-            led = self.measured_ledger(pt, server_rec, reset, pl, before, after, sampler, started,
-                                       fallback=FALLBACK_LOG_LINE in log, engine_log=log)
+            led = measured_ledger(self.spec, pt.arm, self.in_flight(pt), self.common(pt), server_rec, reset, pl,
+                                  before, after, sampler, started, fallback=FALLBACK_LOG_LINE in log, engine_log=log)
         except Exception as exc:  # noqa: BLE001 - recorded as a failure, the sweep goes on
             self.record_failure(pt, exc, server_rec, started, server.log_tail() if server else None,
                                 unticked=n - ticks)
             return False
         frame = pd.DataFrame([rec.as_row() for rec in pl.records])
-        if led.status == "ok" and Flag.HOST_BUSY in led.flags and not last:
+        if led.status == Status.OK and Flag.HOST_BUSY in led.flags and not last:
             led = led.model_copy(update={"flags": [*led.flags, Flag.SUPERSEDED]})
             self.outcome.superseded.append(write_ledger(_superseded_path(self.path(pt)), led, frame))
             self.bar.total += n  # the point's requests are sent once more
             return True
-        if led.status == "ok":
+        if led.status == Status.OK:
             self.outcome.written.append(write_ledger(self.path(pt), led, frame))
         else:  # too many requests failed: recorded, and retried on resume
             self.outcome.failed.append(write_ledger(_failed_path(self.path(pt)), led, frame))
@@ -639,84 +579,22 @@ class _SweepRun:
 
     def common(self, pt: _Point) -> dict[str, Any]:
         """Ledger fields every record of this point carries, measured or failed."""
-        params = dict(self.spec.parameters)
-        if self.notes.get(pt.arm.name):
-            params["notes"] = self.notes[pt.arm.name]
-        panel = self.panels[pt.workload.name]
-        n = self.num_requests(pt)
-        spec = self.spec
-        workers = spec.client_workers if spec.client_workers > 1 else None  # one process: as before
-        load = (LoadShape(mode="closed", concurrency=int(pt.level), client_workers=workers) if pt.load == "concurrency" else
-                LoadShape(mode="rate", rate_rps=pt.level, burstiness=spec.burstiness,
-                          max_in_flight=spec.max_in_flight, arrival_seed=spec.arrival_seed))
-        return dict(
-            sweep=spec.name, point_id=pt.point_id, arm=pt.arm.record(),
-            workload=_workload_record(pt.workload, panel_ids=[p.id for p in panel], panel_hash=prompts_hash(panel)),
-            concurrency=self.in_flight(pt), repeat=pt.repeat, arm_position=pt.position, num_requests=n,
-            warmup_requests=spec.warmup_requests, sampling=spec.sampling, load=load,
-            sizing=Sizing(panel_size=len(panel), passes=n // len(panel), work_floor_tokens=spec.work_floor_tokens,
-                          tokens_per_request=self.tokens_per_request.get(pt.workload.name)),
-            search=SearchInfo(round=pt.round, reason=pt.reason) if spec.search is not None else None,
-            provenance=self.provenance, parameters=params, max_error_share=spec.max_error_share,
-        )
+        return point_fields(
+            self.spec, point_id=pt.point_id, arm=pt.arm, workload=pt.workload, panel=self.panels[pt.workload.name],
+            level=pt.level, load=pt.load, in_flight=self.in_flight(pt), repeat=pt.repeat, position=pt.position,
+            num_requests=self.num_requests(pt), tokens_per_request=self.tokens_per_request.get(pt.workload.name),
+            search_round=pt.round, search_reason=pt.reason, provenance=self.provenance,
+            notes=self.notes.get(pt.arm.name))
 
     def record_failure(self, pt: _Point, exc: BaseException, server_rec: ServerRecord | None,
                        started: str, log_tail: str | None = None, unticked: int | None = None,
                        quiet: bool = False) -> None:
-        msg = paths.portable(getattr(exc, "short", None) or str(exc) or type(exc).__name__)
-        tail = getattr(exc, "log_tail", None) or log_tail
-        led = PointLedger(
-            status="failed", server=server_rec, started_at=started, finished_at=utcnow(),
-            flags=[Flag.FAILED, *([Flag.SYNTHETIC_ACCEPTANCE] if pt.arm.ceiling else [])],
-            failure=Failure(error_type=type(exc).__name__, message=msg[:2000],
-                            log_tail=paths.portable(tail) if tail else None),
-            **self.common(pt),
-        )
+        led = failure_ledger(self.common(pt), exc, server_rec, started, log_tail, ceiling=pt.arm.ceiling)
         self.outcome.failed.append(write_ledger(_failed_path(self.path(pt)), led))
         self.bar.update(self.num_requests(pt) if unticked is None else unticked)
+        msg = led.failure.message
         if not quiet:  # a refused arm was said once, in full, at the start
             self.echo(f"FAILED {pt.point_id}: {msg.splitlines()[0][:200] if msg else ''}")
-
-    def measured_ledger(self, pt: _Point, server_rec: ServerRecord, reset: bool | None,
-                        pl: loadgen.PointLoad, before: metrics.Snapshot, after: metrics.Snapshot,
-                        sampler: metrics.GaugeSampler, started: str, fallback: bool = False,
-                        engine_log: str = "") -> PointLedger:
-        results = summarize_point(pl)
-        results["error_share"] = results["num_errors"] / max(results["num_requests"], 1)
-        results["client_cpu_util"] = pl.client_cpu_util
-        results["host_other_cpu_cores"] = pl.host_other_cpu_cores
-        sd = metrics.spec_decode_delta(before, after)
-        if sd is not None and results["output_tokens"]:
-            sd["accepted_output_share"] = sd["num_accepted_tokens"] / results["output_tokens"]
-        cache = metrics.cache_delta(before, after)
-        if results["duration_s"] > 0:
-            # seed 002: count computed tokens only (uncached prompt + output)
-            computed = results["prompt_tokens"] - cache["prompt_tokens_cached"] + results["output_tokens"]
-            results["computed_tok_s_wall"] = computed / results["duration_s"]
-        info = after.info_labels()
-        kv = dict(server_rec.kv_capacity)
-        if kv.get("total_tokens") is None and info:
-            # attached: no start-up log to read, but the engine publishes its pool as labels
-            per_engine = [int(d["kv_cache_size_tokens"]) for d in info
-                          if d.get("kv_cache_size_tokens", "None").isdigit()]
-            if per_engine:
-                kv.update(source="cache_config_info", tokens_per_engine=per_engine,
-                          total_tokens=sum(per_engine))
-        ok = results["num_ok"] > 0 and results["error_share"] <= self.spec.max_error_share
-        failure = None if ok else _request_failure(results, self.spec.max_error_share, engine_cause(engine_log))
-        flags = _flags(pt.arm, results, sd, cache, reset, self.in_flight(pt), self.spec.max_error_share)
-        if fallback:
-            flags.append(Flag.ENGINE_FALLBACK)
-        return PointLedger(
-            status="ok" if ok else "failed", started_at=started, finished_at=utcnow(),
-            server=server_rec.model_copy(update={
-                "cache_config_info": info, "prefix_cache_reset": reset, "kv_capacity": kv}),
-            results=results, server_samples=sampler.summary(), cache=cache,
-            spec_decode=SpecDecode(**sd) if sd and (pt.arm.speculative or sd["num_drafts"]) else None,
-            spec_decode_by_category=spec_decode_by_category(pl.records),
-            flags=flags, failure=failure,
-            **self.common(pt),
-        )
 
 
 def run_sweep(
@@ -766,25 +644,3 @@ def _check_engine(warm: loadgen.PointLoad | None, server: VllmServer | None) -> 
     if cause:
         raise EngineDiedError(f"the engine died at its first requests: {cause} "
                               f"(server log {paths.portable(str(server.log_path))})")
-
-
-def _request_failure(results: dict[str, Any], max_error_share: float, cause: str | None = None) -> Failure:
-    """Why a point whose requests failed is not a measurement: all of them, or more than allowed;
-    with the engine's own error where its log has one (not a bare HTTP 500)."""
-    examples = "; ".join(results["error_examples"])
-    if cause:
-        examples = f"the engine failed: {cause}; requests: {examples}"
-    if not results["num_ok"]:
-        return Failure(error_type="EngineDied" if cause else "AllRequestsFailed", message=examples[:2000])
-    return Failure(error_type="ErrorShare", message=(
-        f"{results['num_errors']} of {results['num_requests']} requests failed ({results['error_share']:.0%} > "
-        f"max_error_share {max_error_share:.0%}): {examples}")[:2000])
-
-
-def _workload_record(wl: Workload, **extra: Any) -> WorkloadRecord:
-    """What a ledger records of a workload; a user's file paths relative to the project or under ~."""
-    d = {**wl.describe(), **extra}
-    d["source"] = paths.portable(d["source"])
-    if d.get("imported"):
-        d["imported"] = {**d["imported"], "file": paths.portable(d["imported"]["file"])}
-    return WorkloadRecord(**d)

@@ -151,7 +151,7 @@ def test_two_client_processes_share_one_counter_and_one_clock(stub_factory):
 
 
 def _client_busy(pl) -> bool:
-    """The sweep runner's client_busy rule (specnb.sweep.runner._flags) on a point's summary."""
+    """The sweep runner's client_busy rule (specnb.sweep.ledgers.point_flags) on a point's summary."""
     s = summarize(pl)
     return max(pl.client_cpu_util or 0, s["client_loop_busy"] or 0) > CLIENT_BUSY
 

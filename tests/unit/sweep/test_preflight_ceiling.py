@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+import specnb.sweep.ledgers as ledgers
 import specnb.sweep.preflight as preflight
-import specnb.sweep.runner as runner
 from specnb import paths
 from specnb.engine.plugins import synthetic_cpu
 from specnb.engine.plugins.synthetic_cpu import Diagnosis
@@ -94,8 +94,8 @@ def test_ceiling_points_are_flagged_and_kept_apart(tmp_path):
     arm = Arm(name="ceil", speculative_config=CEILING)
     results = {"num_errors": 0, "steady_window_s": 1.0}
     sd = {"num_drafts": 10.0}
-    assert "synthetic_acceptance" in runner._flags(arm, results, sd, {}, True)
-    assert "synthetic_acceptance" not in runner._flags(Arm(name="n", speculative_config={
+    assert "synthetic_acceptance" in ledgers.point_flags(arm, results, sd, {}, True)
+    assert "synthetic_acceptance" not in ledgers.point_flags(Arm(name="n", speculative_config={
         "method": "ngram", "num_speculative_tokens": 4}), results, sd, {}, True)
 
     led = ledger(arm="ceil", mal=3.4, flags=["synthetic_acceptance"])
