@@ -33,6 +33,7 @@ from specnb.analysis.text import format_category_acceptance, format_report
 from specnb.errors import EXIT_BAD_INPUT, EXIT_FAILED_POINTS, SpecnbError, exit_code
 from specnb.ledger import SCHEMA_VERSION, Flag, load_ledgers, load_spec_by_category, schema_json, write_once
 from specnb.ledger.frame import SkippedLedgersWarning
+from specnb.ledger.names import Status
 from specnb.ledger.runs import new_run_name, search_lines
 from specnb.ledger.timing import timing_lines
 from specnb.prompts.copyshare import MixError, format_mix, load_tokenizer, measure_mix
@@ -82,7 +83,7 @@ def _print_table(out_dir: Path, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAUL
     if df.empty:
         print(f"no ledgers under {out_dir}", file=sys.stderr)
         return 1
-    failed = int((df["status"] != "ok").sum())
+    failed = int((df["status"] != Status.OK).sum())
     try:
         print(format_report(df, n_boot=n_boot, seed=seed, context_tokens=context_tokens, slos=parse_slos(slos)))
     except SpecnbError as exc:

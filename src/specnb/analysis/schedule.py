@@ -32,6 +32,7 @@ import pandas as pd
 from specnb import paths
 from specnb.errors import SpecnbError
 from specnb.ledger import utcnow
+from specnb.ledger.names import Status
 
 __all__ = ["ScheduleError", "SCHEDULE_KEY", "RULES", "check_schedule", "choose_k", "derive_schedule",
            "policy_config", "policy_document", "k_at", "derive_policy", "format_policy", "policy_check",
@@ -224,7 +225,7 @@ def policy_check(table: pd.DataFrame, df: pd.DataFrame, *, policy: str, always_o
     on = table[table["arm"] == always_on].set_index("level")
     if pol.empty or on.empty:
         raise ScheduleError(f"the table needs arms {policy!r} and {always_on!r} (has {sorted(set(table['arm']))})")
-    rows_pol = df[(df["arm"] == policy) & (df["status"] == "ok")]
+    rows_pol = df[(df["arm"] == policy) & (df["status"] == Status.OK)]
     schedule = (read_ledger(rows_pol["path"].iloc[0]).arm.speculative_config or {}).get(SCHEDULE_KEY) if len(rows_pol) else None
     out = []
     for level in sorted(set(pol.index) & set(on.index)):

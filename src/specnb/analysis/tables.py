@@ -17,6 +17,7 @@ import pandas as pd
 from specnb.analysis.bootstrap import bootstrap_speedups
 from specnb.analysis.pairing import condition_keys, usable
 from specnb.ledger import PLAIN_CONDITION, Flag, has_flag, load_requests, read_ledger
+from specnb.ledger.names import Status
 from specnb.ledger.timing import overhead_line, read_timings, total_phases
 
 __all__ = ["summarize", "absolute", "by_category", "run_summary", "failure_reasons", "label_conditions"]
@@ -97,7 +98,7 @@ def by_category(df: pd.DataFrame) -> pd.DataFrame:
 
 def run_summary(folder: Path | str, df: pd.DataFrame, labels: Mapping[str, str] | None = None) -> str:
     """One markdown line: which run, on which engine, what it holds and what to distrust."""
-    failed = int((df["status"] != "ok").sum()) if len(df) else 0
+    failed = int((df["status"] != Status.OK).sum()) if len(df) else 0
     busy = int(has_flag(df, Flag.HOST_BUSY).sum())
     engines = sorted({str(v) for v in df.get("engine_version", pd.Series(dtype=str)).dropna()})
     parts = [f"Run **{Path(folder).name}**" + (f" (vLLM {', '.join(engines)})" if engines else "")
@@ -116,7 +117,7 @@ def run_summary(folder: Path | str, df: pd.DataFrame, labels: Mapping[str, str] 
 def failure_reasons(df: pd.DataFrame, labels: Mapping[str, str] | None = None) -> pd.DataFrame:
     """One row per condition with failure records: the error types, and the engine's own reason
     (the last error line of the first failure's log tail, or its message)."""
-    failed = df[df["status"] != "ok"] if len(df) else df
+    failed = df[df["status"] != Status.OK] if len(df) else df
     rows = []
     by = condition_keys(failed)[-1:] or None
     groups = failed.groupby(by, sort=False) if by else [(PLAIN_CONDITION, failed)] if len(failed) else []

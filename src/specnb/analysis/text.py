@@ -33,6 +33,7 @@ from specnb.analysis.lossless import lossless, lossless_summary
 from specnb.analysis.pairing import condition_column, curve_label, isna, redundant_keys, usable
 from specnb.analysis.thresholds import Threshold, thresholds
 from specnb.ledger import PLAIN_CONDITION, REFUSED_ERROR
+from specnb.ledger.names import Status
 
 __all__ = [
     "format_refused",
@@ -297,7 +298,7 @@ def format_machine(df: pd.DataFrame) -> str:
         return "measured on: (no provenance in these ledgers)"
     lines = []
     # a server that never started reports no engine build: its failure record is not a machine
-    ok = df[df["status"] == "ok"] if "status" in df.columns and (df["status"] == "ok").any() else df
+    ok = df[df["status"] == Status.OK] if "status" in df.columns and (df["status"] == Status.OK).any() else df
     cols = [c for c in ("machine", "engine_version", "vllm_version") if c in ok.columns]
 
     def known(v) -> bool:

@@ -18,21 +18,37 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Iterable, Mapping
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TIMING_KIND", "TIMINGS_DIR", "PHASES", "MEASURING", "read_timings", "total_phases", "overhead_line",
+__all__ = ["TIMING_KIND", "TIMINGS_DIR", "Phase", "PHASES", "MEASURING", "read_timings", "total_phases", "overhead_line",
            "startup_line", "timing_lines", "format_duration", "STARTUP_SEGMENTS"]
 
 TIMING_KIND = "timing"
 TIMINGS_DIR = "timings"
-MEASURING = "measuring"
-# every phase a second of a sweep can belong to, in the order reports list them
-PHASES = ("preflight", "server_start", "server_stop", "warmup", "sizing", MEASURING, "search", "host_wait", "other")
+
+
+class Phase(StrEnum):
+    """Every phase a second of a sweep can belong to, in the order reports list them."""
+
+    PREFLIGHT = "preflight"
+    SERVER_START = "server_start"
+    SERVER_STOP = "server_stop"
+    WARMUP = "warmup"
+    SIZING = "sizing"
+    MEASURING = "measuring"
+    SEARCH = "search"
+    HOST_WAIT = "host_wait"
+    OTHER = "other"
+
+
+MEASURING = Phase.MEASURING
+PHASES = tuple(Phase)
 # how the one-line summary groups them
-_GROUPS = {"servers": ("server_start", "server_stop"), "warmup": ("warmup",), "sizing": ("sizing",),
-           "measuring": (MEASURING,), "search": ("search",), "host wait": ("host_wait",),
-           "other": ("preflight", "other")}
+_GROUPS = {"servers": (Phase.SERVER_START, Phase.SERVER_STOP), "warmup": (Phase.WARMUP,), "sizing": (Phase.SIZING,),
+           "measuring": (Phase.MEASURING,), "search": (Phase.SEARCH,), "host wait": (Phase.HOST_WAIT,),
+           "other": (Phase.PREFLIGHT, Phase.OTHER)}
 # a server start-up's segments (specnb.engine.startup), each ending at the milestone it is named after
 STARTUP_SEGMENTS = {
     "api_server_up": "API server process: start, Python imports (torch, vLLM), arguments",

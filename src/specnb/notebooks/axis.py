@@ -26,6 +26,7 @@ from specnb import paths
 from specnb.analysis.tables import label_conditions, run_summary, summarize
 from specnb.figures.save import save_figure
 from specnb.ledger import load_ledgers
+from specnb.ledger.names import Status
 from specnb.ledger.runs import RunError, find_run
 from specnb.notebooks.runner import notebook_source
 from specnb.sweep.study import Study
@@ -68,7 +69,7 @@ class AxisRun:
 
     @property
     def failed(self) -> pd.DataFrame:
-        return self.df[self.df["status"] != "ok"] if len(self.df) else self.df
+        return self.df[self.df["status"] != Status.OK] if len(self.df) else self.df
 
     @property
     def summary(self) -> str:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from specnb.ledger.timing import PHASES
+from specnb.ledger.timing import PHASES, Phase
 
 __all__ = ["PhaseClock"]
 
@@ -25,7 +25,7 @@ class PhaseClock:
         self._stack: list[tuple[str, float]] = []
 
     @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
+    def phase(self, name: Phase) -> Iterator[None]:
         if name not in self.seconds:
             raise ValueError(f"unknown phase {name!r}; known: {', '.join(PHASES)}")
         t = self._now()

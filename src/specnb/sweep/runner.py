@@ -82,7 +82,7 @@ from specnb.ledger import (
     write_once,
 )
 from specnb.ledger.store import LedgerError, LedgerWriteError
-from specnb.ledger.timing import MEASURING, TIMINGS_DIR, overhead_line, total_phases
+from specnb.ledger.timing import MEASURING, TIMINGS_DIR, Phase, overhead_line, total_phases
 from specnb.prompts.workload import Prompt, Workload
 from specnb.sweep.arm import Arm
 from specnb.sweep.clock import PhaseClock
@@ -178,7 +178,7 @@ def _open_endpoint(spec: SweepSpec, arm: Arm, model: str | None, log_path: Path,
     if arm.endpoint:
         ep = None
         try:
-            with clock.phase("server_start"):
+            with clock.phase(Phase.SERVER_START):
                 ep = attach(arm.endpoint, spec.served_model_name, api_key=arm.api_key())
         finally:
             on_start(None, ep)
@@ -193,13 +193,13 @@ def _open_endpoint(spec: SweepSpec, arm: Arm, model: str | None, log_path: Path,
     try:
         ep = None
         try:
-            with clock.phase("server_start"):
+            with clock.phase(Phase.SERVER_START):
                 ep = srv.start()
         finally:
             on_start(srv, ep)
         yield ep, srv
     finally:
-        with clock.phase("server_stop"):
+        with clock.phase(Phase.SERVER_STOP):
             srv.stop()
 
 
@@ -296,7 +296,7 @@ class _SweepRun:
         self.server_starts: list[dict[str, Any]] = []  # one entry per server start (or attach), failed ones too
         self._start_s_seen = 0.0  # server_start seconds already given to an entry of server_starts
         self.points_run = 0  # points measured (or attempted) by this invocation
-        with self.clock.phase("preflight"):
+        with self.clock.phase(Phase.PREFLIGHT):
             pre = prepare(spec, out_dir)
             self.model, self.workloads, self.notes = pre.model, pre.workloads, pre.notes
             self.refused, self.fallback = pre.refused, pre.fallback
@@ -355,7 +355,7 @@ class _SweepRun:
                 from specnb.sweep import search  # the search reads this run's ledgers
 
                 round_ += 1
-                with self.clock.phase("search"):
+                with self.clock.phase(Phase.SEARCH):
                     levels = search.next_round(self.spec, self.out_dir, round_,
                                                elapsed_s=time.monotonic() - self.t_start, echo=self.echo)
             self.outcome.failed_points = self.missing()
@@ -450,9 +450,9 @@ class _SweepRun:
         try:
             with _open_endpoint(self.spec, arm, self.model, log_path, self.clock, on_start) as (ep, server):
                 server_rec = ServerRecord(**ep.describe())
-                with self.clock.phase("sizing"):
+                with self.clock.phase(Phase.SIZING):
                     self.size_panels(ep, pending)
-                with self.clock.phase("warmup"):
+                with self.clock.phase(Phase.WARMUP):
                     warm = _run_async(_warmup(ep, self.spec, next(iter(self.workloads.values()))))
                 _check_engine(warm, server)
                 for pt in pending:
@@ -503,15 +503,15 @@ class _SweepRun:
         arguments, a new port, the same log), warmed up; a failed start raises ServerError."""
         self.echo(f"the {server.served_model_name} server (pid {server.pid}) died {when}; restarting it")
         self.outcome.restarts += 1
-        with self.clock.phase("server_stop"):
+        with self.clock.phase(Phase.SERVER_STOP):
             server.stop()
         ep = None
         try:
-            with self.clock.phase("server_start"):
+            with self.clock.phase(Phase.SERVER_START):
                 ep = server.start()
         finally:
             self.record_start(arm, repeat, server, ep, restart=True)
-        with self.clock.phase("warmup"):
+        with self.clock.phase(Phase.WARMUP):
             _run_async(_warmup(ep, self.spec, next(iter(self.workloads.values()))))
         return ep, ServerRecord(**ep.describe())
 
@@ -528,7 +528,7 @@ class _SweepRun:
                 return
             self.echo(f"{pt.point_id}: another process used the CPU during the point "
                       f"(attempt {attempt + 1}); kept as superseded, measuring again")
-            with self.clock.phase("host_wait"):
+            with self.clock.phase(Phase.HOST_WAIT):
                 wait_for_quiet(server.pid if server is not None else None)
 
     def attempt_point(self, pt: _Point, ep: Endpoint, server: VllmServer | None,

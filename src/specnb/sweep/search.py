@@ -39,6 +39,7 @@ import pandas as pd
 from specnb.analysis.bootstrap import bootstrap_speedups
 from specnb.analysis.thresholds import Threshold, thresholds
 from specnb.ledger import load_ledgers, utcnow, write_once
+from specnb.ledger.names import Status
 from specnb.ledger.runs import search_lines, search_record
 from specnb.sweep.preflight import flag_value
 from specnb.sweep.spec import SweepSpec
@@ -123,7 +124,7 @@ def search_cap(spec: SweepSpec, df: pd.DataFrame, workload: str) -> tuple[int, s
         seqs = flag_value([*spec.server_args, *arm.server_args], "--max-num-seqs")
         if seqs is not None and seqs.isdigit():
             caps.append((int(seqs), f"--max-num-seqs {seqs}"))
-    ok = df[(df["workload"] == workload) & (df["status"] == "ok")] if len(df) else df
+    ok = df[(df["workload"] == workload) & (df["status"] == Status.OK)] if len(df) else df
     if len(ok) and "kv_cache_tokens" in ok.columns and ok["kv_cache_tokens"].notna().any():
         pool = float(pd.to_numeric(ok["kv_cache_tokens"], errors="coerce").min())
         prompt = (float((ok["prompt_tokens"] / ok["num_requests"]).max())
