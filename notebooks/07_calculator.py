@@ -242,7 +242,7 @@ if SLIDERS:
 # %% [markdown]
 # ## 6 · The model against measured ledgers
 #
-# The `cpu_preset` hardware was derived from the demo ledgers (`src/specnb/data/hardware.toml`
+# The `cpu_preset` hardware was derived from the demo ledgers (`src/specnb/models/data/hardware.toml`
 # says how): a bandwidth measured on the machine, and FLOP/s and a fixed step overhead fitted
 # to the drafter-off points. Here the fit is redone on `ledgers` (bandwidth held at the
 # preset's), then the speculative arm is *predicted* from its measured acceptance (tokens per

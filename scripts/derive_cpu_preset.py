@@ -6,10 +6,10 @@ redo them. Steps:
 1. memory bandwidth: 2 torch threads (the engine's own library and thread count) sum a 1 GiB
    float32 tensor; bytes read / best time of 3 x 10 (the STREAM convention: the best time is
    the one least disturbed by other work on a shared machine);
-2. FLOP/s and fixed step overhead: :func:`specnb.stepcost.calibrate` on the baseline points of
+2. FLOP/s and fixed step overhead: :func:`specnb.models.calibration.calibrate` on the baseline points of
    the demo ledgers, with that bandwidth held fixed (the sweep never reaches a memory-bound
    step, so it cannot determine bandwidth itself: the profile written to the record shows it);
-3. write ``src/specnb/data/cpu-demo-calibration.json`` and the numbers into ``hardware.toml``.
+3. write ``src/specnb/models/data/cpu-demo-calibration.json`` and the numbers into ``hardware.toml``.
 
 Run from the repository root: ``python scripts/derive_cpu_preset.py [--ledgers DIR]``.
 """
@@ -28,10 +28,11 @@ import numpy as np
 
 import specnb
 from specnb import paths
-from specnb.stepcost import TargetModel, calibrate
+from specnb.models.calibration import calibrate
+from specnb.models.stepcost import TargetModel
 
-DATA = paths.ROOT / "src" / "specnb" / "data"
-LEDGER_DIRS = ["ledgers/cpu-demo/20261129-cpu-demo", "ledgers/concurrency/cpu/20261129-cpu-demo"]
+DATA = paths.ROOT / "src" / "specnb" / "models" / "data"
+LEDGER_DIRS = ["ledgers/concurrency/cpu/20261129-cpu-demo"]
 MODEL = "models/SmolLM2-135M-Instruct"
 
 
