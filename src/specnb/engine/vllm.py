@@ -19,7 +19,7 @@ from typing import Any
 
 from specnb import paths
 
-__all__ = ["LOCALHOST", "installed_vllm", "engine_supports_flag", "engine_environment", "recorded_environment",
+__all__ = ["LOCALHOST", "installed_vllm", "vllm_package_dirs", "engine_supports_flag", "engine_environment", "recorded_environment",
            "serve_command", "MODULE_ENTRY"]
 
 LOCALHOST = "127.0.0.1"
@@ -63,6 +63,15 @@ def serve_command(python: str | None = None) -> list[str]:
     return [str(cli), "serve"] if usable else [python, "-m", MODULE_ENTRY]
 
 
+def vllm_package_dirs() -> list[Path]:
+    """Where the installed ``vllm`` package lives, found without importing it (empty: none)."""
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return []
+    return [Path(p) for p in (spec.submodule_search_locations or [])] if spec is not None else []
+
+
 def engine_supports_flag(flag: str) -> bool:
     """Whether the installed vLLM's server takes ``flag`` (e.g. ``--per-request-spec-decode-metrics``).
 
@@ -72,14 +81,8 @@ def engine_supports_flag(flag: str) -> bool:
     ``vllm/engine/arg_utils.py``. False when vLLM is not installed or the file is unreadable,
     so an unknown engine is never handed a flag it would refuse.
     """
-    try:
-        spec = importlib.util.find_spec("vllm")
-    except (ImportError, ValueError):
-        return False
-    if spec is None or not spec.submodule_search_locations:
-        return False
     field = flag.lstrip("-").replace("-", "_")
-    for root in spec.submodule_search_locations:
+    for root in vllm_package_dirs():
         try:
             text = (Path(root) / "engine" / "arg_utils.py").read_text(errors="replace")
         except OSError:

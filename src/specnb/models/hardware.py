@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specnb.errors import SpecnbError
+from specnb.errors import SpecnbError, read_toml
 
 __all__ = ["StepCostError", "PresetError", "Hardware", "HARDWARE_FIELDS", "COMPUTE_DTYPES", "hardware_presets",
            "load_hardware", "calibration_record", "positive"]
@@ -125,12 +125,7 @@ def _hardware(name: str, entry: Any, where: str) -> Hardware:
 def hardware_presets(path: Path | str | None = None) -> dict[str, Hardware]:
     """Every preset in ``data/hardware.toml`` (or ``path``), validated, by name."""
     path = Path(path) if path is not None else _data_file("hardware.toml")
-    try:
-        data = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise PresetError(f"{path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise PresetError(f"{path}: not valid TOML ({exc})") from None
+    data = read_toml(path, PresetError)
     return {name: _hardware(name, entry, path.name) for name, entry in data.items()}
 
 

@@ -7,6 +7,8 @@ runner that executes them.
   into a byte-stable executed copy;
 - :mod:`~specnb.notebooks.reports`: HTML pages of the executed notebooks and a figure gallery
   (``make reports``);
+- :mod:`~specnb.notebooks.defaults`: the parameter lines every axis notebook shares, written once
+  (``make notebook-defaults``);
 - :mod:`~specnb.notebooks.gpucheck`: every GPU parameter file against the installed vLLM
   (``make gpu-check``), in seconds, with no server.
 """

@@ -20,14 +20,13 @@ curve's shape is concurrency, not prompt mix.
 from __future__ import annotations
 
 import math
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from specnb.errors import SpecnbError, first_error, plain_name
+from specnb.errors import SpecnbError, first_error, plain_name, read_toml
 from specnb.ledger import Sampling
 from specnb.prompts.traffic import TrafficSource
 from specnb.sweep.arm import Arm, check_server_args
@@ -194,13 +193,7 @@ class SweepSpec(BaseModel):
 
     @classmethod
     def from_toml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> SweepSpec:
-        path = Path(path)
-        try:
-            data = tomllib.loads(path.read_text())
-        except OSError as exc:
-            raise SweepError(f"{path}: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise SweepError(f"{path}: not valid TOML ({exc})") from None
+        data = read_toml(path, SweepError)
         data.update(overrides or {})
         return cls.parse(data, where=str(path))
 
