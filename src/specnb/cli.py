@@ -139,10 +139,11 @@ def _policy(a: argparse.Namespace) -> int:
     if df.empty:
         raise SpecnbError(f"no ledgers under {a.folder}")
     config, chosen, doc = derive_policy(df, workload=a.workload, rule=a.rule, max_batch=a.max_batch,
-                                        n_boot=a.n_boot, source=str(a.folder))
+                                        n_boot=a.n_boot, source=str(a.folder), method=a.method)
     print(format_policy(config, chosen, a.rule))
     workload = json.loads(doc)["workload"]
-    out = a.out or a.folder / f"policy-{workload.replace('/', '_').replace(':', '-')}.json"
+    stem = workload.replace('/', '_').replace(':', '-') + (f"-{a.method}" if a.method else "")
+    out = a.out or a.folder / f"policy-{stem}.json"
     try:
         write_once(out, doc.encode())
     except FileExistsError:
@@ -177,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
                         "from a run, print it as a --speculative-config and write it to a file")
     po.add_argument("folder", type=Path, help="a run with one arm per K (or one K and the baseline)")
     po.add_argument("--workload", help="the workload your traffic looks like (needed when the run has several)")
+    po.add_argument("--method", help="the drafter method to schedule (needed when the run's arms use several, "
+                    "e.g. ngram and eagle3: one schedule per method)")
     po.add_argument("--rule", choices=RULES, default="lower_bound",
                     help="keep a K where its speedup's lower bound clears 1.0 (default) or its point estimate does")
     po.add_argument("--max-batch", type=int, default=None, help="end of the last range (default: the run's "

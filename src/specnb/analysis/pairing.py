@@ -104,7 +104,7 @@ def paired(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
     spec = ok[ok["arm"] != base_name]
     keys = pair_keys(ok)
     cols = keys + MUST_MATCH + ["output_tok_s", "per_user_decode_tok_s_mean", "computed_tok_s_wall",
-                                "p50_tpot_ms", "p50_ttft_ms", "path"]
+                                "p50_tpot_ms", "p50_ttft_ms", "path", "startup_decisions"]
     cols = [c for c in cols if c in ok.columns]
     # pandas matches null keys with each other: a condition that is None in both arms still pairs
     merged = spec.merge(base[cols], on=keys, suffixes=("", "_base"), how="inner")

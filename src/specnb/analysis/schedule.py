@@ -35,7 +35,7 @@ from specnb.ledger import utcnow
 from specnb.ledger.names import Status
 
 __all__ = ["ScheduleError", "SCHEDULE_KEY", "RULES", "check_schedule", "choose_k", "derive_schedule",
-           "policy_config", "policy_document", "k_at", "derive_policy", "format_policy", "policy_check",
+           "policy_config", "policy_document", "k_at", "derive_policy", "drafter_methods", "format_policy", "policy_check",
            "policy_file_for", "boundary_levels"]
 
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
@@ -154,11 +154,22 @@ def policy_document(config: dict[str, Any], chosen: pd.DataFrame, *, source: str
     return json.dumps(doc, indent=2) + "\n"
 
 
+def drafter_methods(df: pd.DataFrame) -> list[str]:
+    """The drafter methods of a frame's speculative arms (``ngram``, ``eagle3``, ...)."""
+    if df.empty or "method" not in df.columns:
+        return []
+    return sorted({str(m) for m in df.loc[df["speculative"].astype(bool), "method"].dropna()})
+
+
 def derive_policy(df: pd.DataFrame, *, workload: str | None = None, rule: str = "lower_bound",
                   max_batch: int | None = None, n_boot: int = 2000, seed: int = 0,
-                  source: str = "") -> tuple[dict[str, Any], pd.DataFrame, str]:
+                  source: str = "", method: str | None = None) -> tuple[dict[str, Any], pd.DataFrame, str]:
     """From a run with one arm per K (or one K and the baseline): the deployable config, the K
-    chosen per level with its reason, and the policy document to write."""
+    chosen per level with its reason, and the policy document to write.
+
+    A schedule sets K for one drafter: a run whose arms use several methods (n-gram and EAGLE-3)
+    yields one schedule per method (``method``); without it such a run is refused, naming them,
+    so one method's K is never deployed on another's config."""
     from specnb.analysis.bootstrap import bootstrap_speedups
     from specnb.analysis.pairing import usable
     from specnb.analysis.proposal import k_choice
@@ -177,6 +188,14 @@ def derive_policy(df: pd.DataFrame, *, workload: str | None = None, rule: str = 
     if workload not in workloads:
         raise ScheduleError(f"no workload {workload!r} in the run (it has {workloads})")
     ok = ok[ok["workload"] == workload]
+    methods = drafter_methods(ok)
+    if method is None and len(methods) > 1:
+        raise ScheduleError(f"the run's drafter arms use {len(methods)} methods ({', '.join(methods)}): a schedule "
+                            "sets K for one drafter; derive one per method (method=..., specnb policy --method)")
+    if method is not None:
+        if method not in methods:
+            raise ScheduleError(f"no drafter arm with method {method!r} in the run (it has {methods})")
+        ok = ok[~ok["speculative"].astype(bool) | (ok["method"] == method)]
     if "condition" in ok.columns and ok["condition"].nunique() > 1:
         raise ScheduleError(f"the run has conditions {sorted(set(ok['condition']))}: derive from one of them")
     choice = k_choice(bootstrap_speedups(ok, n_boot=n_boot, seed=seed), ok)

@@ -6,6 +6,7 @@ a plain sweep is the condition ``default``: naming either on every line would be
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -30,13 +31,22 @@ from specnb.analysis.latency import (
     latency_threshold,
 )
 from specnb.analysis.lossless import lossless, lossless_summary
-from specnb.analysis.pairing import condition_column, curve_label, isna, redundant_keys, usable
+from specnb.analysis.pairing import (
+    AnalysisError,
+    condition_column,
+    curve_label,
+    isna,
+    paired,
+    redundant_keys,
+    usable,
+)
 from specnb.analysis.thresholds import Threshold, thresholds
 from specnb.ledger import PLAIN_CONDITION, REFUSED_ERROR
 from specnb.ledger.names import Status
 
 __all__ = [
     "format_refused",
+    "format_decision_differences",
     "format_speedup_table",
     "format_threshold",
     "format_thresholds",
@@ -265,7 +275,7 @@ def format_latency_table(t: pd.DataFrame) -> str:
 
 def _schedules(df: pd.DataFrame, n_boot: int, seed: int) -> str:
     """The K schedule per workload of a closed-loop run with drafter arms; empty otherwise."""
-    from specnb.analysis.schedule import ScheduleError, derive_policy, format_policy
+    from specnb.analysis.schedule import ScheduleError, derive_policy, drafter_methods, format_policy
 
     if df.empty or not df["speculative"].astype(bool).any() or ("load_mode" in df.columns and (df["load_mode"] == "rate").all()):
         return ""
@@ -275,12 +285,15 @@ def _schedules(df: pd.DataFrame, n_boot: int, seed: int) -> str:
         return ""  # a run that measures a schedule: the verdict is in its table, not a new schedule
     out = []
     for wl in sorted(set(df["workload"])):
-        try:
-            config, chosen, _ = derive_policy(df, workload=wl, n_boot=n_boot, seed=seed)
-        except ScheduleError as exc:
-            out.append(f"{wl}: {exc}")
-            continue
-        out.append(f"{wl}:\n" + format_policy(config, chosen, "lower_bound"))
+        methods = drafter_methods(df[df["workload"] == wl])
+        for method in methods or [None]:  # one schedule per drafter method
+            label = f"{wl} ({method})" if len(methods) > 1 else wl
+            try:
+                config, chosen, _ = derive_policy(df, workload=wl, n_boot=n_boot, seed=seed, method=method)
+            except ScheduleError as exc:
+                out.append(f"{label}: {exc}")
+                continue
+            out.append(f"{label}:\n" + format_policy(config, chosen, "lower_bound"))
     return "\n".join(out)
 
 
@@ -310,6 +323,37 @@ def format_machine(df: pd.DataFrame) -> str:
             engine += f" (installed {r['vllm_version']})"
         lines.append(f"measured on: {r['machine']}; engine {engine}")
     return "\n".join(lines)
+
+
+def format_decision_differences(df: pd.DataFrame, baseline: str | None = None) -> str:
+    """One line per arm whose servers' start-up decisions (``server.startup_decisions``: async
+    scheduling, model runner, graph mode, kernels ...) differ from its baseline's in a pair, with
+    what differs; "" when every pair's two servers decided alike (or the ledgers do not say)."""
+    if df.empty or "startup_decisions" not in df.columns or df["startup_decisions"].isna().all():
+        return ""
+    try:
+        pairs = paired(df, baseline)
+    except AnalysisError:
+        return ""
+    if pairs.empty or "startup_decisions_base" not in pairs.columns:
+        return ""
+    seen: dict[str, dict[str, tuple[Any, Any]]] = {}
+    for r in pairs.itertuples(index=False):
+        if not isinstance(r.startup_decisions, str) or not isinstance(r.startup_decisions_base, str):
+            continue
+        a, b = json.loads(r.startup_decisions), json.loads(r.startup_decisions_base)
+        diff = seen.setdefault(r.arm, {})
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                diff.setdefault(key, (a.get(key), b.get(key)))
+    base = pairs["baseline_arm"].iloc[0]
+
+    def show(v: Any) -> str:
+        return "unstated" if v is None else ("on" if v is True else "off" if v is False else
+                                             ", ".join(map(str, v)) if isinstance(v, list) else str(v))
+
+    return "\n".join(f"{arm} vs {base}: " + "; ".join(f"{k} {show(x)} vs {show(y)}" for k, (x, y) in d.items())
+                     for arm, d in sorted(seen.items()) if d)
 
 
 def format_refused(df: pd.DataFrame) -> str:
@@ -373,6 +417,9 @@ def format_report(
     sched = _schedules(closed, n_boot=n_boot, seed=seed) if len(closed) else ""
     if sched:
         parts += ["", "the schedule to deploy (vLLM dynamic speculation; `specnb policy` writes it):", sched]
+    decided = format_decision_differences(closed if len(closed) else df, baseline)
+    if decided:
+        parts += ["", "start-up decisions that differ within a pair (vLLM's log; the speedup includes them):", decided]
     refused = format_refused(df)
     if refused:
         parts += ["", "refused before any server started (this engine build cannot serve it on that machine):", refused]

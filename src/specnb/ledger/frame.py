@@ -143,6 +143,8 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
         "server_mode": led.server.mode if led.server else None,
         "server_ready_s": led.server.ready_s if led.server else None,
         "kv_cache_tokens": (led.server.kv_capacity or {}).get("total_tokens") if led.server else None,
+        "startup_decisions": (json.dumps(led.server.startup_decisions, sort_keys=True)
+                              if led.server and led.server.startup_decisions is not None else None),
         "flags": ",".join(led.flags),
         "panel_hash": led.workload.panel_hash,
         "panel_size": led.sizing.panel_size if led.sizing else None,

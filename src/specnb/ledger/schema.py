@@ -184,6 +184,10 @@ class ServerRecord(_Model):
     prefix_cache_reset: bool | None = Field(
         None, description="True if /reset_prefix_cache succeeded before the point"
     )
+    startup_decisions: dict[str, Any] | None = Field(
+        None, description="what vLLM decided at start-up, read from its log (model runner, async scheduling, "
+        "compilation and CUDA-graph mode, dtype, quantization, linear kernels, dynamic speculation); None: "
+        "attached, or recorded before 2026-12-01")
 
 
 class Provenance(_Model):

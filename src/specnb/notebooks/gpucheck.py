@@ -32,7 +32,7 @@ from typing import Any
 
 from specnb import paths
 from specnb.errors import SpecnbError
-from specnb.notebooks.runner import notebook_parameters, notebook_source, read_params
+from specnb.notebooks.runner import notebook_parameters, notebook_source, parameter_comments, read_params
 
 __all__ = ["check_file", "check_files", "VllmRules", "main"]
 
@@ -109,6 +109,15 @@ def _model_problem(model: str) -> str | None:
             f"huggingface-cli download {model}")
 
 
+def cpu_fitted_defaults(source: Path, params: dict[str, Any]) -> list[str]:
+    """The notebook's parameters whose default was fitted to the CPU runs (their comment says
+    "fitted") that a GPU file leaves unset: a CPU cost in a GPU model makes its answer meaningless."""
+    defaults = notebook_parameters(source)
+    return [f"{k} inherits the CPU-fitted default {defaults[k]!r} ({comment}): set it for this hardware "
+            "(measured there, or 0 with that stated)"
+            for k, comment in parameter_comments(source).items() if "fitted" in comment and k not in params]
+
+
 def check_file(path: Path | str, rules: VllmRules | None, *, skip_models: bool = False) -> list[str]:
     """Every problem with one GPU parameter file, one line each (empty: it would run)."""
     from specnb.sweep.preflight import check_engine_release
@@ -127,7 +136,7 @@ def check_file(path: Path | str, rules: VllmRules | None, *, skip_models: bool =
 
             merged = {**notebook_parameters(source), **params}
             load_hardware(merged["preset"]).for_dtype(merged.get("compute_dtype", "bf16"))
-            return []
+            return [f"{name}: {problem}" for problem in cpu_fitted_defaults(source, params)]
         merged = {**notebook_parameters(source), **params}
         specs = Study.from_namespace(axis, merged).specs()
     except SpecnbError as exc:

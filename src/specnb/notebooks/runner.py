@@ -90,6 +90,18 @@ def notebook_parameters(source: Path | str) -> dict[str, Any]:
     return out
 
 
+def parameter_comments(source: Path | str) -> dict[str, str]:
+    """Each parameter's trailing comment in the ``parameters`` cell (what it is, where it comes from)."""
+    nb = _read(Path(source))
+    cell = next(c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", []))
+    out = {}
+    for line in cell.source.splitlines():
+        name, eq, rest = line.partition("=")
+        if eq and name.strip().isidentifier() and "  # " in rest:
+            out[name.strip()] = rest.split("  # ", 1)[1].strip()
+    return out
+
+
 def read_params(path: Path | str, source: Path | str | None = None) -> dict[str, Any]:
     """A YAML parameter file; with ``source``, every key must be a parameter of that notebook."""
     path = Path(path)

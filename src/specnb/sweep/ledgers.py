@@ -15,7 +15,7 @@ from specnb import paths
 from specnb.analysis.point import spec_decode_by_category, summarize_point
 from specnb.analysis.schedule import k_at
 from specnb.engine import loadgen, metrics
-from specnb.engine.hostload import HOST_BUSY
+from specnb.engine.hostload import host_busy_cores
 from specnb.engine.server import engine_cause
 from specnb.ledger import (
     Failure,
@@ -94,6 +94,7 @@ def measured_ledger(spec: SweepSpec, arm: Arm, in_flight: int, fields: dict[str,
     results["error_share"] = results["num_errors"] / max(results["num_requests"], 1)
     results["client_cpu_util"] = pl.client_cpu_util
     results["host_other_cpu_cores"] = pl.host_other_cpu_cores
+    results["host_busy_cores"] = host_busy_cores()  # the threshold on this host (HOST_BUSY_SHARE of its cores)
     sd = metrics.spec_decode_delta(before, after)
     if sd is not None and results["output_tokens"]:
         sd["accepted_output_share"] = sd["num_accepted_tokens"] / results["output_tokens"]
@@ -186,7 +187,7 @@ def point_flags(arm: Arm, results: dict[str, Any], sd: dict[str, Any] | None, ca
         flags.append(Flag.PREEMPTIONS)
     if max(results.get("client_cpu_util") or 0, results.get("client_loop_busy") or 0) > CLIENT_BUSY:
         flags.append(Flag.CLIENT_BUSY)  # the load generator may have limited the measurement
-    if (results.get("host_other_cpu_cores") or 0) > HOST_BUSY:
+    if (results.get("host_other_cpu_cores") or 0) > (results.get("host_busy_cores") or host_busy_cores()):
         flags.append(Flag.HOST_BUSY)  # another process competed for the CPU during this point
     return flags
 

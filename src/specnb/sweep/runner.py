@@ -63,6 +63,7 @@ import pandas as pd
 
 from specnb import paths
 from specnb.engine import clients, loadgen, metrics
+from specnb.engine.decisions import startup_decisions
 from specnb.engine.hostload import HostLoad, wait_for_quiet
 from specnb.engine.kernels import FALLBACK_LOG_LINE, Unservable
 from specnb.engine.records import RequestRecord
@@ -449,7 +450,7 @@ class _SweepRun:
         on_start = lambda srv, ep: self.record_start(arm, repeat, srv, ep)  # noqa: E731
         try:
             with _open_endpoint(self.spec, arm, self.model, log_path, self.clock, on_start) as (ep, server):
-                server_rec = ServerRecord(**ep.describe())
+                server_rec = self.server_record(ep, server)
                 with self.clock.phase(Phase.SIZING):
                     self.size_panels(ep, pending)
                 with self.clock.phase(Phase.WARMUP):
@@ -473,6 +474,12 @@ class _SweepRun:
                 p = self.path(pt)
                 if not p.exists() and (p.parent, p.stem) not in done:
                     self.record_failure(pt, exc, server_rec, started, tail)
+
+    @staticmethod
+    def server_record(ep: Endpoint, server: VllmServer | None) -> ServerRecord:
+        """The endpoint as ledgers record it, with what a launched server decided at start-up."""
+        return ServerRecord(**ep.describe(),
+                            startup_decisions=startup_decisions(server.start_log()) if server is not None else None)
 
     def size_panels(self, ep: Endpoint, pending: list[_Point]) -> None:
         """Measure output tokens per request on each workload's panel once per run (at its first
@@ -513,7 +520,7 @@ class _SweepRun:
             self.record_start(arm, repeat, server, ep, restart=True)
         with self.clock.phase(Phase.WARMUP):
             _run_async(_warmup(ep, self.spec, next(iter(self.workloads.values()))))
-        return ep, ServerRecord(**ep.describe())
+        return ep, self.server_record(ep, server)
 
     # -- one point -------------------------------------------------------------------------
     def run_point(self, pt: _Point, ep: Endpoint, server: VllmServer | None,

@@ -25,8 +25,9 @@ from tests.unit.factories import ledger
 LEVELS = [1, 2, 4, 8]
 
 
-def _k_sweep(tmp_path, speedups: dict[int, list[float]], factors=(0.98, 1.0, 1.02)):
-    """Baseline at 100 tok/s; arm k<K> at 100 x speedup[K][level] x the start's factor."""
+def _k_sweep(tmp_path, speedups: dict[int, list[float]], factors=(0.98, 1.0, 1.02), eagle: dict | None = None):
+    """Baseline at 100 tok/s; arm k<K> at 100 x speedup[K][level] x the start's factor; ``eagle``
+    adds EAGLE-3 arms (e<K>) the same way."""
     i = 0
     for r, f in enumerate(factors):
         for j, c in enumerate(LEVELS):
@@ -36,6 +37,12 @@ def _k_sweep(tmp_path, speedups: dict[int, list[float]], factors=(0.98, 1.0, 1.0
                 led = ledger(f"k{k}", c=c, r=r, tok_s=100.0 * sp[j] * f, mal=3.0)
                 led = led.model_copy(update={"arm": ArmRecord(name=f"k{k}", speculative_config={
                     "method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4})})
+                write_ledger(tmp_path / f"{i:03d}.json", led)
+                i += 1
+            for k, sp in (eagle or {}).items():
+                led = ledger(f"e{k}", c=c, r=r, tok_s=100.0 * sp[j] * f, mal=3.0)
+                led = led.model_copy(update={"arm": ArmRecord(name=f"e{k}", speculative_config={
+                    "method": "eagle3", "model": "/models/eagle3-head", "num_speculative_tokens": k})})
                 write_ledger(tmp_path / f"{i:03d}.json", led)
                 i += 1
     return load_ledgers(tmp_path)
@@ -75,6 +82,26 @@ def test_derive_policy_writes_a_config_vllm_takes(tmp_path):
     assert config["num_speculative_tokens_per_batch_size"] == [[1, 2, 4], [3, 5, 1], [6, 64, 0]]
     parsed = json.loads(doc)
     assert parsed["rule"] == "lower_bound" and len(parsed["levels"]) == 4 and parsed["derived_from"] == "run"
+
+
+def test_two_drafter_methods_give_one_schedule_each_never_one_methods_k_on_anothers_config(tmp_path):
+    # EAGLE-3 K=3 beats n-gram at every level: a derivation across methods would pick K=3 and take
+    # the first row with that K as the base config, whichever method it is
+    eagle = {3: [1.90, 1.80, 1.60, 1.30]}
+    df = _k_sweep(tmp_path, {3: [1.10, 1.05, 0.95, 0.85], 4: [1.50, 1.30, 0.96, 0.80]}, eagle=eagle)
+    with pytest.raises(ScheduleError, match=r"2 methods \(eagle3, ngram\).*one per method"):
+        derive_policy(df, n_boot=200)
+    ngram, _, _ = derive_policy(df, n_boot=200, method="ngram", max_batch=64)
+    e3, _, _ = derive_policy(df, n_boot=200, method="eagle3", max_batch=64)
+    assert ngram["method"] == "ngram" and "model" not in ngram and ngram["num_speculative_tokens"] == 4
+    assert e3["method"] == "eagle3" and e3["model"] == "/models/eagle3-head" and e3["num_speculative_tokens"] == 3
+    assert e3["num_speculative_tokens_per_batch_size"] == [[1, 64, 3]]  # pays everywhere
+    with pytest.raises(ScheduleError, match="no drafter arm with method 'mtp'"):
+        derive_policy(df, n_boot=200, method="mtp")
+    from specnb.analysis.text import format_report
+
+    text = format_report(df, n_boot=200)  # the report derives one schedule per method
+    assert "(eagle3):" in text and "(ngram):" in text and '"method": "eagle3"' in text
 
 
 @pytest.mark.parametrize("bad, needle", [

@@ -87,8 +87,24 @@ def test_models_must_be_local_folders_or_in_the_hub_cache(tmp_path, monkeypatch)
 
 def test_the_calculator_file_needs_a_peak_for_its_precision(tmp_path):
     ok = tmp_path / "calculator.yaml"
-    ok.write_text("preset: h200-sxm\ncompute_dtype: fp8\n")
+    costs = "drafter_step_overhead_ms: 0.0\ndrafter_per_token_ms: 0.0\n"  # stated, not the CPU fit
+    ok.write_text("preset: h200-sxm\ncompute_dtype: fp8\n" + costs)
     assert gpucheck.check_file(ok, None) == []
     fp4 = tmp_path / "calculator-fp4.yaml"
     fp4.write_text("preset: h100-sxm\ncompute_dtype: fp4\n")
     assert "no dense_fp4_tflop_s" in gpucheck.check_file(fp4, None)[0]
+
+
+def test_a_gpu_calculator_file_that_inherits_a_cpu_fitted_cost_is_refused(tmp_path):
+    import yaml
+
+    gpu = paths.ROOT / "notebooks" / "params" / "gpu" / "calculator.yaml"
+    assert gpucheck.check_file(gpu, None) == []  # the committed file states its drafting costs
+    data = yaml.safe_load(gpu.read_text())
+    for key in ("drafter_step_overhead_ms", "drafter_per_token_ms"):
+        data.pop(key)
+    bad = tmp_path / "calculator.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    problems = gpucheck.check_file(bad, None)
+    assert len(problems) == 2 and all("inherits the CPU-fitted default" in p for p in problems)
+    assert "drafter_step_overhead_ms" in problems[0] and "drafter_per_token_ms" in problems[1]

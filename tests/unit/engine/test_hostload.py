@@ -1,0 +1,56 @@
+"""The busy-host check counts neither the server's tree nor specnb's own client processes, and its
+threshold scales with the host's cores."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+
+from specnb.engine import hostload
+from specnb.engine.hostload import HOST_BUSY_SHARE, HostLoad, host_busy_cores
+from specnb.sweep.ledgers import point_flags
+from specnb.sweep.arm import Arm
+
+
+def _burn(seconds: float) -> None:
+    t = time.process_time() + seconds
+    while time.process_time() < t:
+        pass
+
+
+def test_client_processes_started_and_joined_during_a_point_are_not_other_load(monkeypatch):
+    # a host whose only load is this process and the children it reaps (so the test reads the same
+    # on a busy machine): every CPU second the host spent is one of specnb's own
+    def host_busy_seconds() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    monkeypatch.setattr(HostLoad, "_busy", staticmethod(host_busy_seconds))
+    sleeper = mp.get_context("spawn").Process(target=time.sleep, args=(30,))  # the "server": idle
+    sleeper.start()
+    try:
+        load = HostLoad(sleeper.pid)
+        t0 = time.perf_counter()
+        procs = [mp.get_context("spawn").Process(target=_burn, args=(0.5,)) for _ in range(2)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        clients = (host_busy_seconds() - load._busy0) / (time.perf_counter() - t0)
+        other = load.other_cores()
+    finally:
+        sleeper.kill()
+        sleeper.join()
+    assert clients > 0.3  # counted as other load, the two client processes would flag the point
+    assert other is not None and other < 0.05, (other, clients)
+
+
+def test_the_threshold_is_a_share_of_the_host_and_is_what_the_flag_uses():
+    assert host_busy_cores(2) == HOST_BUSY_SHARE * 2 == 0.3
+    assert host_busy_cores(64) == HOST_BUSY_SHARE * 64
+    assert hostload.HOST_BUSY == host_busy_cores()
+    results = {"num_errors": 0, "steady_window_s": 1.0, "host_other_cpu_cores": 2.0, "host_busy_cores": 9.6}
+    assert "host_busy" not in point_flags(Arm(name="baseline"), results, None, {}, True)  # a 64-core host
+    results["host_busy_cores"] = 0.3
+    assert "host_busy" in point_flags(Arm(name="baseline"), results, None, {}, True)  # a 2-core one
