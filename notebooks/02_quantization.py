@@ -25,6 +25,11 @@
 # spread, since each is a different server. On the CPU build: bf16, INT8 W8A8 and INT4 W4A16
 # (group 64) made locally from the bf16 model by `make setup`; NVFP4 is GPU-only, and this
 # build's `--quantization fp8` is an empty stub on CPU, so neither appears in the CPU run.
+#
+# Which CPU a run needs (docs/cpu.md): the W4A16 kernel (`cpu_gemm_wna16`) is in the AVX-512
+# extensions of the CPU wheel only, so on an AVX2-only CPU that condition is refused before any
+# server starts and recorded as such (the other conditions are measured); there, bf16 layers run on
+# torch's fallback (points flagged `engine_fallback`). The committed run was measured with AVX-512.
 
 # %% tags=["parameters"]
 measure = False  # True: start vLLM and measure a new run before the analysis (minutes)
