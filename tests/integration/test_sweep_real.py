@@ -79,6 +79,11 @@ def test_spec_arm_drafts_and_baseline_does_not(swept):
         assert int(info["kv_cache_size_tokens"]) == led.server.kv_capacity["total_tokens"]
         assert led.server.prefix_cache_reset is True
         assert led.server.engine_version and led.provenance.versions["vllm"]
+        # what vLLM decided at start-up, from its own log: the n-gram arm runs without async scheduling
+        dec = led.server.startup_decisions
+        assert dec["dtype"] == "bfloat16" and dec["model_runner"] in ("V1", "V2") and dec["cudagraph_mode"] == "NONE"
+        if led.arm.speculative:
+            assert dec["async_scheduling"] is False
         if led.arm.speculative:
             sd = led.spec_decode
             assert sd.num_drafts > 0 and sd.num_drafts <= sd.num_draft_tokens <= 4 * sd.num_drafts
@@ -118,6 +123,10 @@ def test_table_and_frame(swept):
     assert list(table["concurrency"]) == [1, 2]
     assert (table["speedup"] > 0).all() and (table["acceptance_length"] > 1).all()
     assert "ngram-k4" in format_speedup_table(bootstrap_speedups(df, n_boot=50).table)
+    # the report names what vLLM decided differently for the two arms (read from each server's log)
+    from specnb.analysis.text import format_decision_differences
+
+    assert format_decision_differences(df) == "ngram-k4 vs baseline: async_scheduling off vs on"
 
 
 def test_the_lossless_check_compares_every_request_of_each_pair(swept):

@@ -6,7 +6,8 @@ choices per start that change a step's cost: it turns asynchronous scheduling of
 ``method: ngram``, falls back from Model Runner V2 to V1, picks the CUDA-graph and compilation
 modes, picks a linear kernel per quantization scheme (or falls back to torch's), and turns a
 dynamic speculation schedule off under data parallel. :func:`startup_decisions` reads each of
-those a log states (a key the log does not state is left out, never guessed); each launched
+those a log states (a key the log does not state is left out; async scheduling is read as on where
+vLLM 0.32 or later logged no reason to turn its default off); each launched
 point's ledger keeps them (``server.startup_decisions``), and the report names any that differ
 between the two arms of a pair (:func:`specnb.analysis.text.format_decision_differences`).
 
@@ -24,7 +25,11 @@ __all__ = ["startup_decisions"]
 _RUNNER = re.compile(r"[Uu]sing the (V\d) model runner|[Uu]sing [Mm]odel [Rr]unner (V\d)")
 _ASYNC_OFF = re.compile(r"[Aa]sync(?:hronous)? scheduling (?:is )?(?:not supported|disabled|will be disabled)"
                         r"|[Dd]isabl\w* async(?:hronous)? scheduling")
-_ASYNC_FIELD = re.compile(r"async_scheduling=(True|False)")
+_ASYNC_FIELD = re.compile(r"async_scheduling=(True|False)|'async_scheduling': (True|False)")
+_ENGINE_VERSION = re.compile(r"LLM engine \(v(\d+)\.(\d+)")
+# from this release on vLLM turns async scheduling on by default and logs only when it turns it off
+# (``VllmConfig.__post_init__`` in vllm/config/vllm.py)
+ASYNC_BY_DEFAULT = (0, 32)
 _COMPILE = re.compile(r"'mode': <CompilationMode\.(\w+)")
 _GRAPHS = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)")
 _DTYPE = re.compile(r"\bdtype=torch\.(\w+)")
@@ -42,10 +47,13 @@ def startup_decisions(log_text: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if m := _RUNNER.search(log_text):
         out["model_runner"] = m.group(1) or m.group(2)
+    version = _ENGINE_VERSION.search(log_text)
     if _ASYNC_OFF.search(log_text):
         out["async_scheduling"] = False
-    elif m := _ASYNC_FIELD.search(log_text):
-        out["async_scheduling"] = m.group(1) == "True"
+    elif m := _ASYNC_FIELD.search(log_text):  # set in the arguments (or the config line)
+        out["async_scheduling"] = (m.group(1) or m.group(2)) == "True"
+    elif version and (int(version.group(1)), int(version.group(2))) >= ASYNC_BY_DEFAULT:
+        out["async_scheduling"] = True  # the default, and no line turned it off
     for key, rx in (("compilation_mode", _COMPILE), ("cudagraph_mode", _GRAPHS), ("dtype", _DTYPE)):
         if m := rx.search(log_text):
             out[key] = m.group(1)

@@ -54,3 +54,13 @@ def test_pairs_that_decided_alike_say_nothing(tmp_path):
         led = led.model_copy(update={"server": led.server.model_copy(update={"startup_decisions": {"model_runner": "V1"}})})
         write_ledger(tmp_path / f"{i}.json", led)
     assert format_decision_differences(load_ledgers(tmp_path)) == ""
+
+
+def test_async_scheduling_is_on_by_default_from_vllm_0_32_unless_the_log_or_the_arguments_turn_it_off():
+    engine = "(EngineCore pid=2) INFO 12-01 10:27:30 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: x\n"
+    assert startup_decisions(engine)["async_scheduling"] is True
+    assert startup_decisions(engine + START)["async_scheduling"] is False
+    args = "(APIServer pid=1) INFO [api_utils.py:286] non-default args: {'async_scheduling': False}\n"
+    assert startup_decisions(engine + args)["async_scheduling"] is False
+    old = engine.replace("v0.32.0", "v0.31.2")  # before 0.32 the default was not on: nothing is claimed
+    assert "async_scheduling" not in startup_decisions(old)

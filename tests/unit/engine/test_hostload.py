@@ -9,8 +9,8 @@ import time
 
 from specnb.engine import hostload
 from specnb.engine.hostload import HOST_BUSY_SHARE, HostLoad, host_busy_cores
-from specnb.sweep.ledgers import point_flags
 from specnb.sweep.arm import Arm
+from specnb.sweep.ledgers import point_flags
 
 
 def _burn(seconds: float) -> None:
