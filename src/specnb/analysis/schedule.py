@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from specnb import paths
@@ -35,7 +36,7 @@ from specnb.ledger import utcnow
 from specnb.ledger.names import Status
 
 __all__ = ["ScheduleError", "SCHEDULE_KEY", "RULES", "check_schedule", "choose_k", "derive_schedule",
-           "policy_config", "policy_document", "k_at", "derive_policy", "drafter_methods", "format_policy", "policy_check",
+           "policy_config", "policy_document", "k_at", "derive_policy", "drafter_methods", "off_arms", "deployable", "format_policy", "policy_check",
            "policy_file_for", "boundary_levels"]
 
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
@@ -85,26 +86,95 @@ def k_at(schedule: Sequence[Sequence[int]], batch: int) -> int:
 
 
 def choose_k(choice: pd.DataFrame, rule: str = "lower_bound") -> pd.DataFrame:
-    """Per level of one workload: the K the rule keeps (0: leave drafting off) and why."""
+    """Per level of one workload: the K the rule keeps (0: drafting off inside the schedule) and why.
+
+    K = 0 inside a schedule is not "no drafter": vLLM keeps the drafter loaded and still runs it
+    (issue #49548; the CPU policy run measured 0.77x-0.82x of the baseline there). Where the run
+    has an *off arm* (the drafter loaded, K = 0 at every batch size: ``off`` rows of ``choice``),
+    a K is kept where it beats that arm, not the baseline it cannot reach; without one, against
+    1.0, and the row says the K = 0 it chose is unmeasured (``off_measured`` False)."""
     if rule not in RULES:
         raise ScheduleError(f"unknown rule {rule!r}; choose one of {list(RULES)}")
     rows = []
     for level, g in choice.groupby("level", sort=True):
-        drafters = g[g["k"] > 0]
+        offs = g[g["off"].astype(bool)] if "off" in g.columns else g.iloc[0:0]
+        off = offs.loc[offs["speedup"].idxmax()] if len(offs) else None
+        drafters = g[(g["k"] > 0) & ~(g["off"].astype(bool) if "off" in g.columns else False)]
         best = drafters.loc[drafters["speedup"].idxmax()] if len(drafters) else None
+        bar = float(off["speedup"]) if off is not None else 1.0
+        against = f"K=0 in a schedule ({off['arm']}, measured {bar:.2f}x)" if off is not None else "1"
         if best is None:
             k, why = 0, "no drafter measured"
-        elif rule == "lower_bound" and best["speedup_lo"] > 1.0:
-            k, why = int(best["k"]), f"{best['arm']} pays: {best['speedup']:.2f}x, lower bound {best['speedup_lo']:.2f} > 1"
-        elif rule == "point" and best["speedup"] > 1.0:
-            k, why = int(best["k"]), f"{best['arm']} pays: {best['speedup']:.2f}x (point estimate)"
+        elif rule == "lower_bound" and best["speedup_lo"] > bar:
+            k, why = int(best["k"]), (f"{best['arm']} pays: {best['speedup']:.2f}x, lower bound "
+                                      f"{best['speedup_lo']:.2f} > {against}")
+        elif rule == "point" and best["speedup"] > bar:
+            k, why = int(best["k"]), f"{best['arm']} pays: {best['speedup']:.2f}x > {against} (point estimate)"
         else:
             k, why = 0, (f"best K={int(best['k'])} ({best['speedup']:.2f}x, interval {best['speedup_lo']:.2f}-"
-                         f"{best['speedup_hi']:.2f}) does not clear 1.0" if rule == "lower_bound" else
-                         f"no K beats the baseline (best {best['speedup']:.2f}x)")
+                         f"{best['speedup_hi']:.2f}) does not clear {against}" if rule == "lower_bound" else
+                         f"no K beats {against} (best {best['speedup']:.2f}x)")
+        won = best if k > 0 else off
         rows.append({"level": float(level), "concurrency": int(g["concurrency"].iloc[0]), "k": k, "reason": why,
-                     "win_share": float(g.loc[g["k"] == k, "win_share"].max()) if (g["k"] == k).any() else None})
+                     "win_share": float(g.loc[g["k"] == k, "win_share"].max()) if (g["k"] == k).any() else None,
+                     # what the schedule is expected to give here (K = 0 without an off arm: unmeasured)
+                     "speedup": None if won is None else float(won["speedup"]),
+                     "speedup_lo": None if won is None else float(won["speedup_lo"]),
+                     "speedup_hi": None if won is None else float(won["speedup_hi"]),
+                     "off_measured": off is not None})
     return pd.DataFrame(rows)
+
+
+def off_arms(df: pd.DataFrame) -> set[str]:
+    """The arms of a frame with the drafter loaded and K = 0 at every batch size (the cost of
+    "off inside a schedule", measured)."""
+    from specnb.ledger import read_ledger
+
+    out = set()
+    spec = df[df["speculative"].astype(bool)] if len(df) else df
+    for arm, g in spec.groupby("arm"):
+        sched = (read_ledger(g["path"].iloc[0]).arm.speculative_config or {}).get(SCHEDULE_KEY)
+        if sched and all(int(r[2]) == 0 for r in sched):
+            out.add(str(arm))
+    return out
+
+
+def deployable(choice: pd.DataFrame, chosen: pd.DataFrame) -> tuple[str, str | None, str]:
+    """What to deploy, given the K per level a schedule would use: ``("schedule", None, claim)``,
+    ``("static", <arm>, claim)`` (one static K is at least as good everywhere, or the schedule's
+    K = 0 bands are unmeasured where that K is not known to lose), or ``("none", None, claim)``
+    (no K pays anywhere). The claim names the levels where no drafter config beats the baseline:
+    that traffic is better served from an endpoint without a drafter."""
+    static = choice[(choice["k"] > 0) & ~(choice["off"].astype(bool) if "off" in choice.columns else False)]
+    levels = sorted(chosen["concurrency"])
+    full = [a for a, g in static.groupby("arm") if sorted(g["concurrency"]) == levels]
+    if chosen["k"].eq(0).all() and not (chosen["speedup"].fillna(0) > 1).any():
+        return "none", None, "no K pays with confidence at any measured concurrency: leave drafting off for this workload"
+    geo = {a: float(np.exp(np.log(static[static["arm"] == a]["speedup"].clip(lower=1e-9)).mean())) for a in full}
+    best = max(geo, key=geo.get) if geo else None
+    sb = static[static["arm"] == best].set_index("concurrency") if best else None
+    lose = [c for c in levels if sb is not None and sb.loc[c, "speedup_hi"] < 1.0
+            and not (chosen.set_index("concurrency").loc[c, "speedup_lo"] or 0) > 1.0]
+    separate = (f"; at c={', '.join(map(str, lose))} no drafter config beats the baseline: serve that traffic from an "
+                "endpoint without a drafter" if lose else "")
+    ch = chosen.set_index("concurrency")
+    off_bands = [c for c in levels if ch.loc[c, "k"] == 0]
+    if best is None:
+        return "schedule", None, "no static K was measured at every level: the schedule is not compared with one" + separate
+    unmeasured = [c for c in off_bands if not ch.loc[c, "off_measured"] and sb.loc[c, "speedup_hi"] >= 1.0]
+    if unmeasured:
+        return "static", best, (f"deploy {best} as it is: the schedule would turn drafting off at "
+                                f"c={', '.join(map(str, unmeasured))}, where {best} is not known to lose, and this run "
+                                "has no arm measuring K = 0 inside a schedule (vLLM still runs the drafter there); add "
+                                "one to verify a schedule" + separate)
+    beats = [c for c in levels if ch.loc[c, "speedup_lo"] is not None and not pd.isna(ch.loc[c, "speedup_lo"])
+             and ch.loc[c, "speedup_lo"] > sb.loc[c, "speedup_hi"]]
+    if not beats:
+        return "static", best, (f"deploy {best} as it is: no level where the schedule's interval clears "
+                                f"{best}'s" + separate)
+    return "schedule", None, (f"the schedule beats {best} (the best static K) at c={', '.join(map(str, beats))}"
+                              + ("" if all(ch.loc[c, "off_measured"] for c in off_bands) else
+                                 "; its K = 0 bands are unmeasured (no off arm)") + separate)
 
 
 def derive_schedule(chosen: pd.DataFrame, max_batch: int = DEFAULT_MAX_BATCH) -> list[list[int]]:
@@ -147,6 +217,8 @@ def policy_document(config: dict[str, Any], chosen: pd.DataFrame, *, source: str
         "rule": rule,
         "max_batch": max_batch,
         "created_at": utcnow(),
+        "deploy": chosen.attrs.get("deploy", "schedule"),
+        "claim": chosen.attrs.get("claim"),
         "levels": json.loads(chosen.to_json(orient="records")),
         "note": "batch size counts every scheduled request, prefills included; boundaries are the geometric "
                 "means of the measured levels around each switch",
@@ -198,9 +270,12 @@ def derive_policy(df: pd.DataFrame, *, workload: str | None = None, rule: str = 
         ok = ok[~ok["speculative"].astype(bool) | (ok["method"] == method)]
     if "condition" in ok.columns and ok["condition"].nunique() > 1:
         raise ScheduleError(f"the run has conditions {sorted(set(ok['condition']))}: derive from one of them")
+    offs = off_arms(ok)
     choice = k_choice(bootstrap_speedups(ok, n_boot=n_boot, seed=seed), ok)
+    choice["off"] = choice["arm"].isin(offs)
+    choice.loc[choice["off"], "k"] = 0
     chosen = choose_k(choice, rule)
-    spec_rows = ok[ok["speculative"].astype(bool)]
+    spec_rows = ok[ok["speculative"].astype(bool) & ~ok["arm"].isin(offs)]
     keep = chosen.loc[chosen["k"] > 0, "k"]
     k_ref = int(keep.max()) if len(keep) else int(pd.to_numeric(spec_rows["num_speculative_tokens"]).max())
     ref = spec_rows[pd.to_numeric(spec_rows["num_speculative_tokens"]) == k_ref].iloc[0]
@@ -212,7 +287,12 @@ def derive_policy(df: pd.DataFrame, *, workload: str | None = None, rule: str = 
         seqs = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--max-num-seqs"), None)
         max_batch = int(seqs) if seqs and seqs.isdigit() else DEFAULT_MAX_BATCH
     schedule = derive_schedule(chosen, max_batch)
-    config = policy_config(base, schedule)
+    deploy, static_arm, claim = deployable(choice, chosen)
+    if deploy == "static":
+        config = dict(read_ledger(spec_rows[spec_rows["arm"] == static_arm]["path"].iloc[0]).arm.speculative_config)
+    else:
+        config = policy_config(base, schedule)
+    chosen.attrs.update(deploy=deploy, claim=claim)
     doc = policy_document(config, chosen, source=source, workload=workload, rule=rule, max_batch=max_batch)
     return config, chosen, doc
 
@@ -224,10 +304,13 @@ def format_policy(config: dict[str, Any], chosen: pd.DataFrame, rule: str) -> st
     for r in chosen.itertuples(index=False):
         win = f"; K={r.k} wins in {r.win_share:.0%} of bootstrap replicates" if r.win_share is not None else ""
         lines.append(f"  c={r.concurrency}: K={r.k}  ({r.reason}{win})")
-    if all(k == 0 for _, _, k in config[SCHEDULE_KEY]):
+    claim = chosen.attrs.get("claim")
+    if chosen.attrs.get("deploy") == "none" or (SCHEDULE_KEY in config and all(k == 0 for _, _, k in config[SCHEDULE_KEY])):
         lines.append("no K pays with confidence at any measured concurrency: leave drafting off for this workload")
-    else:
-        lines.append("--speculative-config '" + json.dumps(config, separators=(", ", ": ")) + "'")
+        return "\n".join(lines)
+    if claim:
+        lines.append(claim)
+    lines.append("--speculative-config '" + json.dumps(config, separators=(", ", ": ")) + "'")
     return "\n".join(lines)
 
 

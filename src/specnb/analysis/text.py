@@ -275,13 +275,21 @@ def format_latency_table(t: pd.DataFrame) -> str:
 
 def _schedules(df: pd.DataFrame, n_boot: int, seed: int) -> str:
     """The K schedule per workload of a closed-loop run with drafter arms; empty otherwise."""
-    from specnb.analysis.schedule import ScheduleError, derive_policy, drafter_methods, format_policy
+    from specnb.analysis.schedule import (
+        ScheduleError,
+        derive_policy,
+        drafter_methods,
+        format_policy,
+        off_arms,
+    )
 
     if df.empty or not df["speculative"].astype(bool).any() or ("load_mode" in df.columns and (df["load_mode"] == "rate").all()):
         return ""
     if "condition" in df.columns and df["condition"].nunique() > 1:
         return ""
-    if any((cfg or {}).get("num_speculative_tokens_per_batch_size") for cfg in _arm_configs(df)):
+    offs = off_arms(df)  # drafter loaded, K = 0 everywhere: evidence for a derivation, not a schedule under test
+    if any((cfg or {}).get("num_speculative_tokens_per_batch_size")
+           for arm, cfg in _arm_configs(df) if arm not in offs):
         return ""  # a run that measures a schedule: the verdict is in its table, not a new schedule
     out = []
     for wl in sorted(set(df["workload"])):
@@ -297,11 +305,11 @@ def _schedules(df: pd.DataFrame, n_boot: int, seed: int) -> str:
     return "\n".join(out)
 
 
-def _arm_configs(df: pd.DataFrame) -> list[dict | None]:
+def _arm_configs(df: pd.DataFrame) -> list[tuple[str, dict | None]]:
     from specnb.ledger import read_ledger
 
     firsts = df.drop_duplicates("arm")
-    return [read_ledger(p).arm.speculative_config for p in firsts["path"]]
+    return [(arm, read_ledger(p).arm.speculative_config) for arm, p in zip(firsts["arm"], firsts["path"], strict=True)]
 
 
 def format_machine(df: pd.DataFrame) -> str:

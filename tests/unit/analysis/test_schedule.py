@@ -25,9 +25,10 @@ from tests.unit.factories import ledger
 LEVELS = [1, 2, 4, 8]
 
 
-def _k_sweep(tmp_path, speedups: dict[int, list[float]], factors=(0.98, 1.0, 1.02), eagle: dict | None = None):
+def _k_sweep(tmp_path, speedups: dict[int, list[float]], factors=(0.98, 1.0, 1.02), eagle: dict | None = None,
+             off: list[float] | None = None):
     """Baseline at 100 tok/s; arm k<K> at 100 x speedup[K][level] x the start's factor; ``eagle``
-    adds EAGLE-3 arms (e<K>) the same way."""
+    adds EAGLE-3 arms (e<K>) the same way; ``off`` an n-gram arm loaded with K = 0 at every batch size."""
     i = 0
     for r, f in enumerate(factors):
         for j, c in enumerate(LEVELS):
@@ -37,6 +38,13 @@ def _k_sweep(tmp_path, speedups: dict[int, list[float]], factors=(0.98, 1.0, 1.0
                 led = ledger(f"k{k}", c=c, r=r, tok_s=100.0 * sp[j] * f, mal=3.0)
                 led = led.model_copy(update={"arm": ArmRecord(name=f"k{k}", speculative_config={
                     "method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4})})
+                write_ledger(tmp_path / f"{i:03d}.json", led)
+                i += 1
+            if off is not None:
+                led = ledger("k0-sched", c=c, r=r, tok_s=100.0 * off[j] * f, mal=1.0)
+                led = led.model_copy(update={"arm": ArmRecord(name="k0-sched", speculative_config={
+                    "method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
+                    "num_speculative_tokens_per_batch_size": [[1, 256, 0]]})})
                 write_ledger(tmp_path / f"{i:03d}.json", led)
                 i += 1
             for k, sp in (eagle or {}).items():
@@ -95,13 +103,47 @@ def test_two_drafter_methods_give_one_schedule_each_never_one_methods_k_on_anoth
     e3, _, _ = derive_policy(df, n_boot=200, method="eagle3", max_batch=64)
     assert ngram["method"] == "ngram" and "model" not in ngram and ngram["num_speculative_tokens"] == 4
     assert e3["method"] == "eagle3" and e3["model"] == "/models/eagle3-head" and e3["num_speculative_tokens"] == 3
-    assert e3["num_speculative_tokens_per_batch_size"] == [[1, 64, 3]]  # pays everywhere
+    assert "num_speculative_tokens_per_batch_size" not in e3  # it pays everywhere: deployed as it is, static K=3
     with pytest.raises(ScheduleError, match="no drafter arm with method 'mtp'"):
         derive_policy(df, n_boot=200, method="mtp")
     from specnb.analysis.text import format_report
 
     text = format_report(df, n_boot=200)  # the report derives one schedule per method
     assert "(eagle3):" in text and "(ngram):" in text and '"method": "eagle3"' in text
+
+
+def test_without_an_off_arm_a_schedule_that_turns_drafting_off_where_a_static_k_may_pay_is_not_deployed(tmp_path):
+    # the committed CPU case: K=8 pays at c=1..4 and is undecided at c=8; the lower-bound rule
+    # turns drafting off at c=8, but K = 0 inside a schedule was never measured (it measured
+    # 0.77x-0.82x in the policy run): the answer is the static K, with why
+    df = _k_sweep(tmp_path, {8: [1.80, 1.75, 1.80, 1.30]}, factors=(0.7, 1.0, 1.3))
+    config, chosen, doc = derive_policy(df, n_boot=300, max_batch=64)
+    assert chosen.set_index("concurrency")["k"].to_dict()[8] == 0 and not chosen["off_measured"].any()
+    assert chosen.attrs["deploy"] == "static" and "num_speculative_tokens_per_batch_size" not in config
+    assert config["num_speculative_tokens"] == 8
+    assert "no arm measuring K = 0 inside a schedule" in chosen.attrs["claim"]
+    assert json.loads(doc)["deploy"] == "static"
+
+
+def test_an_off_arm_that_costs_more_than_the_baseline_is_what_k_is_compared_with(tmp_path):
+    # K=4 wins at low concurrency and falls below 1 at c=8; K=1 holds 0.97x there; drafting off
+    # inside a schedule costs 0.85x: the schedule keeps K=1 at c=8 (it beats off, though not the
+    # baseline), and says that traffic is better served without a drafter
+    df = _k_sweep(tmp_path, {1: [1.20, 1.15, 1.05, 0.97], 4: [1.50, 1.30, 0.96, 0.80]},
+                  off=[0.85, 0.85, 0.85, 0.85])
+    config, chosen, _ = derive_policy(df, n_boot=300, max_batch=64)
+    assert chosen.set_index("concurrency")["k"].to_dict() == {1: 4, 2: 4, 4: 1, 8: 1}
+    assert chosen["off_measured"].all() and "K=0 in a schedule (k0-sched, measured 0.85x)" in chosen["reason"].iloc[3]
+    assert chosen.attrs["deploy"] == "schedule"
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 2, 4], [3, 64, 1]]
+    assert "beats k4 (the best static K)" in chosen.attrs["claim"] and "c=8 no drafter config beats the baseline" in chosen.attrs["claim"]
+
+
+def test_with_a_cheap_off_arm_the_schedule_switches_off_where_every_k_loses(tmp_path):
+    df = _k_sweep(tmp_path, SWEEP, off=[0.99, 0.99, 0.99, 0.99])
+    config, chosen, _ = derive_policy(df, n_boot=300, max_batch=64)
+    assert chosen.set_index("concurrency")["k"].to_dict() == {1: 4, 2: 4, 4: 1, 8: 0}
+    assert chosen.attrs["deploy"] == "schedule" and config["num_speculative_tokens_per_batch_size"][-1] == [6, 64, 0]
 
 
 @pytest.mark.parametrize("bad, needle", [

@@ -2,7 +2,7 @@
 installed), and no target installs the CPU extra, repairs or shims over a real ``vllm``, or
 builds the CPU models there; no CPU environment variable reaches a server it launches. A
 GPU-like venv is a folder with a ``vllm`` distribution without ``+cpu`` (no GPU, no real vLLM
-needed): ``make -n`` shows what every target would run."""
+needed): ``make -n -B`` shows every step a target would run, made or not."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _venv(tmp: Path, *, engine: str | None = None, dists: tuple[str, ...] = ()) 
 
 def _plan(venv: Path, *targets: str, **variables: str) -> str:
     args = [f"{k}={v}" for k, v in variables.items()]
-    out = subprocess.run(["make", "-n", "-C", str(paths.ROOT), f"VENV={venv}", *args, *targets],
+    out = subprocess.run(["make", "-n", "-B", "-C", str(paths.ROOT), f"VENV={venv}", *args, *targets],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout
