@@ -112,8 +112,9 @@ def choose_k(choice: pd.DataFrame, rule: str = "lower_bound") -> pd.DataFrame:
             k, why = int(best["k"]), f"{best['arm']} pays: {best['speedup']:.2f}x > {against} (point estimate)"
         else:
             k, why = 0, (f"best K={int(best['k'])} ({best['speedup']:.2f}x, interval {best['speedup_lo']:.2f}-"
-                         f"{best['speedup_hi']:.2f}) does not clear {against}" if rule == "lower_bound" else
-                         f"no K beats {against} (best {best['speedup']:.2f}x)")
+                         f"{best['speedup_hi']:.2f}) does not clear {against if off is not None else '1.0'}"
+                         if rule == "lower_bound" else
+                         f"no K beats {against if off is not None else 'the baseline'} (best {best['speedup']:.2f}x)")
         won = best if k > 0 else off
         rows.append({"level": float(level), "concurrency": int(g["concurrency"].iloc[0]), "k": k, "reason": why,
                      "win_share": float(g.loc[g["k"] == k, "win_share"].max()) if (g["k"] == k).any() else None,
