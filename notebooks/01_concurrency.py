@@ -83,7 +83,7 @@ from specnb.analysis.latency import (
     latency_by_rate,
     latency_threshold,
 )
-from specnb.analysis.schedule import derive_policy, format_policy
+from specnb.analysis.schedule import derive_policies, format_policy
 from specnb.figures import arm_colors, panels
 from specnb.figures import published as seeds
 from specnb.ledger import PLAIN_CONDITION, load_spec_by_category
@@ -197,8 +197,8 @@ if stops:
     display(Markdown("```\n" + "\n".join(stops) + "\n```"))
 display(Markdown("```\n" + lossless_summary(lossless(nb.df)) + "\n```"))
 for wl in sorted(set(nb.df.workload)):
-    config, chosen, _ = derive_policy(nb.df, workload=wl)
-    display(Markdown(f"**{wl}**\n```\n" + format_policy(config, chosen, "lower_bound") + "\n```"))
+    for label, config, chosen in derive_policies(nb.df, wl):  # one schedule per drafter method
+        display(Markdown(f"**{label}**\n```\n" + format_policy(config, chosen, "lower_bound") + "\n```"))
 
 # %% [markdown]
 # ## By prompt category, and on your traffic mix

@@ -54,7 +54,7 @@ from IPython.display import Markdown, display
 
 from specnb.analysis import bootstrap_speedups
 from specnb.analysis.proposal import acceptance_vs_model, k_choice, k_model
-from specnb.analysis.schedule import choose_k, derive_policy, format_policy
+from specnb.analysis.schedule import choose_k, derive_policies, format_policy
 from specnb.figures import arm_colors, panels
 from specnb.notebooks import open_axis
 
@@ -138,8 +138,8 @@ model_table.round(3)
 
 # %%
 for wl in sorted(set(nb.df.workload)):
-    config, chosen, _ = derive_policy(nb.df, workload=wl, rule=rule)
-    display(Markdown(f"**{wl}**\n```\n" + format_policy(config, chosen, rule) + "\n```"))
+    for label, config, chosen in derive_policies(nb.df, wl, rule=rule):  # one schedule per drafter method
+        display(Markdown(f"**{label}**\n```\n" + format_policy(config, chosen, rule) + "\n```"))
 choose_k(choice[choice.workload == sorted(set(nb.df.workload))[0]], rule)
 
 # %% [markdown]

@@ -61,7 +61,7 @@ from specnb.analysis.schedule import boundary_levels, policy_check, policy_file_
 from specnb.figures import arm_colors, panels
 from specnb.notebooks import open_axis
 
-policy = policy_file_for(policy_from, policy_workload, rule, ledger_root)
+policy = policy_file_for(policy_from, policy_workload, rule, ledger_root, method=drafters["always-on"].get("method"))
 levels = boundary_levels(policy, concurrency)
 nb = open_axis("policy", {**globals(), "drafters": {**drafters, "policy": {"policy_file": str(policy)}},
                           "concurrency": levels})

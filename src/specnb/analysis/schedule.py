@@ -37,7 +37,7 @@ from specnb.ledger.names import Status
 
 __all__ = ["ScheduleError", "SCHEDULE_KEY", "RULES", "check_schedule", "choose_k", "derive_schedule",
            "policy_config", "policy_document", "k_at", "derive_policy", "drafter_methods", "off_arms", "deployable", "format_policy", "policy_check",
-           "policy_file_for", "boundary_levels"]
+           "policy_file_for", "boundary_levels", "derive_policies"]
 
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 RULES = ("lower_bound", "point")
@@ -98,6 +98,7 @@ def choose_k(choice: pd.DataFrame, rule: str = "lower_bound") -> pd.DataFrame:
     rows = []
     for level, g in choice.groupby("level", sort=True):
         offs = g[g["off"].astype(bool)] if "off" in g.columns else g.iloc[0:0]
+        offs = offs[offs["speedup"].notna()]
         off = offs.loc[offs["speedup"].idxmax()] if len(offs) else None
         drafters = g[(g["k"] > 0) & ~(g["off"].astype(bool) if "off" in g.columns else False)]
         best = drafters.loc[drafters["speedup"].idxmax()] if len(drafters) else None
@@ -348,11 +349,31 @@ def policy_check(table: pd.DataFrame, df: pd.DataFrame, *, policy: str, always_o
     return pd.DataFrame(out)
 
 
-def policy_file_for(source: str, workload: str, rule: str = "lower_bound", root: str | None = None) -> Path:
+def derive_policies(df: pd.DataFrame, workload: str, **kw: Any) -> list[tuple[str, dict[str, Any], pd.DataFrame]]:
+    """(label, config, chosen) per drafter method of a workload: one schedule per method, labelled
+    ``"<workload> (<method>)"`` where the run has several, else ``"<workload>"``."""
+    methods = drafter_methods(usable_rows(df, workload))
+    out = []
+    for method in methods or [None]:
+        config, chosen, _ = derive_policy(df, workload=workload, method=method, **kw)
+        out.append((f"{workload} ({method})" if len(methods) > 1 else workload, config, chosen))
+    return out
+
+
+def usable_rows(df: pd.DataFrame, workload: str) -> pd.DataFrame:
+    from specnb.analysis.pairing import usable
+
+    ok = usable(df)
+    return ok[ok["workload"] == workload] if len(ok) else ok
+
+
+def policy_file_for(source: str, workload: str, rule: str = "lower_bound", root: str | None = None,
+                    method: str | None = None) -> Path:
     """The policy to measure: ``source`` is a policy JSON file, a run folder, or ``"<axis>/<study>"``
     (its newest run). A policy derived from a run is written once beside it
-    (``policy-<workload>-<rule>.json``) and read from there afterwards, so a notebook re-run
-    measures and draws the same schedule."""
+    (``policy-<workload>-<rule>[-<method>].json``; the method where the run has several drafter
+    methods) and read from there afterwards, so a notebook re-run measures and draws the same
+    schedule."""
     from specnb.ledger import load_ledgers, write_once
     from specnb.ledger.runs import find_run
 
@@ -368,10 +389,16 @@ def policy_file_for(source: str, workload: str, rule: str = "lower_bound", root:
         if not study:
             raise ScheduleError(f"policy source {source!r}: give a policy .json, a run folder or '<axis>/<study>'")
         run = find_run(axis, study, "", root)
-    out = run / f"policy-{workload.replace('/', '_').replace(':', '-')}-{rule}.json"
-    if out.is_file():
-        return out
-    _, _, doc = derive_policy(load_ledgers(run), workload=workload, rule=rule, source=str(run))
+    stem = f"policy-{workload.replace('/', '_').replace(':', '-')}-{rule}"
+    plain, by_method = run / f"{stem}.json", run / f"{stem}-{method}.json"
+    if method is not None and by_method.is_file():
+        return by_method
+    if plain.is_file():
+        return plain
+    df = load_ledgers(run)
+    several = len(drafter_methods(usable_rows(df, workload))) > 1
+    out = by_method if method is not None and several else plain
+    _, _, doc = derive_policy(df, workload=workload, rule=rule, source=str(run), method=method if several else None)
     write_once(out, doc.encode())
     return out
 

@@ -376,7 +376,8 @@ def format_refused(df: pd.DataFrame) -> str:
     lines = []
     for _, r in ref.drop_duplicates([c for c in (where, "arm") if c]).iterrows():
         label = f"{r[where]} / {r['arm']}" if where else r["arm"]
-        n = int(((ref["arm"] == r["arm"]) & ((ref[where] == r[where]) if where else True)).sum())
+        same = ref[(ref["arm"] == r["arm"]) & ((ref[where] == r[where]) if where else True)]
+        n = int(same["point_id"].nunique()) if "point_id" in same.columns else len(same)
         lines.append(f"{label}: {n} point(s) not measured: {r.get('error_message') or 'refused'}")
     return "\n".join(lines)
 

@@ -5,7 +5,7 @@
   a launched server gets;
 - :mod:`~specnb.engine.loadgen`: streaming OpenAI-compatible load at fixed concurrency;
 - :mod:`~specnb.engine.wire`: the load's HTTP/1.1 streams on raw connections, every read timed;
-- :mod:`~specnb.engine.workers`: one point's load over several client processes, one clock;
+- :mod:`~specnb.engine.clients`: one point's load over several client processes, one clock;
 - :mod:`~specnb.engine.metrics`: Prometheus ``/metrics`` snapshots, deltas and gauges;
 - :mod:`~specnb.engine.hostload`: how busy the rest of the machine was during a point;
 - :mod:`~specnb.engine.startup`: where a server's start-up time went, read from its log;

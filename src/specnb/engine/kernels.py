@@ -178,13 +178,17 @@ def _probe(isa: str, emulated: bool) -> KernelProbe | None:
     if out.returncode != 0:
         tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
         return KernelProbe(isa, emulated, ext, error=f"the kernel probe failed: {tail[:200]}")
-    d = json.loads(out.stdout.strip().splitlines()[-1])
+    try:
+        d = json.loads(out.stdout.strip().splitlines()[-1])
+        ops, linear = tuple(d["ops"]), dict(d["onednn_linear"])
+    except (IndexError, ValueError, KeyError, TypeError):
+        return KernelProbe(isa, emulated, ext, error=f"the kernel probe answered nothing readable: {out.stdout[-200:]!r}")
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(json.dumps(d))
     except OSError:
         pass  # a read-only checkout probes again next time
-    return KernelProbe(isa, emulated, ext, tuple(d["ops"]), d["onednn_linear"])
+    return KernelProbe(isa, emulated, ext, ops, linear)
 
 
 def checkpoint_scheme(folder: Path | str) -> tuple[str | None, str | None]:

@@ -179,7 +179,7 @@ class SlotPool:
         start_s = rec.start_s
         try:
             await asyncio.wait_for(conn.connect(), self.timeout_s)
-        except (OSError, TimeoutError) as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure to reconnect ends the request, never the loop
             rec.error = f"{type(exc).__name__}: {exc}"[:300]
             rec.end_s = wire.clock() - t0
             on_end(conn, rec)

@@ -11,12 +11,12 @@ one core (py-spy, c=64, aiohttp + line-by-line parsing): aiohttp's readline 24 %
   came; the end of a response is seen from its last 7 bytes (``0\\r\\n\\r\\n`` closing a
   chunked body) or from the byte count of a ``Content-Length`` body;
 * after the point, :func:`parse_response` de-chunks, splits SSE lines and feeds them to
-  :class:`~specnb.engine.loadgen.StreamParser`, the same parser (fields, digests, error texts)
+  :class:`~specnb.engine.records.StreamParser`, the same parser (fields, digests, error texts)
   as ever. A chunk's arrival time is that of the socket read that completed its ``data:``
   line: the instant the line was whole on this side, as a line reader would see it.
 
 The clock is ``time.monotonic`` (``CLOCK_MONOTONIC`` on Linux: one system-wide clock, so
-worker processes of one point share it; :mod:`specnb.engine.workers`).
+worker processes of one point share it; :mod:`specnb.engine.clients`).
 """
 
 from __future__ import annotations

@@ -102,13 +102,15 @@ def _launch_env(spec: SweepSpec, arm: Arm) -> dict[str, str]:
 
 
 def flag_value(args: Sequence[str], flag: str) -> str | None:
-    """The value of ``--flag VALUE`` or ``--flag=VALUE`` in server arguments (None: absent)."""
+    """The value of ``--flag VALUE`` or ``--flag=VALUE`` in server arguments, the last one given
+    (as vLLM's argument parser takes it: an arm's flag overrides the sweep's); None: absent."""
+    found = None
     for i, a in enumerate(args):
         if a == flag and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith(flag + "="):
-            return a.split("=", 1)[1]
-    return None
+            found = args[i + 1]
+        elif a.startswith(flag + "="):
+            found = a.split("=", 1)[1]
+    return found
 
 
 def _check_model(spec: SweepSpec) -> str | None:
@@ -227,10 +229,10 @@ def check_kernels(spec: SweepSpec, model: str | None,
     launched = [a for a in spec.arms if a.endpoint is None]
     if not launched or model is None:
         return refused, fallback, notes
-    kp = kp if kp is not None else probe_kernels(spec)
-    if kp is None:  # not the CPU build: nothing to ask
-        return refused, fallback, notes
     for arm in launched:
+        arm_kp = kp if kp is not None else kernels.probe(_launch_env(spec, arm))  # the arm's own environment
+        if arm_kp is None:  # not the CPU build: nothing to ask
+            continue
         args = [*spec.server_args, *arm.server_args]
         dtype = flag_value(args, "--dtype")
         checkpoints = [(model, "model")]
@@ -243,7 +245,7 @@ def check_kernels(spec: SweepSpec, model: str | None,
         for folder, what in checkpoints:
             if not Path(folder).is_dir():
                 continue  # a hub id: its config is the engine's to read
-            a = kernels.assess(folder, dtype, kp, what=what)
+            a = kernels.assess(folder, dtype, arm_kp, what=what)
             if a.refused and arm.name not in refused:
                 refused[arm.name] = f"arm {arm.name!r}: {a.refused}"
             if a.fallback and arm.name not in fallback:
@@ -279,7 +281,7 @@ def prepare(spec: SweepSpec, out_dir: Path | str | None = None) -> Prepared:
     _check_schedules(spec)
     check_engine_release(spec)  # after the schedule check: a schedule arm gets that one's message
     kp = probe_kernels(spec)
-    refused, fallback, kernel_notes = check_kernels(spec, model, kp)
+    refused, fallback, kernel_notes = check_kernels(spec, model)  # each arm probed in its own environment
     for name, more in kernel_notes.items():
         notes[name] = [*notes.get(name, []), *more]
     check_endpoints(spec)  # the network, after every local check

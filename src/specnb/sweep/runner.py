@@ -71,6 +71,7 @@ from specnb.engine.server import Endpoint, EngineDiedError, ServerError, VllmSer
 from specnb.engine.startup import startup_breakdown
 from specnb.engine.vllm import engine_supports_flag
 from specnb.ledger import (
+    REFUSED_ERROR,
     Flag,
     LoadMode,
     Provenance,
@@ -441,9 +442,10 @@ class _SweepRun:
         server_rec: ServerRecord | None = None
         server: VllmServer | None = None
         started = utcnow()
-        if arm.name in self.refused:  # this build cannot serve it here: a failure record each, no server
+        if arm.name in self.refused:  # this build cannot serve it here: a failure record each, once; no server
             for pt in pending:
-                self.record_failure(pt, Unservable(self.refused[arm.name]), None, started, quiet=True)
+                if not self.refusal_recorded(pt):
+                    self.record_failure(pt, Unservable(self.refused[arm.name]), None, started, quiet=True)
             return
         self.bar.set_description(f"{self.spec.name} r{repeat} {arm.name}: starting server")
         log_path = self.out_dir / "logs" / f"{arm.name}-r{repeat:02d}.log"
@@ -452,10 +454,11 @@ class _SweepRun:
             with _open_endpoint(self.spec, arm, self.model, log_path, self.clock, on_start) as (ep, server):
                 server_rec = self.server_record(ep, server)
                 with self.clock.phase(Phase.SIZING):
-                    self.size_panels(ep, pending)
+                    self.size_panels(ep, pending, server)
+                since = len(server.start_log()) if server is not None else 0
                 with self.clock.phase(Phase.WARMUP):
                     warm = _run_async(_warmup(ep, self.spec, next(iter(self.workloads.values()))))
-                _check_engine(warm, server)
+                _check_engine(warm, server, since)
                 for pt in pending:
                     if server is not None and not server.alive():  # died between points
                         ep, server_rec = self.restart(server, f"before {pt.point_id}", arm, repeat)
@@ -481,7 +484,20 @@ class _SweepRun:
         return ServerRecord(**ep.describe(),
                             startup_decisions=startup_decisions(server.start_log()) if server is not None else None)
 
-    def size_panels(self, ep: Endpoint, pending: list[_Point]) -> None:
+    def refusal_recorded(self, pt: _Point) -> bool:
+        """Whether a point already has its refusal on record (a resume or a study's next repeat
+        must not write it again: the reason has not changed)."""
+        p = self.path(pt)
+        for f in p.parent.glob(f"{p.stem}.failed-*.json"):
+            try:
+                led = read_ledger(f)
+            except LedgerError:
+                continue
+            if led.failure is not None and led.failure.error_type == REFUSED_ERROR:
+                return True
+        return False
+
+    def size_panels(self, ep: Endpoint, pending: list[_Point], server: VllmServer | None = None) -> None:
         """Measure output tokens per request on each workload's panel once per run (at its first
         server start), so every point of the run is sized from the same number; kept in
         ``sizing/<workload>.json``, write-once."""
@@ -495,6 +511,7 @@ class _SweepRun:
             pl = _run_async(_panel_once(ep, self.spec, panel))
             ok = [r.output_tokens for r in pl.records if r.ok]
             if not ok:
+                _check_engine(pl, server, since=0)  # a dead engine says why
                 raise ServerError(f"no request of the {name} panel succeeded while sizing points")
             tpr = sum(ok) / len(ok)
             doc = {"kind": "sizing", "workload": name, "tokens_per_request": tpr, "requests": len(ok), "measured_at": utcnow(),
@@ -555,12 +572,14 @@ class _SweepRun:
         try:
             reset = ep.reset_prefix_cache() if spec.reset_prefix_cache else None
             host = HostLoad(server.pid if server is not None else None)
+            since = len(server.start_log()) if server is not None else 0  # a cause must be this point's
             pl, before, after, sampler = _run_async(
                 _measure(ep, spec, self.panels[pt.workload.name], pt, n, tick))
             pl.host_other_cpu_cores = host.other_cores()
             log = server.start_log() if server is not None else ""
             led = measured_ledger(self.spec, pt.arm, self.in_flight(pt), self.common(pt), server_rec, reset, pl,
-                                  before, after, sampler, started, fallback=FALLBACK_LOG_LINE in log, engine_log=log)
+                                  before, after, sampler, started, fallback=FALLBACK_LOG_LINE in log,
+                                  engine_log=log[since:])
         except Exception as exc:  # noqa: BLE001 - recorded as a failure, the sweep goes on
             self.record_failure(pt, exc, server_rec, started, server.log_tail() if server else None,
                                 unticked=n - ticks)
@@ -642,12 +661,13 @@ def _failed_path(p: Path) -> Path:
     return p.with_name(f"{p.stem}.failed-{stamp}.json")
 
 
-def _check_engine(warm: loadgen.PointLoad | None, server: VllmServer | None) -> None:
-    """A launched server whose warmup requests all failed, with an engine error in its log, has
-    a dead engine: say why in one line instead of measuring a point of HTTP 500s."""
+def _check_engine(warm: loadgen.PointLoad | None, server: VllmServer | None, since: int = 0) -> None:
+    """A launched server whose requests (warmup, sizing) all failed, with an engine error logged
+    since they began (``since``: an offset in the start's log), has a dead engine: say why in one
+    line instead of measuring a point of HTTP 500s."""
     if warm is None or server is None or any(r.ok for r in warm.records):
         return
-    cause = engine_cause(server.start_log())
+    cause = engine_cause(server.start_log()[since:])
     if cause:
         raise EngineDiedError(f"the engine died at its first requests: {cause} "
                               f"(server log {paths.portable(str(server.log_path))})")

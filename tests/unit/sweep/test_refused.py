@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import json
+from pathlib import Path
 
 import pytest
 
@@ -125,3 +126,49 @@ def test_an_engine_that_dies_during_a_point_names_the_cause_not_a_bare_http_500(
     assert first.failure.error_type in ("EngineDied", "ServerStartError", "EngineDiedError")
     msgs = " ".join(read_ledger(p).failure.message for p in out.failed)
     assert "the engine failed: AttributeError: '_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'" in msgs
+
+
+def test_a_refusal_is_recorded_once_however_many_repeats_or_resumes(fake_vllm, avx2, tmp_path):
+    st = study(fake_vllm, tmp_path, repeats=2)
+    folder, _ = st.run(root=tmp_path / "ledgers", progress=False)
+    assert len(list((folder / "w4a16").rglob("*.failed-*.json"))) == 4  # 2 arms x 2 repeats, once each
+    st.run(root=tmp_path / "ledgers", run=folder.name, progress=False)  # resume: nothing new to say
+    assert len(list((folder / "w4a16").rglob("*.failed-*.json"))) == 4
+    assert "w4a16 / baseline: 2 point(s) not measured" in format_report(load_ledgers(folder), n_boot=50)
+
+
+def test_an_engine_that_dies_while_the_panel_is_sized_says_why(fake_vllm, tmp_path):
+    spec = _dead_spec(fake_vllm, 0).model_copy(update={"work_floor_tokens": 40})
+    out = run_sweep(spec, tmp_path, progress=False, echo=QUIET)
+    assert out.failed and not out.written
+    f = read_ledger(out.failed[0]).failure
+    assert f.error_type == "EngineDiedError" and "cpu_gemm_wna16" in f.message
+
+
+def test_the_last_dtype_given_is_the_one_assessed(fake_vllm, avx2, tmp_path):
+    from specnb.sweep.preflight import check_kernels, flag_value
+
+    assert flag_value(["--dtype", "bfloat16", "--max-model-len", "2", "--dtype=float32"], "--dtype") == "float32"
+    cfg = json.loads((fake_vllm.model / "config.json").read_text())
+    (fake_vllm.model / "config.json").write_text(json.dumps({**cfg, "torch_dtype": "bfloat16"}))
+    spec = SweepSpec.parse(dict(name="d", model=str(fake_vllm.model), workloads=["copy"], concurrency=[1],
+                                server_args=["--dtype", "bfloat16"],
+                                arms=[{"name": "baseline"}, {"name": "fp32", "server_args": ["--dtype", "float32"],
+                                                             "speculative_config": {"method": "ngram",
+                                                                                    "num_speculative_tokens": 2}}]))
+    _, fallback, _ = check_kernels(spec, str(fake_vllm.model))
+    assert set(fallback) == {"baseline"}  # the arm's own --dtype float32 has a oneDNN kernel
+
+
+def test_a_probe_that_answers_nothing_readable_refuses_nothing(monkeypatch):
+    import subprocess
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout="", stderr=""))
+    monkeypatch.setattr(kernels, "_cache_file", lambda *a: Path("/nonexistent/kernels.json"))
+    kernels._probe.cache_clear()
+    try:
+        kp = kernels.probe({kernels.EMULATE_ENV: "avx2"})
+    finally:
+        kernels._probe.cache_clear()
+    if kp is not None:  # None: not the CPU build of vLLM, nothing asked
+        assert kp.error and "nothing readable" in kp.error
