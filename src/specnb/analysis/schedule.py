@@ -15,8 +15,12 @@ geometric mean: levels 2 and 4 with K = 4 and 0 give ``[1, 2, 4], [3, max, 0]``.
 ranges with the same K merge; the last range runs to ``max_batch``.
 
 **Batch size is not concurrency**: a closed loop at concurrency c schedules at most c requests
-in a step (fewer while some wait for their next request to arrive), so the mapping is an upper
-bound; the gauges in the ledgers (``num_requests_running_mean``) say what the batch really was.
+in a step (fewer while some wait for their next request to arrive). Boundaries are placed in the
+scheduler's units: each level is mapped to the batch the server really ran there (the mean of
+the ``num_requests_running`` gauge over the point, prefills included, as vLLM counts them; from
+the arm whose K the level keeps), and a boundary is the geometric mean of the two measured
+batches around a switch; the mapping is printed with the schedule. A level without the gauge
+falls back to its concurrency.
 """
 
 from __future__ import annotations
@@ -33,11 +37,12 @@ import pandas as pd
 from specnb import paths
 from specnb.errors import SpecnbError
 from specnb.ledger import utcnow
-from specnb.ledger.names import Status
+from specnb.ledger.names import BASELINE, Status
 
 __all__ = ["ScheduleError", "SCHEDULE_KEY", "RULES", "check_schedule", "choose_k", "derive_schedule",
            "policy_config", "policy_document", "k_at", "derive_policy", "drafter_methods", "off_arms", "deployable", "format_policy", "policy_check",
-           "policy_file_for", "boundary_levels", "derive_policies"]
+           "policy_file_for", "boundary_levels", "derive_policies", "batch_of", "measured_batch",
+           "best_static_arm"]
 
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 RULES = ("lower_bound", "point")
@@ -118,6 +123,8 @@ def choose_k(choice: pd.DataFrame, rule: str = "lower_bound") -> pd.DataFrame:
                          f"no K beats {against if off is not None else 'the baseline'} (best {best['speedup']:.2f}x)")
         won = best if k > 0 else off
         rows.append({"level": float(level), "concurrency": int(g["concurrency"].iloc[0]), "k": k, "reason": why,
+                     # the arm whose measurement this level's choice rests on (the baseline's: K = 0, no off arm)
+                     "arm": str(won["arm"]) if won is not None else BASELINE,
                      "win_share": float(g.loc[g["k"] == k, "win_share"].max()) if (g["k"] == k).any() else None,
                      # what the schedule is expected to give here (K = 0 without an off arm: unmeasured)
                      "speedup": None if won is None else float(won["speedup"]),
@@ -149,11 +156,9 @@ def deployable(choice: pd.DataFrame, chosen: pd.DataFrame) -> tuple[str, str | N
     that traffic is better served from an endpoint without a drafter."""
     static = choice[(choice["k"] > 0) & ~(choice["off"].astype(bool) if "off" in choice.columns else False)]
     levels = sorted(chosen["concurrency"])
-    full = [a for a, g in static.groupby("arm") if sorted(g["concurrency"]) == levels]
     if chosen["k"].eq(0).all() and not (chosen["speedup"].fillna(0) > 1).any():
         return "none", None, "no K pays with confidence at any measured concurrency: leave drafting off for this workload"
-    geo = {a: float(np.exp(np.log(static[static["arm"] == a]["speedup"].clip(lower=1e-9)).mean())) for a in full}
-    best = max(geo, key=geo.get) if geo else None
+    best = best_static_arm(choice, levels)
     sb = static[static["arm"] == best].set_index("concurrency") if best else None
     lose = [c for c in levels if sb is not None and sb.loc[c, "speedup_hi"] < 1.0
             and not (chosen.set_index("concurrency").loc[c, "speedup_lo"] or 0) > 1.0]
@@ -179,23 +184,60 @@ def deployable(choice: pd.DataFrame, chosen: pd.DataFrame) -> tuple[str, str | N
                                  "; its K = 0 bands are unmeasured (no off arm)") + separate)
 
 
+def best_static_arm(choice: pd.DataFrame, levels: Sequence[int]) -> str | None:
+    """The static K arm (drafter on at one K everywhere) measured at every level with the highest
+    geometric-mean speedup over them, or None."""
+    static = choice[(choice["k"] > 0) & ~(choice["off"].astype(bool) if "off" in choice.columns else False)]
+    full = [a for a, g in static.groupby("arm") if sorted(g["concurrency"]) == sorted(levels)]
+    geo = {a: float(np.exp(np.log(static[static["arm"] == a]["speedup"].clip(lower=1e-9)).mean())) for a in full}
+    return max(geo, key=geo.get) if geo else None
+
+
 def derive_schedule(chosen: pd.DataFrame, max_batch: int = DEFAULT_MAX_BATCH) -> list[list[int]]:
-    """Batch-size ranges from the K chosen per level: boundaries at the geometric mean of two
-    measured levels whose K differ, equal neighbours merged, the last range to ``max_batch``."""
-    pts = chosen.sort_values("concurrency")[["concurrency", "k"]].astype(int).values.tolist()
+    """Batch-size ranges from the K chosen per level: boundaries at the geometric mean of the two
+    measured batches around a switch (``batch``, the running requests the server really had at
+    each level; the concurrency where a level has none), equal neighbours merged, the last range
+    to ``max_batch``."""
+    order = chosen.sort_values("concurrency")
+    pts = order[["concurrency", "k"]].astype(int).values.tolist()
     if not pts:
         raise ScheduleError("no levels to derive a schedule from")
     if max_batch < pts[-1][0]:
         raise ScheduleError(f"max_batch {max_batch} is below the largest measured level {pts[-1][0]}")
+    batch = batch_of(order)
     ranges: list[list[int]] = []
     lo = 1
-    for (c, k), nxt in zip(pts, [*pts[1:], None], strict=True):
-        hi = max_batch if nxt is None else max(c, math.floor(math.sqrt(c * nxt[0])))
+    for i, (c, k) in enumerate(pts):
+        nxt = pts[i + 1] if i + 1 < len(pts) else None
         if nxt is not None and nxt[1] == k:
             continue  # same K on both sides: no boundary here
+        if nxt is None:
+            hi = max_batch
+        else:
+            # below the next level's batch, at or above this one's (and never an empty range)
+            hi = math.floor(math.sqrt(batch[i] * batch[i + 1]))
+            hi = max(lo, min(hi, max(lo, math.ceil(batch[i + 1]) - 1)))
         ranges.append([lo, hi, k])
         lo = hi + 1
     return ranges
+
+
+def batch_of(chosen: pd.DataFrame) -> list[float]:
+    """Each level's batch (mean running requests), its concurrency where the gauge is missing."""
+    conc = chosen["concurrency"].astype(float)
+    if "batch" not in chosen.columns:
+        return conc.tolist()
+    b = pd.to_numeric(chosen["batch"], errors="coerce")
+    return [float(x) if pd.notna(x) and x > 0 else float(c) for x, c in zip(b, conc, strict=True)]
+
+
+def measured_batch(df: pd.DataFrame) -> dict[tuple[str, int], float]:
+    """(arm, concurrency) -> the mean of ``num_requests_running`` over its usable points."""
+    if df.empty or "num_requests_running_mean" not in df.columns:
+        return {}
+    runs = pd.to_numeric(df["num_requests_running_mean"], errors="coerce")
+    g = runs.groupby([df["arm"].astype(str), df["concurrency"].astype(int)]).mean().dropna()
+    return {(str(a), int(c)): float(v) for (a, c), v in g.items()}
 
 
 def policy_config(base: dict[str, Any], schedule: list[list[int]]) -> dict[str, Any]:
@@ -221,9 +263,11 @@ def policy_document(config: dict[str, Any], chosen: pd.DataFrame, *, source: str
         "created_at": utcnow(),
         "deploy": chosen.attrs.get("deploy", "schedule"),
         "claim": chosen.attrs.get("claim"),
+        "static_arm": chosen.attrs.get("static_arm"),
         "levels": json.loads(chosen.to_json(orient="records")),
-        "note": "batch size counts every scheduled request, prefills included; boundaries are the geometric "
-                "means of the measured levels around each switch",
+        "note": "batch size counts every scheduled request, prefills included; each level's batch is the mean "
+                "of num_requests_running it ran (levels[].batch); boundaries are the geometric means of the "
+                "measured batches around each switch",
     }
     return json.dumps(doc, indent=2) + "\n"
 
@@ -277,6 +321,8 @@ def derive_policy(df: pd.DataFrame, *, workload: str | None = None, rule: str = 
     choice["off"] = choice["arm"].isin(offs)
     choice.loc[choice["off"], "k"] = 0
     chosen = choose_k(choice, rule)
+    batches = measured_batch(ok)
+    chosen["batch"] = [batches.get((a, int(c))) for a, c in zip(chosen["arm"], chosen["concurrency"], strict=True)]
     spec_rows = ok[ok["speculative"].astype(bool) & ~ok["arm"].isin(offs)]
     keep = chosen.loc[chosen["k"] > 0, "k"]
     k_ref = int(keep.max()) if len(keep) else int(pd.to_numeric(spec_rows["num_speculative_tokens"]).max())
@@ -294,7 +340,7 @@ def derive_policy(df: pd.DataFrame, *, workload: str | None = None, rule: str = 
         config = dict(read_ledger(spec_rows[spec_rows["arm"] == static_arm]["path"].iloc[0]).arm.speculative_config)
     else:
         config = policy_config(base, schedule)
-    chosen.attrs.update(deploy=deploy, claim=claim)
+    chosen.attrs.update(deploy=deploy, claim=claim, static_arm=best_static_arm(choice, sorted(chosen["concurrency"])))
     doc = policy_document(config, chosen, source=source, workload=workload, rule=rule, max_batch=max_batch)
     return config, chosen, doc
 
@@ -305,7 +351,9 @@ def format_policy(config: dict[str, Any], chosen: pd.DataFrame, rule: str) -> st
              + ("its speedup's 95% lower bound clears 1.0)" if rule == "lower_bound" else "its point estimate beats 1.0)")]
     for r in chosen.itertuples(index=False):
         win = f"; K={r.k} wins in {r.win_share:.0%} of bootstrap replicates" if r.win_share is not None else ""
-        lines.append(f"  c={r.concurrency}: K={r.k}  ({r.reason}{win})")
+        batch = getattr(r, "batch", None)
+        at = f" (batch {batch:.1f})" if batch is not None and pd.notna(batch) else ""
+        lines.append(f"  c={r.concurrency}{at}: K={r.k}  ({r.reason}{win})")
     claim = chosen.attrs.get("claim")
     if chosen.attrs.get("deploy") == "none" or (SCHEDULE_KEY in config and all(k == 0 for _, _, k in config[SCHEDULE_KEY])):
         lines.append("no K pays with confidence at any measured concurrency: leave drafting off for this workload")
@@ -342,7 +390,9 @@ def policy_check(table: pd.DataFrame, df: pd.DataFrame, *, policy: str, always_o
                     "k_scheduled": k_at(schedule, int(p["concurrency"])) if schedule else None,
                     "always_on": float(a["speedup"]), "policy": float(p["speedup"]),
                     "policy_lo": float(p["speedup_lo"]), "policy_hi": float(p["speedup_hi"]), "envelope": envelope,
+                    "static_lo": float(a["speedup_lo"]), "static_hi": float(a["speedup_hi"]),
                     "meets_envelope": bool(p["speedup_hi"] >= envelope),
+                    "policy_tok_s": float(p["spec_tok_s"]), "base_tok_s": float(p["base_tok_s"]),
                     "short_by": max(0.0, envelope - float(p["speedup"])),
                     "drafts_per_output_token": drafts / tokens if tokens else None,
                     "running_mean": pd.to_numeric(at.get("num_requests_running_mean"), errors="coerce").mean()})

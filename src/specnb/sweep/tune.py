@@ -1,0 +1,413 @@
+"""``specnb tune``: measure -> derive -> deploy -> verify, round after round, until the config
+specnb tells an operator to deploy is verified to win (or the report says where it does not).
+
+A tune run folder (``ledgers/tune/<name>/<run>/``)::
+
+    proposal/            the K sweep: baseline, one arm per K, and the off arm (drafter loaded,
+                         K = 0 at every batch size: what "off inside a schedule" costs)
+    round-01/            a sweep: baseline, static (the proposal's best static K), tuned (the candidate)
+    tune/candidate-01.json   the candidate, written before its round is measured (a policy file)
+    tune/round-01.json       the round's verdict, per-level check and what it changes next
+    ...
+    tune/result.json     the config to deploy and the claim it earned
+
+Every file is written once; a run that dies resumes with the same ``--out``: a written
+candidate is measured as it is, a finished round is read back, not measured again.
+
+The derivation (:func:`specnb.analysis.schedule.derive_policy`) compares each K against the
+better of the off arm and the best static K; each round measures the candidate on one run with
+the baseline and the best static K, at the proposal's levels and both sides of every switch, and
+:mod:`specnb.analysis.tune` gives its verdict and the next candidate. The loop stops when a
+candidate meets the envelope at every level, when the next candidate is one already measured
+(or the static config itself, already measured as ``static``), at ``max_rounds`` or after
+``budget_s``. Where no candidate verified, the static config is what is deployed, with the
+claim its own measurement in the last round supports.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from specnb.analysis.schedule import (
+    RULES,
+    SCHEDULE_KEY,
+    ScheduleError,
+    boundary_levels,
+    derive_policy,
+    off_arms,
+    policy_config,
+)
+from specnb.analysis.tables import summarize
+from specnb.analysis.tune import (
+    STATIC,
+    TUNED,
+    claim_text,
+    k_scheduled,
+    rederive,
+    round_check,
+    schedule_levels,
+)
+from specnb.errors import SpecnbError, first_error, read_toml
+from specnb.ledger import load_ledgers, read_ledger, utcnow, write_once
+from specnb.ledger.store import read_json
+from specnb.ledger.names import BASELINE
+from specnb.prompts.sources import resolve
+from specnb.sweep.preflight import flag_value
+from specnb.sweep.spec import SweepSpec
+
+__all__ = ["TuneError", "TuneSettings", "TuneSpec", "run_tune", "TuneOutcome"]
+
+ROUND_KIND = "tune_round"
+RESULT_KIND = "tune_result"
+
+
+class TuneError(SpecnbError):
+    """A tune that cannot start or go on; one line."""
+
+
+class TuneSettings(BaseModel):
+    """The ``[tune]`` table of a tune config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workload: str | None = Field(None, description="the workload the config is tuned for (needed when the "
+                                 "proposal has several)")
+    method: str | None = Field(None, description="the drafter method (needed when the proposal's arms use several)")
+    rule: Literal[RULES] = Field("lower_bound", description="how the first derivation keeps a K (specnb policy --rule)")
+    max_rounds: int = Field(3, ge=1, le=20, description="verification rounds at most")
+    budget_s: float | None = Field(None, gt=0, description="no new round once the tune has run this long")
+    round_repeats: int | None = Field(None, ge=1, description="server starts per arm in a round (default: the "
+                                      "proposal's repeats)")
+    off_arm: bool = Field(True, description="add the off arm (drafter loaded, K = 0 at every batch size) to "
+                          "the proposal when it has none")
+    proposal: str | None = Field(None, description="an existing proposal run folder to start from instead of "
+                                 "measuring one (its sweep.json gives the settings of the rounds)")
+    max_batch: int | None = Field(None, ge=1, description="end of the schedule's last range (default: "
+                                  "--max-num-seqs, else 256)")
+
+
+class TuneSpec(BaseModel):
+    """A proposal sweep and the tune settings."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    proposal: SweepSpec
+    settings: TuneSettings
+    proposal_dir: Path | None = None  # an existing proposal run (settings.proposal) or None: measure one
+
+    @classmethod
+    def from_toml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> TuneSpec:
+        data = read_toml(path, TuneError)
+        return cls.parse(data, overrides, where=str(path))
+
+    @classmethod
+    def parse(cls, data: dict[str, Any], overrides: dict[str, Any] | None = None, where: str = "tune") -> TuneSpec:
+        data = dict(data)
+        tune = dict(data.pop("tune", None) or {})
+        for key, value in (overrides or {}).items():
+            if key.startswith("tune."):
+                tune[key[5:]] = value
+            else:
+                data[key] = value
+        try:
+            settings = TuneSettings.model_validate(tune)
+        except ValidationError as exc:
+            raise TuneError(f"{where} [tune]: {first_error(exc, model=TuneSettings)}") from None
+        proposal_dir = None
+        if settings.proposal:
+            proposal_dir = Path(settings.proposal)
+            spec_doc = _sweep_json(proposal_dir)
+            data = {**spec_doc, **{k: v for k, v in data.items() if k in ("name", "repeats")}}
+        spec = SweepSpec.parse(data, where=where)
+        if spec.load != "concurrency":
+            raise TuneError(f"{where}: a schedule is tuned on closed-loop levels (concurrency), not on rates")
+        dp = flag_value([*spec.server_args, *(a for arm in spec.arms for a in arm.server_args)], "--data-parallel-size")
+        if dp is not None and dp.strip() != "1":
+            raise TuneError(f"{where}: vLLM turns a dynamic speculation schedule off under --data-parallel-size {dp} "
+                            "(vLLM #45963): tune on one engine, then deploy the schedule per engine")
+        if not any(a.speculative_config is None for a in spec.arms):
+            raise TuneError(f"{where}: the proposal needs the arm without a drafter ('{BASELINE}')")
+        drafters = [a for a in spec.arms if a.speculative_config is not None and not a.schedule]
+        if not drafters:
+            raise TuneError(f"{where}: the proposal needs at least one drafter arm with a fixed K")
+        methods = sorted({str(a.speculative_config.get("method")) for a in drafters})
+        if settings.method is None and len(methods) > 1:
+            raise TuneError(f"{where}: the proposal's drafter arms use {len(methods)} methods ({', '.join(methods)}): "
+                            "a schedule sets K for one drafter; set tune.method (one tune per method)")
+        if settings.method is not None and settings.method not in methods:
+            raise TuneError(f"{where}: tune.method {settings.method!r} is no drafter arm's method (they use {methods})")
+        if proposal_dir is None and settings.off_arm:
+            spec = _with_off_arm(spec, settings.method or methods[0], settings.max_batch)
+        return cls(proposal=spec, settings=settings, proposal_dir=proposal_dir)
+
+
+def _sweep_json(folder: Path) -> dict[str, Any]:
+    """The sweep definition of a proposal run: ``sweep.json`` in it or in its one condition folder."""
+    if not folder.is_dir():
+        raise TuneError(f"tune.proposal {str(folder)!r} is not a folder")
+    found = [folder / "sweep.json"] if (folder / "sweep.json").is_file() else sorted(folder.glob("*/sweep.json"))
+    if len(found) != 1:
+        raise TuneError(f"tune.proposal {str(folder)!r}: expected one sweep.json in it or in one condition folder, "
+                        f"found {len(found)}")
+    spec = read_json(found[0])["spec"]
+    return {k: v for k, v in spec.items() if k != "search"}
+
+
+def _max_batch(spec: SweepSpec, given: int | None) -> int:
+    if given:
+        return given
+    seqs = flag_value(spec.server_args, "--max-num-seqs")
+    return int(seqs) if seqs and seqs.isdigit() else 256
+
+
+def _with_off_arm(spec: SweepSpec, method: str, max_batch: int | None) -> SweepSpec:
+    """The proposal with an off arm for ``method`` (the largest-K arm's config with K = 0 at every
+    batch size) unless it already has one."""
+    arms = spec.arms
+    if any(a.schedule and all(int(r[2]) == 0 for r in a.speculative_config[SCHEDULE_KEY]) for a in arms):
+        return spec
+    same = [a for a in arms if a.speculative_config and not a.schedule
+            and a.speculative_config.get("method") == method]
+    top = max(same, key=lambda a: int(a.speculative_config.get("num_speculative_tokens", 1)))
+    cfg = {**top.speculative_config, SCHEDULE_KEY: [[1, _max_batch(spec, max_batch), 0]]}
+    off = top.model_copy(update={"name": f"{method}-off", "speculative_config": cfg})
+    data = spec.model_dump(mode="json")
+    data["arms"] = [*data["arms"], off.model_dump(mode="json")]
+    return SweepSpec.parse(data, where="tune proposal")
+
+
+class TuneOutcome(BaseModel):
+    folder: Path
+    result: dict[str, Any]
+    failed_points: list[str] = Field(default_factory=list)
+
+    def summary(self) -> str:
+        r = self.result
+        return (f"tune {self.folder}: {r['rounds']} round(s); deploy {r['deploy']}: "
+                f"--speculative-config '{json.dumps(r['speculative_config'])}'; {r['claim']}")
+
+
+def _workload_entry(spec: SweepSpec, name: str | None) -> tuple[str, Any]:
+    names = {resolve(w).name: w for w in spec.workloads}
+    if name is None:
+        if len(names) != 1:
+            raise TuneError(f"the proposal has workloads {sorted(names)}: name the one your traffic looks like "
+                            "(tune.workload)")
+        name = next(iter(names))
+    if name not in names:
+        raise TuneError(f"tune.workload {name!r} is not a workload of the proposal ({sorted(names)})")
+    return name, names[name]
+
+
+def _arm_with(spec: SweepSpec, cfg: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The proposal arm with this speculative config (its endpoint and own args are reused)."""
+    for a in spec.arms:
+        if a.speculative_config == cfg:
+            return a.model_dump(mode="json", exclude={"name"})
+    return None
+
+
+def _round_spec(prop: SweepSpec, n: int, workload: Any, levels: list[int], repeats: int,
+                static_cfg: dict[str, Any], candidate: Path, candidate_cfg: dict[str, Any]) -> SweepSpec:
+    data = prop.model_dump(mode="json")
+    base = _arm_with(prop, None) or {}
+    arms = [{**base, "name": BASELINE}]
+    if candidate_cfg != static_cfg:
+        arms.append({**(_arm_with(prop, static_cfg) or {}), "name": STATIC, "speculative_config": static_cfg})
+    tuned = _arm_with(prop, candidate_cfg) or {}
+    arms.append({**tuned, "name": TUNED, "speculative_config": {"policy_file": str(candidate)}})
+    data.update(name=f"{prop.name}-round-{n:02d}", arms=arms, concurrency=levels, repeats=repeats,
+                workloads=[workload], search=None,
+                parameters={**prop.parameters, "tune_round": n})
+    return SweepSpec.parse(data, where=f"tune round {n}")
+
+
+def _doc(kind: str, **kw: Any) -> bytes:
+    return (json.dumps({"kind": kind, **kw, "created_at": utcnow()}, indent=2, default=_plain) + "\n").encode()
+
+
+def _plain(v: Any) -> Any:
+    if hasattr(v, "item"):
+        return v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return str(v)
+
+
+def _records(df: Any) -> list[dict[str, Any]]:
+    return json.loads(df.to_json(orient="records"))
+
+
+def run_tune(spec: TuneSpec, out: Path | str, *, progress: bool = True,
+             echo: Callable[[str], None] | None = None) -> TuneOutcome:
+    """Run (or resume) a tune into ``out``."""
+    from specnb.sweep.runner import run_sweep  # the engine side, only when measuring
+
+    echo = echo or print
+    out = Path(out)
+    rec = out / "tune"
+    if (rec / "result.json").is_file():
+        result = read_json(rec / "result.json")
+        echo(f"{out} is finished (tune/result.json); nothing to measure")
+        return TuneOutcome(folder=out, result=result)
+    t0 = time.monotonic()
+    s = spec.settings
+    prop = spec.proposal
+    workload, entry = _workload_entry(prop, s.workload)
+    failed: list[str] = []
+    prop_dir = spec.proposal_dir or out / "proposal"
+    if spec.proposal_dir is None:
+        echo(f"tune: measuring the proposal ({', '.join(a.name for a in prop.arms)}) into {prop_dir}")
+        o = run_sweep(prop, prop_dir, progress=progress, echo=echo)
+        failed += [f"proposal: {p}" for p in o.failed_points]
+    pdf = load_ledgers(prop_dir)
+    try:
+        config, chosen, _ = derive_policy(pdf, workload=workload, rule=s.rule, max_batch=_max_batch(prop, s.max_batch),
+                                          source=str(prop_dir), method=s.method)
+    except ScheduleError as exc:
+        raise TuneError(f"the proposal {prop_dir}: {exc}") from None
+    static_arm = chosen.attrs.get("static_arm")
+    if static_arm is None:
+        raise TuneError(f"the proposal {prop_dir} has no drafter arm measured at every level: nothing to compare a "
+                        "schedule with")
+    ok = pdf[(pdf["arm"] == static_arm) & (pdf["status"] == "ok")]
+
+    static_cfg = dict(read_ledger(ok["path"].iloc[0]).arm.speculative_config)
+    static_k = int(static_cfg["num_speculative_tokens"])
+    max_batch = _max_batch(prop, s.max_batch)
+    levels = sorted(int(c) for c in chosen["concurrency"])
+    offs = sorted(off_arms(pdf[pdf["workload"] == workload]))
+    derivation = {"from": str(prop_dir), "static_arm": static_arm, "off_arms": offs,
+                  "levels": _records(chosen), "deploy": chosen.attrs.get("deploy"), "claim": chosen.attrs.get("claim")}
+    tried: list[dict[str, Any]] = []
+    rounds: list[dict[str, Any]] = []
+    actions: list[str] = [f"derived from the proposal ({chosen.attrs.get('deploy')}): {chosen.attrs.get('claim')}"]
+    stop = "max_rounds"
+    for n in range(1, s.max_rounds + 1):
+        round_file = rec / f"round-{n:02d}.json"
+        if round_file.is_file():  # finished before a resume: read, not measured again
+            done = read_json(round_file)
+            rounds.append(done)
+            tried.append(done["speculative_config"])
+            if done.get("next_config") is None:
+                stop = done.get("stop", "verified")
+                break
+            config = done["next_config"]
+            actions = done.get("actions", [])
+            continue
+        if s.budget_s is not None and time.monotonic() - t0 > s.budget_s and n > 1:
+            stop = "budget"
+            echo(f"tune: budget of {s.budget_s:.0f} s spent; no round {n}")
+            break
+        cand = rec / f"candidate-{n:02d}.json"
+        if cand.is_file():
+            config = read_json(cand)["speculative_config"]
+        else:
+            write_once(cand, _doc("policy", speculative_config=config, derived_from=str(prop_dir), workload=workload,
+                                  round=n, why=actions, derivation=derivation if n == 1 else None))
+        tried.append(config)
+        is_static = config == static_cfg
+        measured = boundary_levels(cand, levels)
+        repeats = s.round_repeats or prop.repeats
+        rspec = _round_spec(prop, n, entry, measured, repeats, static_cfg, cand, config)
+        echo(f"tune round {n}: {TUNED} --speculative-config '{json.dumps(config)}' against {BASELINE}"
+             + ("" if is_static else f" and {STATIC} (K={static_k})") + f" at c={measured}, {repeats} repeat(s)")
+        o = run_sweep(rspec, out / f"round-{n:02d}", progress=progress, echo=echo)
+        failed += [f"round {n}: {p}" for p in o.failed_points]
+        rdf = load_ledgers(out / f"round-{n:02d}")
+        table = summarize(rdf)
+        check = round_check(table, rdf, static=None if is_static else STATIC)
+        claim = claim_text(check, config, static_k, static_is_candidate=is_static)
+        verified = not check["short"].any()
+        doc: dict[str, Any] = {"round": n, "speculative_config": config, "static_config": static_cfg,
+                               "folder": f"round-{n:02d}", "levels": measured, "verified": verified, "claim": claim,
+                               "check": _records(check), "thrash": [int(c) for c in check.loc[check["thrash"], "concurrency"]]}
+        nxt = None
+        if verified:
+            stop = "verified"
+        else:
+            red = rederive(k_scheduled(check) or {c: static_k for c in measured}, check, static_k)
+            batch = {int(r.concurrency): r.running_mean for r in check.itertuples(index=False)}
+            ks = set(red.k.values())
+            if ks == {static_k}:
+                nxt = static_cfg
+            else:
+                nxt = policy_config(static_cfg, schedule_levels(red.k, batch, max_batch))
+            doc.update(actions=red.actions, unreachable=red.unreachable, noise=red.noise)
+            if any(nxt == t for t in tried) or (nxt == static_cfg and not is_static):
+                # the static config was measured in this very round (as static): nothing new to try
+                stop = "static" if nxt == static_cfg else "repeated"
+                nxt = None
+            actions = red.actions
+        doc.update(next_config=nxt, stop=stop if nxt is None else None)
+        write_once(round_file, _doc(ROUND_KIND, **doc))
+        rounds.append(json.loads(json.dumps(doc, default=_plain)))
+        echo(f"tune round {n}: {'verified' if verified else 'short'}: {claim}")
+        if nxt is None:
+            break
+        config = nxt
+    result = _result(out, rounds, static_cfg, static_k, stop, derivation)
+    write_once(rec / "result.json", _doc(RESULT_KIND, **result))
+    return TuneOutcome(folder=out, result=result, failed_points=failed)
+
+
+def _result(out: Path, rounds: list[dict[str, Any]], static_cfg: dict[str, Any], static_k: int, stop: str,
+            derivation: dict[str, Any]) -> dict[str, Any]:
+    """What to deploy: the verified candidate, else the static config with the claim its own
+    measurement in the last round earned."""
+    ver = [r for r in rounds if r["verified"]]
+    base = {"rounds": len(rounds), "stop": stop, "static_config": static_cfg, "derivation": derivation,
+            "history": [{"round": r["round"], "speculative_config": r["speculative_config"], "verified": r["verified"],
+                         "claim": r["claim"]} for r in rounds]}
+    if ver:
+        r = ver[-1]
+        deploy = "static" if r["speculative_config"] == static_cfg else "schedule"
+        return {**base, "deploy": deploy, "speculative_config": r["speculative_config"], "claim": r["claim"],
+                "verified": True, "verified_in": r["folder"]}
+    if not rounds:
+        return {**base, "deploy": "static", "speculative_config": static_cfg, "verified": False,
+                "claim": "no round was measured", "verified_in": None}
+    last = rounds[-1]
+    rdf = load_ledgers(out / last["folder"])
+    table = summarize(rdf)
+    arm = TUNED if last["speculative_config"] == static_cfg else STATIC
+    check = round_check(table, rdf, tuned=arm, static=None)
+    claim = claim_text(check, static_cfg, static_k, static_is_candidate=True)
+    why = ("no candidate schedule met the envelope at every level; the static config is deployed, as measured in "
+           f"{last['folder']}: ")
+    return {**base, "deploy": "static", "speculative_config": static_cfg, "verified": not check["short"].any(),
+            "claim": why + claim, "verified_in": last["folder"]}
+
+
+def tune_lines(folder: Path | str) -> list[str]:
+    """The report's lines for a tune run: each round's config and verdict, what it changed, and
+    the config to deploy with its claim."""
+    rec = Path(folder) / "tune"
+    if not rec.is_dir():
+        return []
+    lines = [f"tune run {folder}:"]
+    for f in sorted(rec.glob("round-*.json")):
+        r = read_json(f)
+        lines.append(f"  round {r['round']}: --speculative-config '{json.dumps(r['speculative_config'])}' "
+                     f"({'verified' if r['verified'] else 'short'})")
+        lines.append(f"    {r['claim']}")
+        for a in r.get("actions") or []:
+            lines.append(f"    next: {a}")
+        if r.get("thrash"):
+            lines.append(f"    thrash at c={', '.join(map(str, r['thrash']))}")
+    res = rec / "result.json"
+    if res.is_file():
+        r = read_json(res)
+        lines.append(f"deploy ({r['deploy']}, {'verified' if r['verified'] else 'not verified everywhere'} in "
+                     f"{r.get('verified_in')}): --speculative-config '{json.dumps(r['speculative_config'])}'")
+        lines.append(f"  claim: {r['claim']}")
+    else:
+        lines.append("no tune/result.json yet: the tune has not finished (rerun with the same --out to resume)")
+    return lines
