@@ -39,7 +39,7 @@ env = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # environment for every launch (CPU KV po
 drafters = {"always-on": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}}  # the drafter always on; the policy arm is added from policy_from
 policy_from = "proposal/cpu"  # the schedule to measure: a policy .json, a run folder, or <axis>/<study> (its newest run)
 policy_workload = "copy"  # the workload the schedule is derived for
-rule = "lower_bound"  # how the schedule keeps a K: where its lower bound clears 1.0 ("point": the estimate)
+rule = "lower_bound"  # how the schedule keeps a K: the best K or K = 0, whichever has the higher lower bound ("point": the estimates)
 conditions = {}  # condition name -> what it changes; empty: one condition
 workloads = ["copy"]  # bundled prompt sets or JSONL files
 concurrency = [1, 2, 4, 8]  # concurrency levels; both sides of every switch of the schedule are added
@@ -51,10 +51,12 @@ warmup_requests = 2  # per server start, not measured
 max_tokens = 64  # output tokens per request
 temperature = 0.0  # sampling temperature (0 is greedy)
 seed = 0  # sampling seed (per request: seed + prompt index)
+tune_study = "cpu"  # the last section draws the newest finished run under ledgers/tune/<tune_study>/ (`make tune`)
 
 # %%
 import json
 
+import pandas as pd
 from IPython.display import Markdown, display
 
 from specnb.analysis.schedule import boundary_levels, policy_check, policy_file_for
@@ -108,3 +110,55 @@ check.round(3)
 # %%
 check[["concurrency", "k_scheduled", "running_mean", "drafts_per_output_token", "always_on", "policy", "policy_lo",
        "policy_hi", "envelope", "meets_envelope"]].round(3)
+
+# %% [markdown]
+# ## Tuned: the loop closed (`make tune`)
+#
+# The run above measured one derived schedule once; where it fell short nothing learned from it.
+# `specnb tune` (`make tune`, `configs/cpu-tune.toml`) closes the loop: a proposal with the
+# baseline, every static K and the *off arm* (the drafter loaded, K = 0 at every batch size:
+# vLLM still runs the drafter there, so "off inside a schedule" has a cost of its own), a
+# derivation that compares each K with the better of the off arm and the best static K, then
+# rounds: the candidate measured against the baseline and the best static K at the proposal's
+# levels and both sides of every switch, re-derived where it falls short of the envelope or
+# thrashes, until a candidate is verified, the next one is a config already measured, or the
+# round budget is spent. Every round is written once (`tune/round-NN.json`).
+#
+# The figure: the proposal's curves (every static K and the K = 0 schedule, each against the
+# proposal's own baseline) and the deployed config with the static K it was measured beside
+# (against that round's baseline), and the envelope max(1, static K) of that round.
+
+# %%
+from specnb.analysis.tables import summarize
+from specnb.analysis.tune import tune_lines, tune_result
+from specnb.ledger import load_ledgers
+from specnb.paths import resolve
+
+tune_runs = sorted(p for p in (resolve(ledger_root) / "tune" / tune_study).glob("*")
+                   if tune_result(p) is not None) if (resolve(ledger_root) / "tune" / tune_study).is_dir() else []
+if not tune_runs:
+    display(Markdown(f"No finished tune run under `{ledger_root}/tune/{tune_study}/`: `make tune` measures one."))
+else:
+    tune_run = tune_runs[-1]
+    result = tune_result(tune_run)
+    rnd = result["verified_in"] or f"round-{result['rounds']:02d}"
+    last = summarize(load_ledgers(tune_run / rnd))
+    prop = summarize(load_ledgers(tune_run / "proposal"))
+    prop = prop[prop["workload"].isin(set(last["workload"]))]  # the workload the config is tuned for
+    curves = pd.concat([prop.assign(arm=prop["arm"] + " (proposal)"),
+                        last.assign(arm=last["arm"] + f" ({rnd})")], ignore_index=True)
+    tcolors = arm_colors(curves["arm"])
+    fig, axes = panels.new_figure(width=5.6, height=3.8)
+    ax = axes[0][0]
+    panels.speedup_curves(ax, curves, colors=tcolors, title=f"{policy_workload}: tuned ({result['deploy']})")
+    envelope = last[last["arm"] == ("static" if (last["arm"] == "static").any() else "tuned")]
+    ax.plot(envelope["concurrency"], envelope["speedup"].clip(lower=1.0), ls="--", color="0.3", lw=1.0,
+            label=f"envelope max(1, static K) ({rnd})")
+    ax.legend(loc="best", fontsize=7)
+    nb.save(fig, "tune-envelope", sources=[tune_run],
+            caption="The tune loop on copy-style work: every static K and the K = 0 schedule (the drafter loaded, "
+            "drafting off) from the proposal, and the deployed config beside the best static K from the round that "
+            "verified it; each against its own run's baseline; dashed: the envelope max(1, static K) of that round; "
+            "bands: 95 % bootstrap intervals.")
+    display(Markdown("\n".join(f"    {line}" for line in tune_lines(tune_run))))
+

@@ -81,7 +81,7 @@ def _load(out_dir: Path, skip_bad: bool, loader=load_ledgers, announce: bool = T
 
 def _print_tune(folder: Path, n_boot: int, seed: int, skip_bad: bool) -> int:
     """A tune run: its rounds and the config to deploy, then the paired table of its last round."""
-    from specnb.sweep.tune import tune_lines  # reads the tune's own records, no engine
+    from specnb.analysis.tune import tune_lines  # reads the tune's own records, no engine
 
     for line in tune_lines(folder):
         print(line)
@@ -196,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     po.add_argument("--method", help="the drafter method to schedule (needed when the run's arms use several, "
                     "e.g. ngram and eagle3: one schedule per method)")
     po.add_argument("--rule", choices=RULES, default="lower_bound",
-                    help="keep a K where its speedup's lower bound clears 1.0 (default) or its point estimate does")
+                    help="per level keep the best K or K = 0 (the off arm where measured, else the baseline), "
+                    "whichever has the higher 95%% lower bound (default) or point estimate")
     po.add_argument("--max-batch", type=int, default=None, help="end of the last range (default: the run's "
                     "--max-num-seqs, else 256)")
     po.add_argument("--out", type=Path, help="where to write the policy (default: <folder>/policy-<workload>.json)")

@@ -35,9 +35,13 @@ __all__ = ["k_of", "fit_alpha", "k_choice", "k_model", "acceptance_vs_model"]
 
 
 def k_of(df: pd.DataFrame) -> pd.Series:
-    """Each row's proposal length K (0 for the baseline)."""
+    """Each row's proposal length K (0 for the baseline, and for an off arm: the drafter loaded with
+    K = 0 at every batch size)."""
     k = pd.to_numeric(df.get("num_speculative_tokens"), errors="coerce")
-    return k.where(df["speculative"].astype(bool), 0).fillna(0).astype(int)
+    on = df["speculative"].astype(bool)
+    if "drafting_off" in df.columns:
+        on &= ~df["drafting_off"].fillna(False).astype(bool)
+    return k.where(on, 0).fillna(0).astype(int)
 
 
 def fit_alpha(per_position: list[float] | np.ndarray) -> float | None:

@@ -7,12 +7,16 @@ batch-size ranges ``[lo, hi, K]``, K = 0 turning drafting off for that range. Th
 picks K from the number of requests it schedules in a step, prefills included, with no
 hysteresis (vLLM issue #49548 reports throughput collapsing when K flips at a boundary).
 
-**The rule** (stated, and recorded in the policy): at each measured concurrency keep the best
-K only where its speedup's *lower* bound clears 1.0 (``rule = "lower_bound"``, the default: the
-drafter must pay with 95 % confidence to be switched on), else 0; ``rule = "point"`` uses the
-point estimates. Between two measured levels whose choices differ the boundary is their
-geometric mean: levels 2 and 4 with K = 4 and 0 give ``[1, 2, 4], [3, max, 0]``. Adjacent
-ranges with the same K merge; the last range runs to ``max_batch``.
+**The rule** (stated, and recorded in the policy): at each measured concurrency compare the
+best K with the K = 0 option, which is the run's off arm (the drafter loaded, K = 0 at every
+batch size: what "off" inside a schedule really costs) where it has one, else the baseline;
+``rule = "lower_bound"`` (the default) keeps whichever has the higher 95 % lower bound (against
+the baseline: the drafter must pay with confidence to be switched on; against a measured off
+arm, an uncertain K is not turned off for an option that costs too), ``rule = "point"`` the
+higher point estimate. Between two measured levels whose choices differ the boundary is the
+geometric mean of their batches (below): levels 2 and 4 with K = 4 and 0 and no gauges give
+``[1, 2, 4], [3, max, 0]``. Adjacent ranges with the same K merge; the last range runs to
+``max_batch``.
 
 **Batch size is not concurrency**: a closed loop at concurrency c schedules at most c requests
 in a step (fewer while some wait for their next request to arrive). Boundaries are placed in the
@@ -94,10 +98,17 @@ def choose_k(choice: pd.DataFrame, rule: str = "lower_bound") -> pd.DataFrame:
     """Per level of one workload: the K the rule keeps (0: drafting off inside the schedule) and why.
 
     K = 0 inside a schedule is not "no drafter": vLLM keeps the drafter loaded and still runs it
-    (issue #49548; the CPU policy run measured 0.77x-0.82x of the baseline there). Where the run
-    has an *off arm* (the drafter loaded, K = 0 at every batch size: ``off`` rows of ``choice``),
-    a K is kept where it beats that arm, not the baseline it cannot reach; without one, against
-    1.0, and the row says the K = 0 it chose is unmeasured (``off_measured`` False)."""
+    (issue #49548; the CPU policy run measured 0.77x-0.82x of the baseline there). The K = 0
+    option at a level is the run's *off arm* (the drafter loaded, K = 0 at every batch size:
+    ``off`` rows of ``choice``) where it has one, never the baseline a schedule cannot reach;
+    without one it is the baseline (speedup 1, no interval), and the row says the K = 0 it chose
+    is unmeasured (``off_measured`` False).
+
+    ``rule = "lower_bound"`` keeps the option (the best K by its estimate, or K = 0) whose 95 %
+    lower bound is higher: the one that loses least in the worst case. Against the baseline that
+    is "drafting must pay with confidence"; against a measured off arm, which costs too, an
+    uncertain K is not turned off for an option known to be worse. ``"point"`` compares the
+    point estimates."""
     if rule not in RULES:
         raise ScheduleError(f"unknown rule {rule!r}; choose one of {list(RULES)}")
     rows = []
@@ -108,14 +119,18 @@ def choose_k(choice: pd.DataFrame, rule: str = "lower_bound") -> pd.DataFrame:
         drafters = g[(g["k"] > 0) & ~(g["off"].astype(bool) if "off" in g.columns else False)]
         best = drafters.loc[drafters["speedup"].idxmax()] if len(drafters) else None
         bar = float(off["speedup"]) if off is not None else 1.0
-        against = f"K=0 in a schedule ({off['arm']}, measured {bar:.2f}x)" if off is not None else "1"
+        bar_lo = float(off["speedup_lo"]) if off is not None else 1.0
+        against = (f"K=0 in a schedule ({off['arm']}, measured {bar:.2f}x" + (f", lower bound {bar_lo:.2f})"
+                   if rule == "lower_bound" else ")") if off is not None else "1")
         if best is None:
             k, why = 0, "no drafter measured"
-        elif rule == "lower_bound" and best["speedup_lo"] > bar:
-            k, why = int(best["k"]), (f"{best['arm']} pays: {best['speedup']:.2f}x, lower bound "
+        elif rule == "lower_bound" and best["speedup_lo"] > bar_lo:
+            verb = "pays" if best["speedup_lo"] > 1.0 else "loses least"
+            k, why = int(best["k"]), (f"{best['arm']} {verb}: {best['speedup']:.2f}x, lower bound "
                                       f"{best['speedup_lo']:.2f} > {against}")
         elif rule == "point" and best["speedup"] > bar:
-            k, why = int(best["k"]), f"{best['arm']} pays: {best['speedup']:.2f}x > {against} (point estimate)"
+            verb = "pays" if best["speedup"] > 1.0 else "loses least"
+            k, why = int(best["k"]), f"{best['arm']} {verb}: {best['speedup']:.2f}x > {against} (point estimate)"
         else:
             k, why = 0, (f"best K={int(best['k'])} ({best['speedup']:.2f}x, interval {best['speedup_lo']:.2f}-"
                          f"{best['speedup_hi']:.2f}) does not clear {against if off is not None else '1.0'}"
@@ -125,13 +140,21 @@ def choose_k(choice: pd.DataFrame, rule: str = "lower_bound") -> pd.DataFrame:
         rows.append({"level": float(level), "concurrency": int(g["concurrency"].iloc[0]), "k": k, "reason": why,
                      # the arm whose measurement this level's choice rests on (the baseline's: K = 0, no off arm)
                      "arm": str(won["arm"]) if won is not None else BASELINE,
-                     "win_share": float(g.loc[g["k"] == k, "win_share"].max()) if (g["k"] == k).any() else None,
+                     # how often the option kept is the best across bootstrap replicates (K = 0: the off
+                     # arm's share where it was measured, else the baseline's)
+                     "win_share": _share(g, best if k > 0 else off),
                      # what the schedule is expected to give here (K = 0 without an off arm: unmeasured)
                      "speedup": None if won is None else float(won["speedup"]),
                      "speedup_lo": None if won is None else float(won["speedup_lo"]),
                      "speedup_hi": None if won is None else float(won["speedup_hi"]),
                      "off_measured": off is not None})
     return pd.DataFrame(rows)
+
+
+def _share(g: pd.DataFrame, row: pd.Series | None) -> float | None:
+    name = row["arm"] if row is not None else "(baseline)"
+    hit = g.loc[g["arm"] == name, "win_share"]
+    return float(hit.iloc[0]) if len(hit) and pd.notna(hit.iloc[0]) else None
 
 
 def off_arms(df: pd.DataFrame) -> set[str]:
@@ -207,7 +230,7 @@ def derive_schedule(chosen: pd.DataFrame, max_batch: int = DEFAULT_MAX_BATCH) ->
     batch = batch_of(order)
     ranges: list[list[int]] = []
     lo = 1
-    for i, (c, k) in enumerate(pts):
+    for i, (_c, k) in enumerate(pts):
         nxt = pts[i + 1] if i + 1 < len(pts) else None
         if nxt is not None and nxt[1] == k:
             continue  # same K on both sides: no boundary here
@@ -347,8 +370,9 @@ def derive_policy(df: pd.DataFrame, *, workload: str | None = None, rule: str = 
 
 def format_policy(config: dict[str, Any], chosen: pd.DataFrame, rule: str) -> str:
     """The schedule as a ready ``--speculative-config`` and, per level, the K kept and why."""
-    lines = [f"K per concurrency (rule: {rule}; keep a K only where "
-             + ("its speedup's 95% lower bound clears 1.0)" if rule == "lower_bound" else "its point estimate beats 1.0)")]
+    lines = [f"K per concurrency (rule: {rule}; keep the best K or K = 0, whichever has the higher "
+             + ("95% lower bound" if rule == "lower_bound" else "point estimate")
+             + "; K = 0 is the off arm where one was measured, else the baseline)"]
     for r in chosen.itertuples(index=False):
         win = f"; K={r.k} wins in {r.win_share:.0%} of bootstrap replicates" if r.win_share is not None else ""
         batch = getattr(r, "batch", None)

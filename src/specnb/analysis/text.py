@@ -287,6 +287,8 @@ def _schedules(df: pd.DataFrame, n_boot: int, seed: int) -> str:
         return ""
     if "condition" in df.columns and df["condition"].nunique() > 1:
         return ""
+    if "tune_round" in df.columns and df["tune_round"].notna().any():
+        return ""  # a tune round measures a candidate: its verdict is the tune's (specnb.analysis.tune)
     offs = off_arms(df)  # drafter loaded, K = 0 everywhere: evidence for a derivation, not a schedule under test
     if any((cfg or {}).get("num_speculative_tokens_per_batch_size")
            for arm, cfg in _arm_configs(df) if arm not in offs):

@@ -29,16 +29,19 @@ The new per-level K gives a new schedule through :func:`specnb.analysis.schedule
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from specnb.analysis.schedule import SCHEDULE_KEY, derive_schedule, policy_check
+from specnb.ledger.store import read_json
 
 __all__ = ["TUNED", "STATIC", "round_check", "thrash_levels", "Rederived", "rederive", "claim_text",
-           "schedule_levels"]
+           "schedule_levels", "tune_lines", "tune_result"]
 
 TUNED = "tuned"  # the candidate config of a round
 STATIC = "static"  # the best static K of the proposal, measured again in every round
@@ -145,8 +148,14 @@ def claim_text(check: pd.DataFrame, config: Mapping[str, Any], static_k: int, *,
     short = check[check["short"]]
     bar = ("at least the baseline (and it is the static K itself)" if static_is_candidate else
            f"at least the better of the baseline and static K={static_k}")
+    # reached only within the interval: the point estimate below the envelope (undecided there)
+    loose = check[~check["short"] & (check["policy"] < check["envelope"])]
+    undecided = ("" if loose.empty else
+                 "; at c=" + ", ".join(str(int(c)) for c in loose["concurrency"]) + " only within the interval: "
+                 + ", ".join(f"{_iv(r, 'tuned')} against {r.envelope:.2f}x" for r in loose.itertuples(index=False))
+                 + " (undecided: more server starts decide it, or serve that traffic without a drafter)")
     if short.empty:
-        return f"at every measured level (c={levels}) {what} is {bar} within its interval"
+        return f"at every measured level (c={levels}) {what} is {bar} within its interval" + undecided
     parts = []
     for r in short.itertuples(index=False):
         vs = "the baseline" if r.envelope_arm == "baseline" else f"static K={static_k} ({_iv(r, 'static')})"
@@ -154,7 +163,7 @@ def claim_text(check: pd.DataFrame, config: Mapping[str, Any], static_k: int, *,
                      + ("; throughput below both neighbours (thrash)" if r.thrash else ""))
     met = check[~check["short"]]["concurrency"].astype(int).tolist()
     return (f"{what} is {bar} within its interval at c={', '.join(map(str, met)) or 'none'}, and not at "
-            + "; ".join(parts))
+            + "; ".join(parts) + undecided)
 
 
 def k_scheduled(check: pd.DataFrame) -> dict[int, int]:
@@ -164,3 +173,40 @@ def k_scheduled(check: pd.DataFrame) -> dict[int, int]:
 
 def same_schedule(a: Sequence[Sequence[int]] | None, b: Sequence[Sequence[int]] | None) -> bool:
     return [list(map(int, r)) for r in (a or [])] == [list(map(int, r)) for r in (b or [])]
+
+
+def tune_lines(folder: Path | str) -> list[str]:
+    """The report's lines for a tune run: each round's config and verdict, what it changed, and
+    the config to deploy with its claim."""
+    rec = Path(folder) / "tune"
+    if not rec.is_dir():
+        return []
+    lines = [f"tune run {folder}:"]
+    for f in sorted(rec.glob("round-*.json")):
+        r = read_json(f)
+        lines.append(f"  round {r['round']}: --speculative-config '{json.dumps(r['speculative_config'])}' "
+                     f"({'verified' if r['verified'] else 'short'})")
+        lines.append(f"    {r['claim']}")
+        batch = [f"c={int(c['concurrency'])}: {c['running_mean']:.1f}" for c in r.get("check") or []
+                 if c.get("running_mean") is not None]
+        if batch:
+            lines.append("    batch the server ran (mean running requests, the scheduler's units): " + ", ".join(batch))
+        for a in r.get("actions") or []:
+            lines.append(f"    next: {a}")
+        if r.get("thrash"):
+            lines.append(f"    thrash at c={', '.join(map(str, r['thrash']))}")
+    res = rec / "result.json"
+    if res.is_file():
+        r = read_json(res)
+        lines.append(f"deploy ({r['deploy']}, {'verified' if r['verified'] else 'not verified everywhere'} in "
+                     f"{r.get('verified_in')}): --speculative-config '{json.dumps(r['speculative_config'])}'")
+        lines.append(f"  claim: {r['claim']}")
+    else:
+        lines.append("no tune/result.json yet: the tune has not finished (rerun with the same --out to resume)")
+    return lines
+
+
+def tune_result(folder: Path | str) -> dict[str, Any] | None:
+    """A finished tune's ``tune/result.json``, or None."""
+    p = Path(folder) / "tune" / "result.json"
+    return read_json(p) if p.is_file() else None

@@ -117,12 +117,16 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
         "axis": params.get("axis"),
         "study": params.get("study"),
         "condition": params.get("condition", PLAIN_CONDITION),
+        "tune_round": params.get("tune_round"),  # set by specnb tune on the points of its rounds
         "point_id": led.point_id,
         "status": led.status,
         "arm": led.arm.name,
         "speculative": led.arm.speculative,
         "method": drafter_method(led.arm.speculative_config),
         "num_speculative_tokens": spec.get("num_speculative_tokens"),
+        # the drafter loaded with K = 0 at every batch size (an off arm: what "off" inside a schedule costs)
+        "drafting_off": bool(spec.get("num_speculative_tokens_per_batch_size"))
+        and all(int(r[2]) == 0 for r in spec["num_speculative_tokens_per_batch_size"]),
         # a ceiling arm's acceptance was forced, not earned: keep it apart in every analysis
         "synthetic_acceptance": rates is not None,
         "requested_acceptance_length": None if rates is None else 1.0 + sum(rates),

@@ -56,8 +56,8 @@ from specnb.analysis.tune import (
 )
 from specnb.errors import SpecnbError, first_error, read_toml
 from specnb.ledger import load_ledgers, read_ledger, utcnow, write_once
-from specnb.ledger.store import read_json
 from specnb.ledger.names import BASELINE
+from specnb.ledger.store import read_json
 from specnb.prompts.sources import resolve
 from specnb.sweep.preflight import flag_value
 from specnb.sweep.spec import SweepSpec
@@ -284,7 +284,7 @@ def run_tune(spec: TuneSpec, out: Path | str, *, progress: bool = True,
     max_batch = _max_batch(prop, s.max_batch)
     levels = sorted(int(c) for c in chosen["concurrency"])
     offs = sorted(off_arms(pdf[pdf["workload"] == workload]))
-    derivation = {"from": str(prop_dir), "static_arm": static_arm, "off_arms": offs,
+    derivation = {"from": str(prop_dir), "workload": workload, "rule": s.rule, "static_arm": static_arm, "off_arms": offs,
                   "levels": _records(chosen), "deploy": chosen.attrs.get("deploy"), "claim": chosen.attrs.get("claim")}
     tried: list[dict[str, Any]] = []
     rounds: list[dict[str, Any]] = []
@@ -384,30 +384,3 @@ def _result(out: Path, rounds: list[dict[str, Any]], static_cfg: dict[str, Any],
            f"{last['folder']}: ")
     return {**base, "deploy": "static", "speculative_config": static_cfg, "verified": not check["short"].any(),
             "claim": why + claim, "verified_in": last["folder"]}
-
-
-def tune_lines(folder: Path | str) -> list[str]:
-    """The report's lines for a tune run: each round's config and verdict, what it changed, and
-    the config to deploy with its claim."""
-    rec = Path(folder) / "tune"
-    if not rec.is_dir():
-        return []
-    lines = [f"tune run {folder}:"]
-    for f in sorted(rec.glob("round-*.json")):
-        r = read_json(f)
-        lines.append(f"  round {r['round']}: --speculative-config '{json.dumps(r['speculative_config'])}' "
-                     f"({'verified' if r['verified'] else 'short'})")
-        lines.append(f"    {r['claim']}")
-        for a in r.get("actions") or []:
-            lines.append(f"    next: {a}")
-        if r.get("thrash"):
-            lines.append(f"    thrash at c={', '.join(map(str, r['thrash']))}")
-    res = rec / "result.json"
-    if res.is_file():
-        r = read_json(res)
-        lines.append(f"deploy ({r['deploy']}, {'verified' if r['verified'] else 'not verified everywhere'} in "
-                     f"{r.get('verified_in')}): --speculative-config '{json.dumps(r['speculative_config'])}'")
-        lines.append(f"  claim: {r['claim']}")
-    else:
-        lines.append("no tune/result.json yet: the tune has not finished (rerun with the same --out to resume)")
-    return lines

@@ -133,10 +133,24 @@ def test_an_off_arm_that_costs_more_than_the_baseline_is_what_k_is_compared_with
                   off=[0.85, 0.85, 0.85, 0.85])
     config, chosen, _ = derive_policy(df, n_boot=300, max_batch=64)
     assert chosen.set_index("concurrency")["k"].to_dict() == {1: 4, 2: 4, 4: 1, 8: 1}
-    assert chosen["off_measured"].all() and "K=0 in a schedule (k0-sched, measured 0.85x)" in chosen["reason"].iloc[3]
+    assert chosen["off_measured"].all() and "K=0 in a schedule (k0-sched, measured 0.85x" in chosen["reason"].iloc[3]
+    assert chosen["reason"].iloc[3].startswith("k1 loses least")
     assert chosen.attrs["deploy"] == "schedule"
     assert config["num_speculative_tokens_per_batch_size"] == [[1, 2, 4], [3, 64, 1]]
     assert "beats k4 (the best static K)" in chosen.attrs["claim"] and "c=8 no drafter config beats the baseline" in chosen.attrs["claim"]
+
+
+def test_an_uncertain_k_is_not_turned_off_for_an_off_arm_known_to_cost_more(tmp_path):
+    # the committed tune proposal (ledgers/tune/cpu/20261201T120741Z): at c=8 K=8 ran 0.85x
+    # [0.66, 1.15] and the off arm 0.70x [0.64, 0.76]; comparing K=8's lower bound with the off
+    # arm's point estimate turned drafting off for the option known to be worse
+    df = _k_sweep(tmp_path, {8: [1.60, 1.45, 0.95, 0.85]}, factors=(0.8, 1.0, 1.2), off=[0.75, 0.75, 0.72, 0.70])
+    config, chosen, _ = derive_policy(df, n_boot=300, max_batch=64)
+    row = chosen.set_index("concurrency").loc[8]
+    assert row["k"] == 8 and row["speedup_lo"] < 0.70 and "loses least" in row["reason"]
+    assert chosen.attrs["deploy"] == "static" and config["num_speculative_tokens"] == 8
+    _, point, _ = derive_policy(df, n_boot=300, max_batch=64, rule="point")
+    assert point.set_index("concurrency")["k"].to_dict() == {1: 8, 2: 8, 4: 8, 8: 8}
 
 
 def test_with_a_cheap_off_arm_the_schedule_switches_off_where_every_k_loses(tmp_path):

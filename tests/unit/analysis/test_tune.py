@@ -194,7 +194,8 @@ def test_the_loop_moves_a_thrashing_boundary_verifies_the_next_schedule_and_resu
     """The proposal yields K=4 up to c~5 and K=2 above (K=2 beats static K=4 at c=8); in round 1
     the level just past the switch (c=6) thrashes; round 2 measures the boundary moved past it
     and verifies; a rerun measures nothing and reads the answer back."""
-    from specnb.sweep.tune import TuneSpec, run_tune, tune_lines
+    from specnb.analysis.tune import tune_lines
+    from specnb.sweep.tune import TuneSpec, run_tune
 
     calls = _fake_sweeps(monkeypatch, {4: [1.5, 1.4, 1.2, 0.85], 2: [1.2, 1.15, 1.1, 1.05], "off": [0.99] * 4},
                          dip=("round-01", 6, 0.7))
@@ -248,3 +249,36 @@ def test_a_static_answer_from_the_proposal_is_verified_against_the_baseline_alon
     res = run_tune(spec, tmp_path / "t", progress=False, echo=lambda s: None).result
     assert calls[1][1] == ["baseline", "tuned"] and res["verified"] and res["deploy"] == "static"
     assert res["claim"].startswith("at every measured level (c=1, 2, 4, 8) static K=4")
+
+
+# --------------------------------------------------------------------------- the committed tune files
+from specnb import paths  # noqa: E402
+
+TUNE_FILES = sorted((paths.ROOT / "configs").glob("*tune*.toml"))
+
+
+@pytest.mark.parametrize("path", TUNE_FILES, ids=lambda p: p.stem)
+def test_every_tune_file_parses_with_its_off_arm(path):
+    spec = TuneSpec.from_toml(path)
+    offs = [a for a in spec.proposal.arms if a.schedule]
+    assert len(offs) == 1 and all(r[2] == 0 for r in offs[0].speculative_config["num_speculative_tokens_per_batch_size"])
+    assert {a.speculative_config.get("method") for a in spec.proposal.arms if a.speculative_config} == {spec.settings.method}
+    assert spec.settings.workload in [str(w) for w in spec.proposal.workloads]
+
+
+def test_the_gpu_tune_files_cover_ngram_and_eagle3_within_the_engine_floor():
+    import re
+    import tomllib
+
+    from specnb.engine.releases import parse_version, required_release
+
+    gpu = [TuneSpec.from_toml(p) for p in TUNE_FILES if p.stem.startswith("gpu-")]
+    assert {s.settings.method for s in gpu} == {"ngram", "eagle3"}
+    extras = tomllib.loads((paths.ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    floor = next(re.search(r"vllm>=([\d.]+)", d).group(1) for d in extras["gpu"] if d.startswith("vllm"))
+    need, _ = required_release(a.speculative_config for s in gpu for a in s.proposal.arms if a.speculative_config)
+    assert need <= parse_version(floor)
+    for s in gpu:
+        for a in s.proposal.arms:
+            if (a.speculative_config or {}).get("method") == "ngram":
+                assert a.speculative_config["prompt_lookup_min"] < a.speculative_config["prompt_lookup_max"]
