@@ -29,7 +29,7 @@
 # | `06_parallelism` | Tensor vs data parallel x drafter: which lever is worth more? | 002 |
 # | `07_calculator` | The seeds' formulas: acceptance length, best K, Amdahl, KV sessions, a step-cost model. | 000, 002, 004 |
 # | `08_proposal` | Which K at which concurrency, how sure is that choice, and the schedule to deploy (vLLM's K per batch size)? | 002, 004 |
-# | `09_policy` | Does the derived schedule reach the better of always-on and always-off at every concurrency? | 002 |
+# | `09_policy` | Does the derived schedule reach the better of always-on and always-off at every concurrency? And the loop closed (`make tune`): the config re-derived round after round until it is verified to win. | 002 |
 #
 # Every axis notebook has one `parameters` cell. `measure = False` (the default) reads the
 # newest committed run under `ledgers/<axis>/<study>/`; `make measure-<axis>` runs it with

@@ -35,7 +35,7 @@ served_model_name = "smollm2-135m"  # name the server answers to
 endpoint = ""  # URL of a running server to attach to instead of launching (empty: launch)
 server_args = ["--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "2048"]  # every launch
 env = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # environment for every launch (CPU KV pool in GiB)
-drafters = {"ngram-k1": {"method": "ngram", "num_speculative_tokens": 1, "prompt_lookup_max": 4}, "ngram-k2": {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 4}, "ngram-k4": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}, "ngram-k8": {"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_max": 4}, "ngram-off": {"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_max": 4, "num_speculative_tokens_per_batch_size": [[1, 256, 0]]}}  # one arm per K, and the off arm: the drafter loaded with K = 0 at every batch size (what "off" inside a schedule costs)
+drafters = {"ngram-k1": {"method": "ngram", "num_speculative_tokens": 1, "prompt_lookup_max": 4}, "ngram-k2": {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 4}, "ngram-k4": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}, "ngram-k8": {"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_max": 4}, "ngram-off": {"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_max": 4, "num_speculative_tokens_per_batch_size": [[1, 256, 0]]}}  # one arm per K, and the off arm: the drafter loaded, drafting off at every batch size (the cost of off inside a schedule)
 conditions = {}  # condition name -> what it changes; empty: one condition
 workloads = ["copy"]  # bundled prompt sets or JSONL files (copy-style work: where n-gram drafting pays)
 concurrency = [1, 2, 4, 8]  # concurrency levels (requests in flight)
@@ -47,7 +47,7 @@ warmup_requests = 2  # per server start, not measured
 max_tokens = 64  # output tokens per request
 temperature = 0.0  # sampling temperature (0 is greedy)
 seed = 0  # sampling seed (per request: seed + prompt index)
-rule = "lower_bound"  # schedule rule: keep the best K or K = 0 (the off arm, else the baseline), whichever has the higher lower bound ("point": the estimates)
+rule = "lower_bound"  # schedule rule: keep the best K or none (the off arm, else the baseline), whichever has the higher lower bound ("point": the estimates)
 
 # %%
 from IPython.display import Markdown, display

@@ -39,7 +39,7 @@ env = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # environment for every launch (CPU KV po
 drafters = {"always-on": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}}  # the drafter always on; the policy arm is added from policy_from
 policy_from = "proposal/cpu"  # the schedule to measure: a policy .json, a run folder, or <axis>/<study> (its newest run)
 policy_workload = "copy"  # the workload the schedule is derived for
-rule = "lower_bound"  # how the schedule keeps a K: the best K or K = 0, whichever has the higher lower bound ("point": the estimates)
+rule = "lower_bound"  # how the schedule keeps a K: the best K or none (the off arm), whichever has the higher lower bound ("point": the estimates)
 conditions = {}  # condition name -> what it changes; empty: one condition
 workloads = ["copy"]  # bundled prompt sets or JSONL files
 concurrency = [1, 2, 4, 8]  # concurrency levels; both sides of every switch of the schedule are added
@@ -143,10 +143,12 @@ else:
     result = tune_result(tune_run)
     rnd = result["verified_in"] or f"round-{result['rounds']:02d}"
     last = summarize(load_ledgers(tune_run / rnd))
-    prop = summarize(load_ledgers(tune_run / "proposal"))
+    prop = summarize(load_ledgers(resolve(result["derivation"]["from"])))  # the proposal the tune derived from
     prop = prop[prop["workload"].isin(set(last["workload"]))]  # the workload the config is tuned for
-    curves = pd.concat([prop.assign(arm=prop["arm"] + " (proposal)"),
-                        last.assign(arm=last["arm"] + f" ({rnd})")], ignore_index=True)
+    parts = [prop.assign(arm=prop["arm"] + " (proposal)"), last.assign(arm=last["arm"] + f" ({rnd})")]
+    for part in parts:
+        part.attrs = {}  # the bootstrap kept in attrs is per run; the curves are drawn, not resampled
+    curves = pd.concat(parts, ignore_index=True)
     tcolors = arm_colors(curves["arm"])
     fig, axes = panels.new_figure(width=5.6, height=3.8)
     ax = axes[0][0]

@@ -32,6 +32,7 @@ from specnb.analysis import DEFAULT_N_BOOT, DEFAULT_SEED, category_speedups, exp
 from specnb.analysis.latency import parse_slos
 from specnb.analysis.schedule import RULES, derive_policy, format_policy
 from specnb.analysis.text import format_category_acceptance, format_report
+from specnb.analysis.tune import is_tune_run
 from specnb.errors import EXIT_BAD_INPUT, EXIT_FAILED_POINTS, SpecnbError, exit_code
 from specnb.ledger import SCHEMA_VERSION, Flag, load_ledgers, load_spec_by_category, schema_json, write_once
 from specnb.ledger.frame import SkippedLedgersWarning
@@ -253,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                       "only them (exit status 1)", file=sys.stderr)
                 return EXIT_FAILED_POINTS
             return rc
-        if a.cmd == "report" and (a.folder / "tune").is_dir():
+        if a.cmd == "report" and is_tune_run(a.folder):
             return _print_tune(a.folder, a.n_boot, a.seed, a.skip_bad)
         if a.cmd == "tune":
             from specnb.sweep.tune import TuneSpec, run_tune  # the engine side, only for a tune

@@ -237,9 +237,11 @@ def derive_schedule(chosen: pd.DataFrame, max_batch: int = DEFAULT_MAX_BATCH) ->
         if nxt is None:
             hi = max_batch
         else:
-            # below the next level's batch, at or above this one's (and never an empty range)
-            hi = math.floor(math.sqrt(batch[i] * batch[i + 1]))
-            hi = max(lo, min(hi, max(lo, math.ceil(batch[i + 1]) - 1)))
+            # at or above this level's batch, below the next one's where they can be told apart (two
+            # levels that ran the same batch cannot be: the switch then keeps this level in its band),
+            # never an empty range
+            hi = max(math.floor(math.sqrt(batch[i] * batch[i + 1])), math.floor(batch[i]))
+            hi = max(lo, min(hi, max(math.ceil(batch[i + 1]) - 1, math.floor(batch[i]))))
         ranges.append([lo, hi, k])
         lo = hi + 1
     return ranges

@@ -41,7 +41,7 @@ from specnb.analysis.schedule import SCHEDULE_KEY, derive_schedule, policy_check
 from specnb.ledger.store import read_json
 
 __all__ = ["TUNED", "STATIC", "round_check", "thrash_levels", "Rederived", "rederive", "claim_text",
-           "schedule_levels", "tune_lines", "tune_result"]
+           "schedule_levels", "tune_lines", "tune_result", "is_tune_run"]
 
 TUNED = "tuned"  # the candidate config of a round
 STATIC = "static"  # the best static K of the proposal, measured again in every round
@@ -198,8 +198,10 @@ def tune_lines(folder: Path | str) -> list[str]:
     res = rec / "result.json"
     if res.is_file():
         r = read_json(res)
-        lines.append(f"deploy ({r['deploy']}, {'verified' if r['verified'] else 'not verified everywhere'} in "
-                     f"{r.get('verified_in')}): --speculative-config '{json.dumps(r['speculative_config'])}'")
+        how = ("not verified everywhere" if not r["verified"] else
+               "verified against the baseline" if r["deploy"] == "static" else "verified against the envelope")
+        lines.append(f"deploy ({r['deploy']}, {how} in {r.get('verified_in')}): "
+                     f"--speculative-config '{json.dumps(r['speculative_config'])}'")
         lines.append(f"  claim: {r['claim']}")
     else:
         lines.append("no tune/result.json yet: the tune has not finished (rerun with the same --out to resume)")
@@ -210,3 +212,10 @@ def tune_result(folder: Path | str) -> dict[str, Any] | None:
     """A finished tune's ``tune/result.json``, or None."""
     p = Path(folder) / "tune" / "result.json"
     return read_json(p) if p.is_file() else None
+
+
+def is_tune_run(folder: Path | str) -> bool:
+    """A folder ``specnb tune`` wrote (its ``tune/`` records), not the ``tune`` axis folder above runs."""
+    rec = Path(folder) / "tune"
+    return rec.is_dir() and any(rec.glob("candidate-*.json"))
+

@@ -27,7 +27,6 @@ claim its own measurement in the last round supports.
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -128,8 +127,10 @@ class TuneSpec(BaseModel):
         spec = SweepSpec.parse(data, where=where)
         if spec.load != "concurrency":
             raise TuneError(f"{where}: a schedule is tuned on closed-loop levels (concurrency), not on rates")
-        dp = flag_value([*spec.server_args, *(a for arm in spec.arms for a in arm.server_args)], "--data-parallel-size")
-        if dp is not None and dp.strip() != "1":
+        dp = next((v for arm in spec.arms for v in (flag_value([*spec.server_args, *arm.server_args], flag)
+                                                      for flag in ("--data-parallel-size", "-dp"))
+                   if v is not None and v.strip() != "1"), None)
+        if dp is not None:
             raise TuneError(f"{where}: vLLM turns a dynamic speculation schedule off under --data-parallel-size {dp} "
                             "(vLLM #45963): tune on one engine, then deploy the schedule per engine")
         if not any(a.speculative_config is None for a in spec.arms):
@@ -190,6 +191,8 @@ class TuneOutcome(BaseModel):
 
     def summary(self) -> str:
         r = self.result
+        if not r:
+            return f"tune {self.folder}: unfinished ({len(self.failed_points)} failed point(s)); rerun with the same --out"
         return (f"tune {self.folder}: {r['rounds']} round(s); deploy {r['deploy']}: "
                 f"--speculative-config '{json.dumps(r['speculative_config'])}'; {r['claim']}")
 
@@ -221,7 +224,10 @@ def _round_spec(prop: SweepSpec, n: int, workload: Any, levels: list[int], repea
     arms = [{**base, "name": BASELINE}]
     if candidate_cfg != static_cfg:
         arms.append({**(_arm_with(prop, static_cfg) or {}), "name": STATIC, "speculative_config": static_cfg})
-    tuned = _arm_with(prop, candidate_cfg) or {}
+    # the candidate runs with the drafter arm's own args and environment; an attached endpoint only
+    # where it serves exactly the candidate's config
+    tuned = _arm_with(prop, candidate_cfg) or {k: v for k, v in (_arm_with(prop, static_cfg) or {}).items()
+                                               if k != "endpoint"}
     arms.append({**tuned, "name": TUNED, "speculative_config": {"policy_file": str(candidate)}})
     data.update(name=f"{prop.name}-round-{n:02d}", arms=arms, concurrency=levels, repeats=repeats,
                 workloads=[workload], search=None,
@@ -234,11 +240,7 @@ def _doc(kind: str, **kw: Any) -> bytes:
 
 
 def _plain(v: Any) -> Any:
-    if hasattr(v, "item"):
-        return v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return str(v)
+    return v.item() if hasattr(v, "item") else str(v)
 
 
 def _records(df: Any) -> list[dict[str, Any]]:
@@ -267,6 +269,9 @@ def run_tune(spec: TuneSpec, out: Path | str, *, progress: bool = True,
         echo(f"tune: measuring the proposal ({', '.join(a.name for a in prop.arms)}) into {prop_dir}")
         o = run_sweep(prop, prop_dir, progress=progress, echo=echo)
         failed += [f"proposal: {p}" for p in o.failed_points]
+        if failed:  # derive from a complete proposal only: a rerun measures the missing points first
+            echo(f"tune: {len(failed)} proposal point(s) failed; nothing derived (rerun with the same --out)")
+            return TuneOutcome(folder=out, result={}, failed_points=failed)
     pdf = load_ledgers(prop_dir)
     try:
         config, chosen, _ = derive_policy(pdf, workload=workload, rule=s.rule, max_batch=_max_batch(prop, s.max_batch),
@@ -280,6 +285,10 @@ def run_tune(spec: TuneSpec, out: Path | str, *, progress: bool = True,
     ok = pdf[(pdf["arm"] == static_arm) & (pdf["status"] == "ok")]
 
     static_cfg = dict(read_ledger(ok["path"].iloc[0]).arm.speculative_config)
+    first = rec / "round-01.json"
+    if first.is_file() and read_json(first)["static_config"] != static_cfg:  # a resume must not switch it
+        raise TuneError(f"{out}: the proposal's best static K is now {static_cfg}, the rounds measured "
+                        f"{read_json(first)['static_config']}; tune into a new --out")
     static_k = int(static_cfg["num_speculative_tokens"])
     max_batch = _max_batch(prop, s.max_batch)
     levels = sorted(int(c) for c in chosen["concurrency"])
@@ -290,11 +299,13 @@ def run_tune(spec: TuneSpec, out: Path | str, *, progress: bool = True,
     rounds: list[dict[str, Any]] = []
     actions: list[str] = [f"derived from the proposal ({chosen.attrs.get('deploy')}): {chosen.attrs.get('claim')}"]
     stop = "max_rounds"
+    spent = 0.0  # tune seconds spent by earlier invocations (recorded in each round), for the budget
     for n in range(1, s.max_rounds + 1):
         round_file = rec / f"round-{n:02d}.json"
         if round_file.is_file():  # finished before a resume: read, not measured again
             done = read_json(round_file)
             rounds.append(done)
+            spent = float(done.get("tune_elapsed_s") or 0.0)
             tried.append(done["speculative_config"])
             if done.get("next_config") is None:
                 stop = done.get("stop", "verified")
@@ -302,7 +313,7 @@ def run_tune(spec: TuneSpec, out: Path | str, *, progress: bool = True,
             config = done["next_config"]
             actions = done.get("actions", [])
             continue
-        if s.budget_s is not None and time.monotonic() - t0 > s.budget_s and n > 1:
+        if s.budget_s is not None and spent + time.monotonic() - t0 > s.budget_s and n > 1:
             stop = "budget"
             echo(f"tune: budget of {s.budget_s:.0f} s spent; no round {n}")
             break
@@ -320,15 +331,29 @@ def run_tune(spec: TuneSpec, out: Path | str, *, progress: bool = True,
         echo(f"tune round {n}: {TUNED} --speculative-config '{json.dumps(config)}' against {BASELINE}"
              + ("" if is_static else f" and {STATIC} (K={static_k})") + f" at c={measured}, {repeats} repeat(s)")
         o = run_sweep(rspec, out / f"round-{n:02d}", progress=progress, echo=echo)
-        failed += [f"round {n}: {p}" for p in o.failed_points]
+        if o.failed_points:  # judge a complete round only: a rerun measures the missing points first
+            failed += [f"round {n}: {p}" for p in o.failed_points]
+            echo(f"tune round {n}: {len(o.failed_points)} point(s) failed; not judged (rerun with the same --out)")
+            return TuneOutcome(folder=out, result={}, failed_points=failed)
         rdf = load_ledgers(out / f"round-{n:02d}")
-        table = summarize(rdf)
-        check = round_check(table, rdf, static=None if is_static else STATIC)
-        claim = claim_text(check, config, static_k, static_is_candidate=is_static)
-        verified = not check["short"].any()
+        check, why_not = _judge(rdf, static=None if is_static else STATIC)
         doc: dict[str, Any] = {"round": n, "speculative_config": config, "static_config": static_cfg,
-                               "folder": f"round-{n:02d}", "levels": measured, "verified": verified, "claim": claim,
-                               "check": _records(check), "thrash": [int(c) for c in check.loc[check["thrash"], "concurrency"]]}
+                               "folder": f"round-{n:02d}", "levels": measured}
+        if check is None:  # an arm without a usable point: recorded as unjudged, the loop stops
+            stop = "unjudged"
+            doc.update(verified=False, claim=f"round {n} could not be judged: {why_not}", check=[], thrash=[],
+                       next_config=None, stop=stop, tune_elapsed_s=spent + time.monotonic() - t0)
+            write_once(round_file, _doc(ROUND_KIND, **doc))
+            rounds.append(json.loads(json.dumps(doc, default=_plain)))
+            echo(f"tune round {n}: {doc['claim']}")
+            break
+        unmeasured = sorted(set(measured) - set(int(c) for c in check["concurrency"]))
+        claim = claim_text(check, config, static_k, static_is_candidate=is_static)
+        if unmeasured:
+            claim += f"; unmeasured at c={', '.join(map(str, unmeasured))} (no usable pair there)"
+        verified = not check["short"].any() and not unmeasured
+        doc.update(verified=verified, claim=claim, check=_records(check), unmeasured=unmeasured,
+                   thrash=[int(c) for c in check.loc[check["thrash"], "concurrency"]])
         nxt = None
         if verified:
             stop = "verified"
@@ -346,7 +371,7 @@ def run_tune(spec: TuneSpec, out: Path | str, *, progress: bool = True,
                 stop = "static" if nxt == static_cfg else "repeated"
                 nxt = None
             actions = red.actions
-        doc.update(next_config=nxt, stop=stop if nxt is None else None)
+        doc.update(next_config=nxt, stop=stop if nxt is None else None, tune_elapsed_s=spent + time.monotonic() - t0)
         write_once(round_file, _doc(ROUND_KIND, **doc))
         rounds.append(json.loads(json.dumps(doc, default=_plain)))
         echo(f"tune round {n}: {'verified' if verified else 'short'}: {claim}")
@@ -356,6 +381,17 @@ def run_tune(spec: TuneSpec, out: Path | str, *, progress: bool = True,
     result = _result(out, rounds, static_cfg, static_k, stop, derivation)
     write_once(rec / "result.json", _doc(RESULT_KIND, **result))
     return TuneOutcome(folder=out, result=result, failed_points=failed)
+
+
+def _judge(df: Any, *, tuned: str = TUNED, static: str | None = STATIC) -> tuple[Any, str | None]:
+    """A round's per-level check, or None and why (an arm without a usable point)."""
+    try:
+        table = summarize(df)
+        if table.empty:
+            return None, "no usable pair (every point failed or was flagged)"
+        return round_check(table, df, tuned=tuned, static=static), None
+    except (ScheduleError, KeyError) as exc:
+        return None, str(exc)
 
 
 def _result(out: Path, rounds: list[dict[str, Any]], static_cfg: dict[str, Any], static_k: int, stop: str,
@@ -375,10 +411,12 @@ def _result(out: Path, rounds: list[dict[str, Any]], static_cfg: dict[str, Any],
         return {**base, "deploy": "static", "speculative_config": static_cfg, "verified": False,
                 "claim": "no round was measured", "verified_in": None}
     last = rounds[-1]
-    rdf = load_ledgers(out / last["folder"])
-    table = summarize(rdf)
     arm = TUNED if last["speculative_config"] == static_cfg else STATIC
-    check = round_check(table, rdf, tuned=arm, static=None)
+    check, why_not = _judge(load_ledgers(out / last["folder"]), tuned=arm, static=None)
+    if check is None:
+        return {**base, "deploy": "static", "speculative_config": static_cfg, "verified": False,
+                "claim": f"no candidate was verified and the static config cannot be judged from {last['folder']}: "
+                         f"{why_not}", "verified_in": None}
     claim = claim_text(check, static_cfg, static_k, static_is_candidate=True)
     why = ("no candidate schedule met the envelope at every level; the static config is deployed, as measured in "
            f"{last['folder']}: ")

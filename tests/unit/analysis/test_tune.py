@@ -113,6 +113,9 @@ def test_boundaries_are_placed_in_batch_units():
     # a boundary never swallows the next level's batch, and never makes an empty range
     tight = pd.DataFrame({"concurrency": [1, 2], "k": [4, 0], "batch": [1.0, 1.4]})
     assert derive_schedule(tight, 8) == [[1, 1, 4], [2, 8, 0]]
+    # a level keeps its own band even when the next level ran no larger a batch (capped, or noise)
+    same = pd.DataFrame({"concurrency": [4, 8], "k": [4, 0], "batch": [7.5, 6.0]})
+    assert derive_schedule(same, 64) == [[1, 7, 4], [8, 64, 0]]
     assert schedule_levels({1: 4, 2: 4, 4: 2}, {1: 1.0, 2: 1.9, 4: 3.8}, 16) == [[1, 2, 4], [3, 16, 2]]
 
 
@@ -136,6 +139,8 @@ def test_the_proposal_gets_an_off_arm_of_the_largest_k():
 
 @pytest.mark.parametrize("change, needle", [
     ({"server_args": ["--data-parallel-size", "2"]}, "data-parallel-size 2"),
+    ({"arms": [{"name": "baseline", "server_args": ["-dp", "2"]}, {"name": "k4", "speculative_config": NGRAM}]},
+     "data-parallel-size 2"),
     ({"tune": {"max_round": 2}}, "max_round"),
     ({"tune": {"method": "eagle3"}}, "no drafter arm's method"),
     ({"arms": [{"name": "k4", "speculative_config": NGRAM}]}, "without a drafter"),
@@ -182,8 +187,9 @@ def _fake_sweeps(monkeypatch, truth, round_off=0.8, dip=None):
                             sp = dip[2]
                     else:
                         sp = truth[cfg["num_speculative_tokens"]][j]
-                    write_ledger(out / a.name / f"c{c}-r{r}.json",
-                                 _led(a.name, cfg, c, r, base * sp * (f if cfg else 1.0), running=0.95 * c))
+                    path = out / a.name / f"c{c}-r{r}.json"
+                    if not path.exists():  # as the runner: a finished point is not measured again
+                        write_ledger(path, _led(a.name, cfg, c, r, base * sp * (f if cfg else 1.0), running=0.95 * c))
         return runner.SweepOutcome(out_dir=out)
 
     monkeypatch.setattr(runner, "run_sweep", fake_sweep)
@@ -215,7 +221,7 @@ def test_the_loop_moves_a_thrashing_boundary_verifies_the_next_schedule_and_resu
     assert res["deploy"] == "schedule" and res["verified"] and res["verified_in"] == "round-02"
     assert res["claim"].startswith("at every measured level")
     text = "\n".join(tune_lines(out))
-    assert "round 1:" in text and "thrash at c=6" in text and "deploy (schedule, verified in round-02)" in text
+    assert "round 1:" in text and "thrash at c=6" in text and "deploy (schedule, verified against the envelope in round-02)" in text
     calls.clear()
     again = run_tune(spec, out, progress=False, echo=lambda s: None)
     assert calls == [] and again.result["speculative_config"] == res["speculative_config"]
@@ -282,3 +288,43 @@ def test_the_gpu_tune_files_cover_ngram_and_eagle3_within_the_engine_floor():
         for a in s.proposal.arms:
             if (a.speculative_config or {}).get("method") == "ngram":
                 assert a.speculative_config["prompt_lookup_min"] < a.speculative_config["prompt_lookup_max"]
+
+
+def test_a_round_with_failed_points_is_not_judged_and_a_rerun_measures_it(tmp_path, monkeypatch):
+    import specnb.sweep.runner as runner
+    from specnb.sweep.tune import TuneSpec, run_tune
+
+    calls = _fake_sweeps(monkeypatch, {4: [1.5, 1.4, 1.3, 1.2], 2: [1.2, 1.1, 1.0, 0.9], "off": [0.8] * 4})
+    good = runner.run_sweep
+
+    def flaky(spec, out, progress=True, echo=None):
+        o = good(spec, out, progress, echo)
+        if out.name == "round-01" and len(calls) == 2:
+            o.failed_points = ["tuned/copy/c008-r00 (EngineDied)"]
+        return o
+
+    monkeypatch.setattr(runner, "run_sweep", flaky)
+    spec = TuneSpec.parse({**BASE, "concurrency": LEVELS, "repeats": 3})
+    out = tmp_path / "t"
+    first = run_tune(spec, out, progress=False, echo=lambda s: None)
+    assert first.failed_points and not first.result and "unfinished" in first.summary()
+    assert not (out / "tune" / "round-01.json").exists() and (out / "tune" / "candidate-01.json").exists()
+    again = run_tune(spec, out, progress=False, echo=lambda s: None)
+    assert not again.failed_points and again.result["verified"]
+    assert [c[0] for c in calls] == ["proposal", "round-01", "proposal", "round-01"]  # resumed, same candidate
+
+
+def test_a_round_without_a_usable_arm_is_unjudged_not_a_crash(tmp_path):
+    from specnb.sweep.tune import _judge
+
+    df = _round(tmp_path, [1, 2], {"static": (NGRAM, [1.2, 1.1])})  # no tuned arm
+    check, why = _judge(df)
+    assert check is None and "tuned" in why
+
+
+def test_the_ledgers_root_is_not_a_tune_run(tmp_path):
+    from specnb.analysis.tune import is_tune_run
+
+    (tmp_path / "tune" / "cpu" / "run1" / "tune").mkdir(parents=True)
+    (tmp_path / "tune" / "cpu" / "run1" / "tune" / "candidate-01.json").write_text("{}")
+    assert not is_tune_run(tmp_path) and is_tune_run(tmp_path / "tune" / "cpu" / "run1")
