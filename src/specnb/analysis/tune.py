@@ -37,6 +37,7 @@ from typing import Any
 
 import pandas as pd
 
+from specnb import paths
 from specnb.analysis.schedule import SCHEDULE_KEY, derive_schedule, policy_check
 from specnb.ledger.store import read_json
 
@@ -181,7 +182,7 @@ def tune_lines(folder: Path | str) -> list[str]:
     rec = Path(folder) / "tune"
     if not rec.is_dir():
         return []
-    lines = [f"tune run {folder}:"]
+    lines = [f"tune run {paths.portable(str(folder))}:"]
     for f in sorted(rec.glob("round-*.json")):
         r = read_json(f)
         lines.append(f"  round {r['round']}: --speculative-config '{json.dumps(r['speculative_config'])}' "

@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from specnb import paths
 from specnb.analysis.schedule import (
     RULES,
     SCHEDULE_KEY,
@@ -293,7 +294,7 @@ def run_tune(spec: TuneSpec, out: Path | str, *, progress: bool = True,
     max_batch = _max_batch(prop, s.max_batch)
     levels = sorted(int(c) for c in chosen["concurrency"])
     offs = sorted(off_arms(pdf[pdf["workload"] == workload]))
-    derivation = {"from": str(prop_dir), "workload": workload, "rule": s.rule, "static_arm": static_arm, "off_arms": offs,
+    derivation = {"from": paths.portable(str(prop_dir)), "workload": workload, "rule": s.rule, "static_arm": static_arm, "off_arms": offs,
                   "levels": _records(chosen), "deploy": chosen.attrs.get("deploy"), "claim": chosen.attrs.get("claim")}
     tried: list[dict[str, Any]] = []
     rounds: list[dict[str, Any]] = []
@@ -321,7 +322,8 @@ def run_tune(spec: TuneSpec, out: Path | str, *, progress: bool = True,
         if cand.is_file():
             config = read_json(cand)["speculative_config"]
         else:
-            write_once(cand, _doc("policy", speculative_config=config, derived_from=str(prop_dir), workload=workload,
+            write_once(cand, _doc("policy", speculative_config=config, derived_from=paths.portable(str(prop_dir)),
+                                  workload=workload,
                                   round=n, why=actions, derivation=derivation if n == 1 else None))
         tried.append(config)
         is_static = config == static_cfg
