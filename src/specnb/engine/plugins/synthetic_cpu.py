@@ -317,7 +317,12 @@ def diagnose() -> Diagnosis:
 
 
 def register() -> None:
-    """vLLM general-plugin entry point: supply synthetic acceptance on the CPU sampler."""
+    """vLLM general-plugin entry point: supply synthetic acceptance on the CPU sampler, and repair
+    the CPU build's expand kernel (:mod:`specnb.engine.plugins.cpu_repairs`: the temperature of
+    sampled speculative decoding) where it is broken."""
+    from specnb.engine.plugins import cpu_repairs
+
+    cpu_repairs.register()
     try:
         diag = _run(apply=True)
     except Exception as exc:  # noqa: BLE001 - a plugin must never take the engine down
