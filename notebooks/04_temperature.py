@@ -94,12 +94,13 @@ nb.save(fig, "temperature-published-seed000", sources=sources, caption="Seed 000
 # %% [markdown]
 # ## How to read this
 #
-# vLLM accepts a draft token x (n-gram, and vLLM's draft models, whose drafts are the drafter's
-# argmax with no draft distribution) with probability p_target(x) under the request's
-# temperature. A temperature below 1 sharpens the target's distribution, so acceptance barely
-# moves at 0.5; at 1 a 135M model's distribution is flat enough that p_target(x) is often
-# small and each draft's chain of acceptances breaks early (acceptance falls to 20-42 %). That is
-# a result for a tiny model, not a prediction for a large one; what carries over is the method:
+# vLLM accepts a draft token x with probability p_target(x) under the request's temperature: the
+# drafts of n-gram, and of vLLM's draft models by default (`draft_sample_method = "greedy"` in
+# vLLM 0.32: the drafter's argmax, no draft distribution), are one-hot. A temperature below 1
+# sharpens the target's distribution, so acceptance barely moves at 0.5; at 1 a 135M model's
+# distribution is flat enough that p_target(x) is often small and each draft's chain of
+# acceptances breaks early (acceptance falls to 20-42 %). That is a result for a tiny model, not
+# a prediction for a large one; what carries over is the method:
 # measure at the temperature your service uses.
 #
 # Runs made before 2026-12-01 (`ledgers/temperature/cpu/20261130T204308Z` and older) showed

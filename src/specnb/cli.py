@@ -26,6 +26,7 @@ import tomllib
 import warnings
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from specnb import paths
 from specnb.analysis import DEFAULT_N_BOOT, DEFAULT_SEED, category_speedups, expected_speedup, paired
@@ -168,16 +169,33 @@ def _policy(a: argparse.Namespace) -> int:
     return 0
 
 
+def _run_command(sub: Any, name: str, summary: str, *, config: str, out: str, override: str) -> None:
+    """A command that measures into a resumable folder: ``sweep`` and ``tune``."""
+    c = sub.add_parser(name, help=summary)
+    c.add_argument("config", type=Path, help=config)
+    c.add_argument("--out", type=Path, help=out)
+    c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=override)
+    c.add_argument("--no-progress", action="store_true")
+
+
+def _echo(line: str) -> None:
+    print(f"specnb: {line}", file=sys.stderr)
+
+
+def _finished(out: Path, failed_points: list[str], rc: int) -> int:
+    """The exit status of a measuring command: 1 when points failed (a rerun measures only them)."""
+    if failed_points:
+        _echo(f"{len(failed_points)} point(s) failed; rerun with --out {out} to measure only them (exit status 1)")
+        return EXIT_FAILED_POINTS
+    return rc
+
+
 def main(argv: list[str] | None = None) -> int:
     p = _Parser(prog="specnb", description="Paired speculative-decoding sweeps on vLLM.")
     sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("sweep", help="run or resume a sweep, then print the paired table")
-    s.add_argument("config", type=Path, help="sweep TOML file")
-    s.add_argument("--out", type=Path, help="ledger folder (default: ledgers/<name>/<UTC time>); "
-                   "an existing folder of the same sweep resumes")
-    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a top-level setting, value in TOML syntax")
-    s.add_argument("--no-progress", action="store_true")
+    _run_command(sub, "sweep", "run or resume a sweep, then print the paired table", config="sweep TOML file",
+                 out="ledger folder (default: ledgers/<name>/<UTC time>); an existing folder of the same sweep "
+                 "resumes", override="override a top-level setting, value in TOML syntax")
     r = sub.add_parser("report", help="print the paired table of a ledger folder, with bootstrap "
                        "intervals, where each curve crosses 1.0, and whether to attach the drafter")
     r.add_argument("folder", type=Path)
@@ -203,14 +221,11 @@ def main(argv: list[str] | None = None) -> int:
                     "--max-num-seqs, else 256)")
     po.add_argument("--out", type=Path, help="where to write the policy (default: <folder>/policy-<workload>.json)")
     po.add_argument("--n-boot", type=int, default=DEFAULT_N_BOOT)
-    t = sub.add_parser("tune", help="measure a K sweep with an off arm, derive the schedule, measure it against "
-                       "the baseline and the best static K, re-derive until it wins (or say where it cannot)")
-    t.add_argument("config", type=Path, help="tune TOML: a proposal sweep and a [tune] table")
-    t.add_argument("--out", type=Path, help="tune folder (default: ledgers/tune/<name>/<UTC time>); an existing "
-                   "one resumes")
-    t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a setting (tune.<key> for the [tune] table), value in TOML syntax")
-    t.add_argument("--no-progress", action="store_true")
+    _run_command(sub, "tune", "measure a K sweep with an off arm, derive the schedule, measure it against the "
+                 "baseline and the best static K, re-derive until it wins (or say where it cannot)",
+                 config="tune TOML: a proposal sweep and a [tune] table",
+                 out="tune folder (default: ledgers/tune/<name>/<UTC time>); an existing one resumes",
+                 override="override a setting (tune.<key> for the [tune] table), value in TOML syntax")
     sc = sub.add_parser("schema", help="write the ledger JSON Schema")
     sc.add_argument("--out", type=Path, default=paths.SCHEMAS)
     m = sub.add_parser("mix", help="copy share and copy-style / free-form mix of a traffic log with responses")
@@ -245,15 +260,9 @@ def main(argv: list[str] | None = None) -> int:
 
             spec = SweepSpec.from_toml(a.config, _overrides(a.set))
             out = a.out or paths.LEDGERS / spec.name / new_run_name()
-            outcome = run_sweep(spec, out, progress=not a.no_progress,
-                                echo=lambda s: print(f"specnb: {s}", file=sys.stderr))
+            outcome = run_sweep(spec, out, progress=not a.no_progress, echo=_echo)
             print(outcome.summary(), file=sys.stderr)
-            rc = _print_table(out)
-            if not outcome.ok:
-                print(f"specnb: {len(outcome.failed_points)} point(s) failed; rerun with --out {out} to measure "
-                      "only them (exit status 1)", file=sys.stderr)
-                return EXIT_FAILED_POINTS
-            return rc
+            return _finished(out, outcome.failed_points, _print_table(out))
         if a.cmd == "report" and is_tune_run(a.folder):
             return _print_tune(a.folder, a.n_boot, a.seed, a.skip_bad)
         if a.cmd == "tune":
@@ -261,15 +270,9 @@ def main(argv: list[str] | None = None) -> int:
 
             spec = TuneSpec.from_toml(a.config, _overrides(a.set))
             out = a.out or paths.LEDGERS / "tune" / spec.proposal.name / new_run_name()
-            outcome = run_tune(spec, out, progress=not a.no_progress,
-                               echo=lambda s: print(f"specnb: {s}", file=sys.stderr))
+            outcome = run_tune(spec, out, progress=not a.no_progress, echo=_echo)
             print(outcome.summary(), file=sys.stderr)
-            rc = _print_tune(out, DEFAULT_N_BOOT, DEFAULT_SEED, False)
-            if outcome.failed_points:
-                print(f"specnb: {len(outcome.failed_points)} point(s) failed; rerun with --out {out} to measure "
-                      "only them (exit status 1)", file=sys.stderr)
-                return EXIT_FAILED_POINTS
-            return rc
+            return _finished(out, outcome.failed_points, _print_tune(out, DEFAULT_N_BOOT, DEFAULT_SEED, False))
         if a.cmd == "report":
             return _print_table(a.folder, a.n_boot, a.seed, a.context, a.slo, a.skip_bad)
         if a.cmd == "mix":

@@ -418,7 +418,7 @@ def policy_check(table: pd.DataFrame, df: pd.DataFrame, *, policy: str, always_o
                     "policy_lo": float(p["speedup_lo"]), "policy_hi": float(p["speedup_hi"]), "envelope": envelope,
                     "static_lo": float(a["speedup_lo"]), "static_hi": float(a["speedup_hi"]),
                     "meets_envelope": bool(p["speedup_hi"] >= envelope),
-                    "policy_tok_s": float(p["spec_tok_s"]), "base_tok_s": float(p["base_tok_s"]),
+                    "policy_tok_s": float(p["spec_tok_s"]),
                     "short_by": max(0.0, envelope - float(p["speedup"])),
                     "drafts_per_output_token": drafts / tokens if tokens else None,
                     "running_mean": pd.to_numeric(at.get("num_requests_running_mean"), errors="coerce").mean()})

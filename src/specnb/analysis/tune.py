@@ -30,7 +30,7 @@ The new per-level K gives a new schedule through :func:`specnb.analysis.schedule
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,10 +170,6 @@ def claim_text(check: pd.DataFrame, config: Mapping[str, Any], static_k: int, *,
 def k_scheduled(check: pd.DataFrame) -> dict[int, int]:
     return {int(r.concurrency): int(r.k_scheduled) for r in check.itertuples(index=False)
             if r.k_scheduled is not None and pd.notna(r.k_scheduled)}
-
-
-def same_schedule(a: Sequence[Sequence[int]] | None, b: Sequence[Sequence[int]] | None) -> bool:
-    return [list(map(int, r)) for r in (a or [])] == [list(map(int, r)) for r in (b or [])]
 
 
 def tune_lines(folder: Path | str) -> list[str]:
