@@ -6,6 +6,7 @@
     specnb tune configs/cpu-tune.toml                 # proposal -> schedule -> verified config
     specnb tune configs/cpu-tune.toml --set tune.max_rounds=2 --out ledgers/tune/cpu/run1
     specnb report ledgers/mine/run1 --n-boot 5000 --seed 1 --context 2048
+    specnb predict ledgers/temperature/cpu/<run>      # n-gram acceptance from the target's probabilities
     specnb schema --out schemas/
     specnb mix traffic.jsonl --tokenizer models/SmolLM2-135M-Instruct
     specnb mix traffic.jsonl --ledgers ledgers/cpu-demo/run1 --arm ngram-k4 --concurrency 1
@@ -31,6 +32,7 @@ from typing import Any
 from specnb import paths
 from specnb.analysis import DEFAULT_N_BOOT, DEFAULT_SEED, category_speedups, expected_speedup, paired
 from specnb.analysis.latency import parse_slos
+from specnb.analysis.predicted import load_predicted, predicted_lines, predicted_table
 from specnb.analysis.schedule import RULES, derive_policy, format_policy
 from specnb.analysis.text import format_category_acceptance, format_report
 from specnb.analysis.tune import is_tune_run
@@ -116,9 +118,15 @@ def _print_table(out_dir: Path, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAUL
     if flags:
         print("flags: " + ", ".join(f"{k} x{v}" for k, v in sorted(flags.items()))
               + f"  (see the ledgers; {Flag.SPEC_NO_DRAFTS} and {Flag.INVALID} points are left out of the pairs)")
-    for line in search_lines(out_dir) + timing_lines(out_dir):
+    for line in search_lines(out_dir) + timing_lines(out_dir) + _predicted_lines(out_dir, df):
         print(line)
     return 0
+
+
+def _predicted_lines(folder: Path, df: Any) -> list[str]:
+    """The prediction records of ``folder`` (``specnb predict``) beside the measured acceptance."""
+    pred = load_predicted(folder)
+    return predicted_lines(predicted_table(df, pred)) if not pred.empty else []
 
 
 def _mix(a: argparse.Namespace) -> int:
@@ -226,6 +234,13 @@ def main(argv: list[str] | None = None) -> int:
                  config="tune TOML: a proposal sweep and a [tune] table",
                  out="tune folder (default: ledgers/tune/<name>/<UTC time>); an existing one resumes",
                  override="override a setting (tune.<key> for the [tune] table), value in TOML syntax")
+    pr = sub.add_parser("predict", help="predict each n-gram arm's acceptance from the target's own probabilities "
+                        "(the baseline's text replayed through vLLM's n-gram rule; a baseline server is started "
+                        "after the measurement) and print it beside the measured acceptance")
+    pr.add_argument("folder", type=Path, help="a measured run (a sweep folder or a study's run of conditions)")
+    pr.add_argument("--endpoint", help="attach to this running baseline server instead of launching one")
+    pr.add_argument("--top", type=int, default=20, help="prompt logprobs per position (vLLM serves up to 20)")
+    pr.add_argument("--no-progress", action="store_true")
     sc = sub.add_parser("schema", help="write the ledger JSON Schema")
     sc.add_argument("--out", type=Path, default=paths.SCHEMAS)
     m = sub.add_parser("mix", help="copy share and copy-style / free-form mix of a traffic log with responses")
@@ -277,6 +292,14 @@ def main(argv: list[str] | None = None) -> int:
             return _print_table(a.folder, a.n_boot, a.seed, a.context, a.slo, a.skip_bad)
         if a.cmd == "mix":
             return _mix(a)
+        if a.cmd == "predict":
+            from specnb.sweep.predict import predict_run  # the engine side, only here
+
+            outcome = predict_run(a.folder, endpoint=a.endpoint, top=a.top, progress=not a.no_progress, echo=_echo)
+            print(outcome.summary(), file=sys.stderr)
+            lines = _predicted_lines(a.folder, load_ledgers(a.folder))
+            print("\n".join(lines) if lines else "no n-gram arm to predict in this run")
+            return 0
         if a.cmd == "policy":
             return _policy(a)
         if a.cmd == "schema":
