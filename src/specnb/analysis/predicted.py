@@ -36,6 +36,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specnb.ledger.names import PLAIN_CONDITION
+
 __all__ = ["PREDICTED_DIR", "PREDICTED_KIND", "PredictError", "load_predicted", "Step", "expected_accepted", "flag_disagreement", "ngram_propose", "predicted_lines", "predicted_table",
            "summarize_steps", "tempered", "walk"]
 
@@ -54,7 +56,7 @@ class PredictError(ValueError):
 
 def ngram_propose(context: Sequence[int], min_n: int, max_n: int, k: int, max_model_len: int) -> list[int]:
     """vLLM's n-gram proposal for ``context`` (prompt and output so far): the longest suffix
-    n-gram of length ``min_n`` .. ``max_n`` found earlier in the context (the latest occurrence
+    n-gram of length ``min_n`` .. ``max_n`` found earlier in the context (the earliest occurrence
     among the longest), and up to ``k`` tokens that followed it. A line-by-line port of
     ``_find_longest_matched_ngram_and_propose_tokens`` (vLLM 0.32), tested against it."""
     tokens = list(context)
@@ -150,7 +152,10 @@ def tempered(token: int, logprob: float, top: Mapping[int, float], temperature: 
     shift = vals.max()
     weight = float(np.exp((vals - shift) * inv).sum())
     rest = max(0.0, 1.0 - float(np.exp(vals).sum()))
-    tail = rest * math.exp(vals.min() * (inv - 1.0) - shift * inv)
+    # every unlisted token is at most as likely as the least likely of the top k (the token itself
+    # may rank below them: it does not bound the others)
+    floor = min(top.values()) if top else float(logprob)
+    tail = rest * math.exp(floor * (inv - 1.0) - shift * inv)
     num = math.exp((logprob - shift) * inv)
     return num / (weight + tail), min(1.0, num / weight)
 
@@ -288,4 +293,7 @@ def load_predicted(folder: str | Path) -> pd.DataFrame:
         rows.append({k: doc.get(k) for k in ("condition", "arm", "workload", "concurrency", "repeat", "temperature",
                                              "baseline_point", "requests")}
                     | dict(doc.get("results") or {}) | {"per_request": doc.get("per_request") or [], "path": str(path)})
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    if len(out):  # a sweep outside a study has the frame's plain condition
+        out["condition"] = out["condition"].fillna(PLAIN_CONDITION)
+    return out
