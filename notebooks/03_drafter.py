@@ -53,6 +53,8 @@ warmup_requests = 2  # per server start, not measured
 max_tokens = 64  # output tokens per request
 temperature = 0.0  # sampling temperature (0 is greedy)
 seed = 0  # sampling seed (per request: seed + prompt index)
+lossless_study = "lossless"  # ledgers/drafter/<this>/: the bf16 and fp32 run of the lossless section (empty: skip it)
+ceiling_study = "ceiling"  # ledgers/drafter/<this>/: the synthetic-acceptance run of the ceiling section (empty: skip it)
 
 # %%
 from IPython.display import Markdown, display
@@ -72,11 +74,13 @@ table = nb.table
 # %%
 levels = sorted(table.concurrency.unique())
 fig, axes = panels.new_figure(ncols=2, nrows=len(levels), width=4.3, height=2.4)
+rowkey = "arm" if table.condition.nunique() == 1 else "row"  # a study of several conditions: one row per both
+table["row"] = table.condition_label.astype(str) + " · " + table.arm
 for i, c in enumerate(levels):
     t = table[table.concurrency == c]
-    panels.heatmap(axes[i][0], t.pivot(index="arm", columns="workload", values="speedup"),
+    panels.heatmap(axes[i][0], t.pivot(index=rowkey, columns="workload", values="speedup"),
                   title=f"paired speedup, c={c}", cbar_label="on / off")
-    panels.heatmap(axes[i][1], t.pivot(index="arm", columns="workload", values="acceptance_length"),
+    panels.heatmap(axes[i][1], t.pivot(index=rowkey, columns="workload", values="acceptance_length"),
                   center=None, cmap="viridis", title=f"mean acceptance length, c={c}", cbar_label="tokens/step")
 nb.save(fig, "drafter-heatmap",
         caption="Paired speedup (left) and mean acceptance length (right) per drafter and workload.")
@@ -139,3 +143,127 @@ front[front.pareto][["workload", "arm", "concurrency", "per_user_tok_s", "output
 # with the share of output it supplied. The noise-perturbed draft model shows what a trained
 # drafter's acceptance buys when drafting costs as much as the target's own step: on this CPU
 # that cost usually outweighs the gain, which is the point of measuring instead of assuming.
+
+# %% [markdown]
+# ## Does the drafter change the answer? Numerics, with the baseline's own logits
+#
+# At temperature 0 a drafter must not change what the model says; in practice a batch of another
+# shape can flip a near tie. This section reads the lossless run (`lossless_study`: the same
+# arms at temperature 0 under bf16 and fp32, two starts per arm, made with
+# `make measure-drafter PARAMS=notebooks/params/lossless/drafter.yaml`). Per condition: the share
+# of requests whose output token ids are identical to the baseline's, the baseline against its
+# own restart (numerics alone), where outputs part and with how many requests in flight; then,
+# from `specnb predict` (a baseline server after the measurement), how far apart the baseline's
+# own logits put the two candidate tokens at the first differing position, against the gap
+# between the two most likely tokens at the text's ordinary positions. A near tie is numerics; a
+# clear winner lost would be a correctness bug.
+
+# %%
+from specnb import paths
+from specnb.analysis import lossless, lossless_summary
+from specnb.analysis.lossless import load_margins
+from specnb.ledger import load_ledgers
+from specnb.ledger.runs import RunError, find_run
+
+
+def _study_run(name):
+    if not name:
+        return None
+    try:
+        return find_run("drafter", name, "", paths.resolve(ledger_root))
+    except RunError:
+        return None
+
+
+lossless_folder = _study_run(lossless_study)
+if lossless_folder is None:
+    display(Markdown(f"No `{lossless_study}` run under {ledger_root}/drafter/: this section is skipped."))
+else:
+    ldf = load_ledgers(lossless_folder)
+    same = lossless(ldf)
+    margins = load_margins(lossless_folder)
+    display(Markdown(f"Run `{paths.portable(str(lossless_folder))}`:\n\n```\n"
+                     + lossless_summary(same, margins=margins) + "\n```"))
+if lossless_folder is not None and len(same):
+    share = same.assign(kind=same["reference"].map({True: "baseline restart", False: "drafter vs baseline"}))
+    share = share.assign(who=share["arm"].where(~share["reference"], "baseline (restart)"))
+    pooled = share.groupby(["condition", "who"], sort=True)[["identical", "requests"]].sum().reset_index()
+    pooled["identical_share"] = pooled["identical"] / pooled["requests"]
+    fig, axes = panels.new_figure(ncols=2, width=4.2, height=2.8)
+    ax = axes[0][0]
+    conds = sorted(pooled["condition"].unique())
+    whos = sorted(pooled["who"].unique())
+    width = 0.8 / max(len(whos), 1)
+    for j, who in enumerate(whos):
+        g = pooled[pooled["who"] == who].set_index("condition").reindex(conds)
+        ax.bar([i + j * width for i in range(len(conds))], 100 * g["identical_share"], width, label=who)
+    ax.set_xticks([i + width * (len(whos) - 1) / 2 for i in range(len(conds))], conds)
+    ax.set(ylabel="requests identical, %", ylim=(0, 105), title="greedy outputs identical")
+    ax.legend(loc="lower left", fontsize=7)
+    ax = axes[0][1]
+    if len(margins) and margins["margin"].notna().any():
+        m = margins[margins["margin"].notna()].copy()
+        m["who"] = m["arm"].where(~m["reference"].astype(bool), "baseline (restart)")
+        groups = list(m.groupby(["condition", "who"], sort=True))
+        for i, ((cond, who), g) in enumerate(groups):
+            ax.scatter([i] * len(g), g["margin"].abs().clip(lower=1e-3), s=14, alpha=0.7)
+        ax.set_xticks(range(len(groups)), [f"{c}\n{w}" for (c, w), _ in groups], fontsize=6)
+        if "typical_gap_p50" in m.columns and m["typical_gap_p50"].notna().any():
+            gap = float(m["typical_gap_p50"].median())
+            ax.axhline(gap, color="0.3", ls="--", lw=0.9, label=f"ordinary top-2 gap (median {gap:.1f})")
+        ax.set_yscale("log")
+        ax.set(ylabel="|logit gap| of the two candidates, nats", title="at the first differing token")
+        ax.legend(loc="lower right", fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "no margins: run specnb predict on this run", ha="center", va="center",
+                transform=ax.transAxes)
+    nb.save(fig, "drafter-lossless", sources=[lossless_folder],
+            caption="Greedy outputs identical to the baseline's per dtype (left) and the baseline's logit margin "
+                    "between the two candidate tokens where outputs first differ (right).")
+
+# %% [markdown]
+# ## Is the ceiling a ceiling?
+#
+# Seed 002: measure the ceiling before training a drafter. The ceiling run (`ceiling_study`,
+# `make measure-drafter PARAMS=notebooks/params/ceiling/drafter.yaml`) pairs synthetic
+# acceptance swept from low to high (n-gram proposing at nearly every step, each draft accepted
+# with a fixed chance) with the real n-gram and draft-model arms on the same prompts. Each real
+# drafter is placed at its measured acceptance against the ceiling's speedup there; its *twin*
+# (the real n-gram's own proposer with the real arm's measured per-position rates) must run as
+# fast as the real arm, or the synthetic path costs something of its own.
+
+# %%
+from specnb.analysis.ceiling import arm_configs, ceiling_lines, ceiling_table, is_ceiling
+from specnb.analysis.tables import summarize
+
+ceiling_folder = _study_run(ceiling_study)
+if ceiling_folder is None:
+    display(Markdown(f"No `{ceiling_study}` run under {ledger_root}/drafter/: this section is skipped."))
+    ct = None
+else:
+    configs = arm_configs(ceiling_folder)
+    ctab = summarize(load_ledgers(ceiling_folder))
+    ct = ceiling_table(ctab, configs)
+    display(Markdown(f"Run `{paths.portable(str(ceiling_folder))}`:\n\n```\n" + "\n".join(ceiling_lines(ct)) + "\n```"))
+if ceiling_folder is not None and len(ctab):
+    lv = sorted(ctab["concurrency"].unique())
+    fig, axes = panels.new_figure(ncols=len(lv), width=3.8, height=3.0)
+    twin_arms = {r for r in ct["twin"].dropna()} if len(ct) else set()
+    for ax, c in zip(axes[0], lv):
+        g = ctab[ctab["concurrency"] == c]
+        ce = g[g["arm"].map(lambda a: is_ceiling(configs.get(a)) and a not in twin_arms)].sort_values("acceptance_rate")
+        ax.errorbar(100 * ce["acceptance_rate"], ce["speedup"],
+                    yerr=[ce["speedup"] - ce["speedup_lo"], ce["speedup_hi"] - ce["speedup"]],
+                    fmt="o-", color="0.35", capsize=2, label="ceiling (synthetic)")
+        for i, r in enumerate(g[~g["arm"].isin(set(ce["arm"]))].to_dict("records")):
+            marker = "D" if r["arm"] in twin_arms else "s"
+            ax.errorbar(100 * r["acceptance_rate"], r["speedup"],
+                        yerr=[[r["speedup"] - r["speedup_lo"]], [r["speedup_hi"] - r["speedup"]]],
+                        fmt=marker, color=f"C{i}", capsize=2, label=r["arm"])
+        ax.axhline(1.0, color="0.3", lw=0.9, ls=":")
+        ax.set(xlabel="draft tokens accepted, %", ylabel="speedup (on / off)", title=f"copy, c={c:g}", xlim=(0, 100))
+    axes[0][0].legend(loc="upper left", fontsize=7)
+    nb.save(fig, "drafter-ceiling", sources=[ceiling_folder],
+            caption="Paired speedup against measured acceptance: the synthetic ceiling (line) and the real drafters "
+                    "(points) on the same prompts; bars are 95 % intervals.")
+ct.round(3) if ct is not None and len(ct) else None

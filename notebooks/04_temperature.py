@@ -97,6 +97,8 @@ table[["condition_label", "arm", "concurrency", "n_repeats", "base_tok_s", "spec
 # points) is flagged: the engine's speculative path does not sample as its probabilities say.
 
 # %%
+import pandas as pd
+
 from specnb.analysis.predicted import load_predicted, predicted_table
 
 if measure and predict:
@@ -114,7 +116,8 @@ else:
         color = f"C{i}"
         ax.plot(g["temperature"], 100 * g["measured"], "o-", color=color, label=f"measured, c={c:g}")
         ax.plot(g["temperature"], 100 * g["expected_lo"], "s--", color=color, mfc="white", label=f"expected, c={c:g}")
-        ax.fill_between(g["temperature"], 100 * g["expected_ci_lo"], 100 * g["expected_ci_hi"], color=color, alpha=0.12)
+        ax.fill_between(g["temperature"], 100 * pd.to_numeric(g["expected_ci_lo"]),
+                        100 * pd.to_numeric(g["expected_ci_hi"]), color=color, alpha=0.12)
     ax.set(xlabel="temperature", ylabel="draft tokens accepted, %", ylim=(0, 100),
            title=f"{', '.join(sorted(pred['arm'].unique()))}: measured vs predicted")
     ax.legend(loc="lower left", fontsize=7)

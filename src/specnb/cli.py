@@ -32,6 +32,7 @@ from typing import Any
 from specnb import paths
 from specnb.analysis import DEFAULT_N_BOOT, DEFAULT_SEED, category_speedups, expected_speedup, paired
 from specnb.analysis.latency import parse_slos
+from specnb.analysis.lossless import load_margins
 from specnb.analysis.predicted import load_predicted, predicted_lines, predicted_table
 from specnb.analysis.schedule import RULES, derive_policy, format_policy
 from specnb.analysis.text import format_category_acceptance, format_report
@@ -104,7 +105,8 @@ def _print_table(out_dir: Path, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAUL
         return 1
     failed = int((df["status"] != Status.OK).sum())
     try:
-        print(format_report(df, n_boot=n_boot, seed=seed, context_tokens=context_tokens, slos=parse_slos(slos)))
+        print(format_report(df, n_boot=n_boot, seed=seed, context_tokens=context_tokens, slos=parse_slos(slos),
+                            margins=load_margins(out_dir)))
     except SpecnbError as exc:
         print(f"specnb: {exc}", file=sys.stderr)
         return 2

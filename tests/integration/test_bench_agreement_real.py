@@ -137,4 +137,9 @@ def test_specnb_agrees_with_vllm_bench_serve(server, tmp_path):
     expected = PROMPTS * MAX_TOKENS
     assert all(r["output_tokens"] == expected for r in rows), "ignore_eos + max_tokens: every client round " \
         f"must yield exactly {expected} output tokens"
-    assert abs(med - 1.0) <= TOLERANCE, f"median ratio {med:.3f} outside 1 +- {TOLERANCE} ({TOLERANCE_NOTE})"
+    if os.environ.get("SPECNB_AGREEMENT_LOG"):  # collecting the spread over runs (see TOLERANCE)
+        with open(os.environ["SPECNB_AGREEMENT_LOG"], "a") as fh:
+            fh.write(json.dumps({"ratios": ratios, "median": med, "rows": rows}) + "\n")
+    per_round = ", ".join(f"{x:.3f}" for x in ratios)
+    assert abs(med - 1.0) <= TOLERANCE, (f"median ratio {med:.3f} outside 1 +- {TOLERANCE} ({TOLERANCE_NOTE}); "
+                                         f"per-round ratios {per_round}")

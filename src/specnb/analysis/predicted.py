@@ -113,7 +113,9 @@ def walk(prompt_ids: Sequence[int], output_ids: Sequence[int], *, min_n: int, ma
     The first output token comes from the prefill (nothing drafted); after each step the proposer
     sees the context so far. A proposal is cut where the output ends (the engine's drafts past
     the last token are not counted here: a request that stopped on EOS or max_tokens says
-    nothing about them). A step with no proposal moves on by one token."""
+    nothing about them; vLLM's scheduler does count them, so with a short ``max_tokens`` the
+    measured acceptance can sit a little below this). A step with no proposal moves on by one
+    token."""
     prompt, out = list(prompt_ids), list(output_ids)
     steps: list[Step] = []
     i = 1
@@ -190,7 +192,7 @@ def summarize_steps(steps: Sequence[Step]) -> dict[str, Any]:
 def _prompt_interval(per_request: list[dict[str, Any]], key: str, n_boot: int = 2000, seed: int = 0
                      ) -> tuple[float, float] | tuple[None, None]:
     """95 % interval of sum(key) / sum(drafted) over prompts (a cluster bootstrap: a prompt's
-    requests at every level and repeat resampled together, as seeded sampling repeats them)."""
+    requests in every repeat of the level resampled together, as seeded sampling repeats them)."""
     rows = pd.DataFrame(per_request)
     if rows.empty or key not in rows.columns or rows[key].isna().any():
         return None, None

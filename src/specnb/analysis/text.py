@@ -394,10 +394,13 @@ def format_report(
     context_tokens: float | None = None,
     serving_concurrency: float | None = None,
     slos: dict[str, float] | None = None,
+    margins: pd.DataFrame | None = None,
 ) -> str:
     """What ``specnb report`` prints: the machine; for closed-loop points the table, the
     thresholds, the decisions, the KV cost and the schedule to deploy; for open-loop points the
-    table over rate and latency against offered rate; goodput under SLOs; the lossless check."""
+    table over rate and latency against offered rate; goodput under SLOs; the lossless check
+    (with ``margins``, :func:`specnb.analysis.lossless.load_margins`: how close to a tie the
+    first differing tokens were)."""
     is_rate = (df["load_mode"] == "rate") if "load_mode" in df.columns else pd.Series(False, index=df.index)
     closed, open_loop = df[~is_rate], df[is_rate]
     parts = [format_machine(df)]
@@ -436,5 +439,5 @@ def format_report(
         parts += ["", "refused before any server started (this engine build cannot serve it on that machine):", refused]
     same = lossless(df)
     if not same.empty:
-        parts += ["", "lossless check (temperature 0; outputs compared request by request):", lossless_summary(same)]
+        parts += ["", "lossless check (temperature 0; outputs compared request by request):", lossless_summary(same, margins=margins)]
     return "\n".join(parts)

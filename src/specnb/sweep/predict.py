@@ -29,16 +29,17 @@ from typing import Any
 import numpy as np
 
 from specnb import paths
+from specnb.analysis.lossless import MARGINS_DIR, MARGINS_KIND, divergence_margin, lossless, top_gaps
 from specnb.analysis.predicted import PREDICTED_DIR, PREDICTED_KIND, Step, summarize_steps, tempered, walk
 from specnb.engine import logprobs as lp
 from specnb.engine.server import Endpoint, VllmServer, attach
 from specnb.errors import SpecnbError
-from specnb.ledger import load_requests, read_ledger, write_once
+from specnb.ledger import load_ledgers, load_requests, read_ledger, write_once
 from specnb.ledger import provenance as prov
 from specnb.ledger.frame import ledger_files
 from specnb.ledger.names import Status
-from specnb.ledger.store import read_json
-from specnb.prompts import resolve
+from specnb.ledger.store import LedgerError, read_json
+from specnb.prompts import WorkloadError, resolve
 from specnb.sweep.arm import Arm
 from specnb.sweep.progress import progress_bar
 from specnb.sweep.runner import server_args_for
@@ -103,15 +104,48 @@ def _conditions(folder: Path) -> list[Path]:
     return found
 
 
-def _jobs(folder: Path, outcome: PredictOutcome) -> list[_Job]:
+@dataclass
+class _MarginJob:
+    """A greedy pair (a drafter's point, or a baseline restart) whose outputs differ from the
+    baseline point it is compared with: the baseline's logprobs at each first difference."""
+
+    cond_dir: Path
+    spec: SweepSpec
+    row: dict[str, Any]  # the pair's lossless row, divergences included
+    out: Path
+
+
+def _margin_jobs(cond: Path, spec: SweepSpec, outcome: PredictOutcome) -> list[_MarginJob]:
+    df = load_ledgers(cond)
+    if df.empty:
+        return []
+    table = lossless(df, divergences=True)
+    jobs = []
+    for row in table.to_dict("records") if len(table) else []:
+        if not row.get("divergences"):
+            continue
+        point = Path(row["path"])
+        out = cond / PREDICTED_DIR / MARGINS_DIR / point.relative_to(cond)
+        if out.exists():
+            outcome.existing += 1
+            continue
+        jobs.append(_MarginJob(cond, spec, row, out))
+    return jobs
+
+
+def _jobs(folder: Path, outcome: PredictOutcome) -> tuple[list[_Job], list[_MarginJob]]:
     jobs: list[_Job] = []
+    margins: list[_MarginJob] = []
     for cond in _conditions(folder):
         spec = SweepSpec.parse(read_json(cond / "sweep.json")["spec"], where=str(cond / "sweep.json"))
+        base = next((a for a in spec.arms if a.speculative_config is None), None)
+        if base is None:
+            outcome.skipped.append(f"{cond.name}: no arm without a drafter (nothing to replay)")
+            continue
+        margins += _margin_jobs(cond, spec, outcome)
         arms = [(a, ngram_settings(a)) for a in spec.arms]
         arms = [(a, s) for a, s in arms if s]
-        base = next((a for a in spec.arms if a.speculative_config is None), None)
-        if not arms or base is None:
-            outcome.skipped.append(f"{cond.name}: no n-gram arm with a fixed K beside a baseline")
+        if not arms:
             continue
         t, top_p = spec.sampling.temperature, spec.sampling.top_p
         if top_p is not None and top_p < 1:
@@ -120,15 +154,20 @@ def _jobs(folder: Path, outcome: PredictOutcome) -> list[_Job]:
         if t > 1:
             outcome.skipped.append(f"{cond.name}: temperature {t} > 1 (the top logprobs do not bound the tail)")
             continue
+        if not (cond / base.name).is_dir():
+            outcome.skipped.append(f"{cond.name}: no baseline points")
+            continue
+        measured = [(a, s) for a, s in arms if (cond / a.name).is_dir()
+                    and any(read_ledger(f).status == Status.OK for f in ledger_files(cond / a.name))]
         for led in ledger_files(cond / base.name):
             rel = led.relative_to(cond / base.name)
-            for arm, s in arms:
+            for arm, s in measured:
                 out = cond / PREDICTED_DIR / arm.name / rel
                 if out.exists():
                     outcome.existing += 1
                     continue
                 jobs.append(_Job(cond, spec, arm, s, led, out))
-    return jobs
+    return jobs, margins
 
 
 def _server_key(spec: SweepSpec, base: Arm) -> str:
@@ -162,9 +201,11 @@ def _max_model_len(ep: Endpoint) -> int:
 
 
 def _fill(step: Step, path_lp: list[dict[int, float] | None], off: list[dict[int, float] | None] | None,
-          ctx_len: int, t: float) -> None:
+          ctx_len: int, t: float, top: int = 20) -> None:
     """p_T of each draft of ``step``: from the path's logprobs up to its first mismatch, then from
-    the step's own request (``off``) or bounded by the chance of getting there."""
+    the step's own request (``off``) or bounded by the chance of getting there. A position's
+    entry holds the ``top`` most likely tokens and the prompt's own token there (which may rank
+    below them): only the top ones bound the tokens not listed."""
     step.probs_lo, step.probs_hi = [], []
     for j, tok in enumerate(step.drafts):
         pos = ctx_len + j
@@ -173,13 +214,29 @@ def _fill(step: Step, path_lp: list[dict[int, float] | None], off: list[dict[int
             lo, hi = 0.0, 1.0
         else:
             at = src[pos] or {}
+            best = dict(sorted(at.items(), key=lambda kv: -kv[1])[:top])
             if tok in at:
-                lo, hi = tempered(tok, at[tok], at, t)
-            else:  # not in the top k there: at most as likely as the least likely listed
-                floor = min(at.values()) if at else 0.0
-                lo, hi = 0.0, tempered(tok, floor, at, t)[1]
+                lo, hi = tempered(tok, at[tok], best, t)
+            else:  # not listed there: at most as likely as the least likely of the top
+                floor = min(best.values()) if best else 0.0
+                lo, hi = 0.0, tempered(tok, floor, best, t)[1]
         step.probs_lo.append(lo)
         step.probs_hi.append(hi)
+
+
+def _prompt(prompts: dict[str, Any], row: Any, where: Any) -> Any:
+    got = prompts.get(row["prompt_id"])
+    if got is None:
+        raise PredictError(f"{where}: prompt {row['prompt_id']!r} is not in the workload any more")
+    return got
+
+
+def _ids(row: Any, where: Any) -> list[int]:
+    ids = row["output_token_ids"]
+    if ids is None or (isinstance(ids, float) and math.isnan(ids)):
+        raise PredictError(f"{where}: request {row['index'] if 'index' in row else '?'} has no output token ids "
+                           "(a server that does not send return_token_ids?)")
+    return [int(x) for x in ids]
 
 
 def _predict_point(job: _Job, ep: Endpoint, max_len: int, top: int, parallel: int,
@@ -200,14 +257,14 @@ def _predict_point(job: _Job, ep: Endpoint, max_len: int, top: int, parallel: in
     for row in req.to_dict("records"):
         key = (wl_name, row["prompt_id"])
         if key not in tokenized:
-            tokenized[key] = lp.tokenize_chat(ep.base_url, ep.model, prompts[row["prompt_id"]].messages,
+            tokenized[key] = lp.tokenize_chat(ep.base_url, ep.model, _prompt(prompts, row, job.ledger).messages,
                                               headers=ep.headers)
         ids = tokenized[key]
         measured = row.get("prompt_tokens")
         if measured is not None and not (isinstance(measured, float) and math.isnan(measured)) and int(measured) != len(ids):
             raise PredictError(f"{job.ledger}: prompt {row['prompt_id']} is {len(ids)} tokens through /tokenize but "
                                f"{int(row['prompt_tokens'])} in the measured request: not the same prompt")
-        out = [int(x) for x in row["output_token_ids"]]
+        out = _ids(row, job.ledger)
         steps = walk(ids, out, min_n=s["prompt_lookup_min"], max_n=s["prompt_lookup_max"],
                      k=s["num_speculative_tokens"], max_model_len=max_len)
         seqs.append((ids, out, steps, row))
@@ -222,7 +279,7 @@ def _predict_point(job: _Job, ep: Endpoint, max_len: int, top: int, parallel: in
     for ids, out, steps, _ in seqs:
         full = path_lp[tuple(ids + out)]
         for st in steps:
-            _fill(st, full, None, len(ids) + st.position, t)
+            _fill(st, full, None, len(ids) + st.position, t, top)
             reach = float(np.prod(st.probs_hi[: st.matched + 1]))
             if st.matched + 1 < len(st.drafts) and reach > OFF_PATH_CHANCE:
                 off_keys[tuple(ids + out[: st.position] + st.drafts)] = None
@@ -234,7 +291,7 @@ def _predict_point(job: _Job, ep: Endpoint, max_len: int, top: int, parallel: in
     for ids, out, steps, row in seqs:
         full = path_lp[tuple(ids + out)]
         for st in steps:
-            _fill(st, full, off_lp.get(tuple(ids + out[: st.position] + st.drafts)), len(ids) + st.position, t)
+            _fill(st, full, off_lp.get(tuple(ids + out[: st.position] + st.drafts)), len(ids) + st.position, t, top)
         all_steps += steps
         per_request.append({"index": int(row["index"]), "prompt_id": row["prompt_id"], "output_tokens": len(out),
                             **summarize_steps(steps)})
@@ -262,6 +319,53 @@ def _predict_point(job: _Job, ep: Endpoint, max_len: int, top: int, parallel: in
     }
 
 
+def _margins(job: _MarginJob, ep: Endpoint, top: int, parallel: int,
+             tokenized: dict[tuple[str, str], list[int]]) -> dict[str, Any]:
+    """The baseline's raw logprobs at every first difference of one greedy pair (one request per
+    differing baseline output: prompt + the baseline's output, ``prompt_logprobs``)."""
+    row = job.row
+    ref = load_requests(row["path_ref"]).set_index("index")
+    led = read_ledger(row["path_ref"])
+    wl = next((w for w in map(resolve, job.spec.workloads) if w.name == led.workload.name), None)
+    if wl is None or wl.content_hash != led.workload.content_hash:
+        raise PredictError(f"{row['path_ref']}: workload {led.workload.name!r} is not the one measured")
+    prompts = {p.id: p for p in wl.prompts}
+    seqs, items = [], []
+    for d in row["divergences"]:
+        base_row = ref.loc[d["index"]]
+        key = (wl.name, base_row["prompt_id"])
+        if key not in tokenized:
+            tokenized[key] = lp.tokenize_chat(ep.base_url, ep.model, _prompt(prompts, base_row, row["path_ref"]).messages,
+                                              headers=ep.headers)
+        ids, out = tokenized[key], _ids(base_row, row["path_ref"])
+        seqs.append(ids + out)
+        items.append((d, len(ids)))
+    got = lp.prompt_logprobs(ep.base_url, ep.model, seqs, top=top, headers=ep.headers, parallel=parallel)
+    divs = []
+    for (d, n_prompt), path_lp in zip(items, got, strict=True):
+        pos = n_prompt + d["position"]
+        info = {**d, "margin": None, "margin_is_bound": False, "argmax_is_base": None, "as_close_share": None}
+        if d["token_a"] is not None and pos < len(path_lp):
+            info.update(divergence_margin(d["token_a"], d["token_b"], path_lp[pos]))
+            gaps = top_gaps(path_lp, n_prompt)
+            if info["margin"] is not None and len(gaps):
+                info["as_close_share"] = float((gaps <= abs(info["margin"])).mean())
+                info["typical_gap_p50"] = float(np.median(gaps))
+        divs.append(info)
+    return {
+        "kind": MARGINS_KIND,
+        "condition": (led.parameters or {}).get("condition"),
+        "arm": row["arm"], "workload": row["workload"], "concurrency": row["concurrency"], "repeat": row["repeat"],
+        "reference": bool(row["reference"]),
+        "point": paths.portable(str(row["path"])), "baseline_point": paths.portable(str(row["path_ref"])),
+        "requests": row["requests"], "identical": row["identical"], "top_logprobs": top,
+        "divergences": divs,
+        "server": {"base_url": ep.base_url, "model": ep.model, "engine_version": led.server.engine_version},
+        "provenance": {"git": prov.git_state(), "versions": prov.versions()},
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.0f}%"
 
@@ -277,7 +381,7 @@ def predict_run(folder: Path | str, *, endpoint: str | None = None, top: int = 2
     if not 1 <= top <= 20:
         raise PredictError(f"top {top}: vLLM serves 1 to 20 prompt logprobs by default (--max-logprobs)")
     outcome = PredictOutcome(folder)
-    jobs = _jobs(folder, outcome)
+    jobs, margin_jobs = _jobs(folder, outcome)
     ok_jobs = []
     for j in jobs:
         led = read_ledger(j.ledger)
@@ -285,30 +389,52 @@ def predict_run(folder: Path | str, *, endpoint: str | None = None, top: int = 2
             outcome.skipped.append(f"{j.ledger.name}: baseline point {led.status}")
         else:
             ok_jobs.append(j)
-    if not ok_jobs:
+    if not ok_jobs and not margin_jobs:
         return outcome
-    by_server: dict[str, list[_Job]] = {}
-    for j in ok_jobs:
+    by_server: dict[str, tuple[SweepSpec, Path, list[Any]]] = {}
+    for j in [*ok_jobs, *margin_jobs]:
         base = next(a for a in j.spec.arms if a.speculative_config is None)
-        by_server.setdefault(_server_key(j.spec, base), []).append(j)
-    echo(f"predicting {len(ok_jobs)} point(s) on {len(by_server)} baseline server(s)")
-    bar = progress_bar(len(ok_jobs), desc="predict", enabled=progress, unit="point")
+        by_server.setdefault(_server_key(j.spec, base), (j.spec, j.cond_dir, []))[2].append(j)
+    if endpoint and len(by_server) > 1:
+        raise PredictError(f"--endpoint {endpoint}: this run's conditions use {len(by_server)} different baseline "
+                           "servers (model, arguments or environment): predict each condition folder on its own")
+    echo(f"predicting {len(ok_jobs)} point(s) and the first differences of {len(margin_jobs)} greedy pair(s) "
+         f"on {len(by_server)} baseline server(s)")
+    bar = progress_bar(len(ok_jobs) + len(margin_jobs), desc="predict", enabled=progress, unit="point")
     try:
-        for group in by_server.values():
-            first = group[0]
-            with _engine(first.spec, endpoint, first.cond_dir / PREDICTED_DIR / "logs") as ep:
+        for spec, cond_dir, group in by_server.values():
+            with _engine(spec, endpoint, cond_dir / PREDICTED_DIR / "logs") as ep:
                 max_len = _max_model_len(ep)
                 tokenized: dict[tuple[str, str], list[int]] = {}
                 for job in group:
-                    doc = _predict_point(job, ep, max_len, top, parallel, tokenized)
+                    try:
+                        doc, note = _one_job(job, ep, max_len, top, parallel, tokenized)
+                    except (PredictError, lp.LogprobError, LedgerError, WorkloadError) as exc:
+                        outcome.skipped.append(f"{job.out}: {exc}")
+                        bar.update(1)
+                        bar.set_postfix_str(f"not predicted: {exc}")
+                        continue
                     doc["server"]["launched"] = endpoint is None
                     write_once(job.out, (json.dumps(doc, indent=1) + "\n").encode())
                     outcome.written.append(job.out)
                     bar.update(1)
-                    r = doc["results"]
-                    bar.set_postfix_str(f"{job.arm.name} {doc['baseline_point']} T {doc['temperature']:g}: replayed "
-                                        f"{_pct(r['replayed_rate'])}, expected {_pct(r['expected_rate_lo'])}-"
-                                        f"{_pct(r['expected_rate_hi'])}")
+                    bar.set_postfix_str(note)
     finally:
         bar.close()
     return outcome
+
+
+def _one_job(job: Any, ep: Endpoint, max_len: int, top: int, parallel: int,
+             tokenized: dict[tuple[str, str], list[int]]) -> tuple[dict[str, Any], str]:
+    """One record and its progress note: a greedy pair's margins or a point's prediction."""
+    if isinstance(job, _MarginJob):
+        doc = _margins(job, ep, top, parallel, tokenized)
+        got = [d["margin"] for d in doc["divergences"] if d["margin"] is not None]
+        note = (f"{job.row['arm']} {Path(job.row['path']).name}: {len(doc['divergences'])} first difference(s), "
+                f"median margin {np.median(got):.2f} nats" if got else "no margin")
+        return doc, note
+    doc = _predict_point(job, ep, max_len, top, parallel, tokenized)
+    r = doc["results"]
+    note = (f"{job.arm.name} {doc['baseline_point']} T {doc['temperature']:g}: replayed "
+            f"{_pct(r['replayed_rate'])}, expected {_pct(r['expected_rate_lo'])}-{_pct(r['expected_rate_hi'])}")
+    return doc, note

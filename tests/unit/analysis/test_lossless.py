@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
-import pandas as pd
+import json
 
-from specnb.analysis.lossless import compare_outputs, lossless, lossless_summary
+import pandas as pd
+import pytest
+
+from specnb.analysis.lossless import (
+    MARGINS_DIR,
+    MARGINS_KIND,
+    compare_outputs,
+    divergence_margin,
+    load_margins,
+    lossless,
+    lossless_summary,
+    top_gaps,
+)
 from specnb.ledger import load_ledgers, write_ledger
 from tests.unit.factories import ledger
 
@@ -69,3 +81,54 @@ def test_each_condition_is_its_own_reference(tmp_path):
     text = lossless_summary(t)
     assert "bf16 / baseline / copy: 100% of 3 requests identical baseline vs its own first start" in text
     assert "int8 / ngram-k4 / copy: 100% of 3 requests identical vs the baseline" in text
+
+
+def _timed(outputs: list[list[int]], starts: list[float], ends: list[float]) -> pd.DataFrame:
+    side = _side(outputs)
+    side["start_s"], side["end_s"] = starts, ends
+    # one token per chunk, a token every 0.1 s from 0.1 s after the start
+    side["chunk_times_s"] = [[s + 0.1 * (j + 1) for j in range(len(o))] for s, o in zip(starts, outputs, strict=True)]
+    side["chunk_tokens"] = [[1] * len(o) for o in outputs]
+    return side
+
+
+def test_divergences_name_the_position_the_tokens_and_the_batch_there(tmp_path):
+    base = [[1, 2, 3, 4], [5, 6, 7, 8], [8, 9]]
+    spec = [[1, 2, 3, 4], [5, 6, 0, 8], [8, 9]]
+    # the second request's token 2 arrives at 0.3 s, when requests 0 and 1 are in flight (2 ends at 0.25)
+    write_ledger(tmp_path / "a.json", ledger("baseline"), _timed(base, [0.0, 0.0, 0.0], [1.0, 1.0, 0.25]))
+    write_ledger(tmp_path / "b.json", ledger("ngram-k4", mal=3), _timed(spec, [0.0, 0.0, 0.0], [1.0, 1.0, 0.25]))
+    cmp = compare_outputs(tmp_path / "a.json", tmp_path / "b.json", divergences=True)
+    assert cmp["identical"] == 2
+    (d,) = cmp["divergences"]
+    assert (d["index"], d["position"], d["token_a"], d["token_b"]) == (1, 2, 7, 0)
+    assert d["in_flight_b"] == 2 and cmp["in_flight_at_difference_p50"] == 2.0
+
+
+def test_margin_at_a_difference_and_the_texts_ordinary_gaps():
+    at = {7: -0.70, 0: -0.72, 3: -4.0}
+    m = divergence_margin(7, 0, at)
+    assert m["margin"] == pytest.approx(0.02) and m["argmax_is_base"] and not m["margin_is_bound"]
+    far = divergence_margin(7, 99, at)  # the other token is not in the top k: a lower bound
+    assert far["margin"] == pytest.approx(3.3) and far["margin_is_bound"]
+    gaps = top_gaps([None, {1: -0.1, 2: -3.0}, {1: -1.0, 2: -1.5, 3: -2.0}, None], 1)
+    assert gaps.tolist() == pytest.approx([2.9, 0.5])
+
+
+def test_summary_says_how_close_to_a_tie_the_differences_were(tmp_path):
+    rows = [(ledger("baseline", r=0), SAME), (ledger("ngram-k4", r=0, mal=3), [[1, 2, 3, 4], [5, 0, 7], [8, 9]])]
+    for i, (led, out) in enumerate(rows):
+        write_ledger(tmp_path / f"{i}.json", led, _side(out))
+    table = lossless(load_ledgers(tmp_path))
+    doc = {"kind": MARGINS_KIND, "condition": None, "arm": "ngram-k4", "workload": "copy", "concurrency": 1,
+           "repeat": 0, "reference": False,
+           "divergences": [{"index": 1, "position": 1, "token_a": 6, "token_b": 0, "margin": 0.03,
+                            "margin_is_bound": False, "argmax_is_base": True, "as_close_share": 0.01}]}
+    p = tmp_path / "predicted" / MARGINS_DIR / "ngram-k4" / "copy" / "c001-r00.json"
+    p.parent.mkdir(parents=True)
+    p.write_text(json.dumps(doc))
+    margins = load_margins(tmp_path)
+    assert len(margins) == 1 and margins["condition"].iloc[0] == "default"
+    text = lossless_summary(table, margins=margins)
+    assert "two candidates are 0.03 nats apart in the baseline's own logits (median of 1; 1.0% of the text's " \
+        "ordinary positions are as close" in text
