@@ -6,8 +6,9 @@ requests), in the same order, with the same concurrency, greedy, with ``ignore_e
 same ``max_tokens``: so the output token totals are equal by construction and must match
 exactly. They alternate over three rounds (A B, B A, A B) so a drift of the machine lands on
 both alike. Output tok/s (total output tokens over the wall time from first send to last
-token, as vLLM bench counts it) must agree within a tolerance set from the spread measured
-here; the side-by-side table is printed (``pytest -s``).
+token, as vLLM bench counts it) must agree within a tolerance set from the spread of eight runs
+of this test (see TOLERANCE); the side-by-side table is printed (``pytest -s``), and a failure
+names every round's ratio.
 """
 
 from __future__ import annotations
@@ -35,15 +36,17 @@ PROMPTS = 16
 CONCURRENCY = 4
 MAX_TOKENS = 32
 ROUNDS = 3
-# Tolerance on the median over rounds of specnb / vLLM bench output tok/s. Measured with this
-# test on the 2-core machine (2026-11-30, under the CPU lock, load average ~3 from other work):
-# per-round ratios 1.023, 1.047, 0.982 (median 1.023), while each client's own tok/s moved 12 %
-# from round to round (specnb 68.0, 61.0, 61.8; vLLM bench 66.5, 58.3, 63.0): pairing the two
-# clients within a round removes the drift, and what is left is about +-5 % per round. 10 % is
-# twice the largest per-round gap seen; the median of three rounds keeps one disturbed round
-# from failing the test. (Earlier, by hand, c=4, 24 prompts, 3 rounds: +1.4 %.)
-TOLERANCE = 0.10
-TOLERANCE_NOTE = "twice the largest per-round gap measured, see the comment above TOLERANCE"
+# Tolerance on the median over rounds of specnb / vLLM bench output tok/s, set from the spread of
+# the test itself. Eight runs on the 2-core machine (2026-12-01, under the CPU lock, nothing else
+# measuring; SPECNB_AGREEMENT_LOG=<file> appends each run's rounds): four as below (16 prompts x
+# 32 tokens) and four with rounds three times longer (32 x 48). Per-round ratios 0.886 to 1.223
+# (24 rounds, sd 0.092; longer rounds did not narrow them: the machine's speed moves from one
+# round to the next, not within one); medians 0.919, 1.079, 1.153, 0.948 and 1.077, 1.084, 0.945,
+# 0.960: mean 1.021, sd 0.087. No bias is seen (the mean is within a third of an sd of 1); the
+# test's power is to catch one beyond the noise: 0.25 is three sd of the median. (An earlier
+# tolerance of 0.10 came from one run's three rounds and failed one run in eight here.)
+TOLERANCE = 0.25
+TOLERANCE_NOTE = "three sd of the median over eight measured runs, see the comment above TOLERANCE"
 
 
 def _vllm_cli() -> Path:

@@ -61,19 +61,24 @@ def twins(configs: Mapping[str, Mapping[str, Any] | None]) -> dict[str, str]:
     return out
 
 
-def _interp(x: float, xs: np.ndarray, ys: np.ndarray) -> float | None:
-    """y at x, linear between the two nearest points; None outside the swept range."""
+def _interp(x: float, xs: np.ndarray, ys: np.ndarray) -> tuple[float | None, bool]:
+    """y at x, linear between the two nearest points, and whether it is only a bound: above the
+    swept range the ceiling is at least its top point's (more acceptance buys no less); below
+    it, None."""
     order = np.argsort(xs)
     xs, ys = xs[order], ys[order]
-    if len(xs) < 2 or x < xs[0] or x > xs[-1]:
-        return None
-    return float(np.interp(x, xs, ys))
+    if len(xs) < 2 or x < xs[0]:
+        return None, False
+    if x > xs[-1]:
+        return float(ys[-1]), True
+    return float(np.interp(x, xs, ys)), False
 
 
 def ceiling_table(table: pd.DataFrame, configs: Mapping[str, Mapping[str, Any] | None]) -> pd.DataFrame:
     """One row per real drafter arm, workload and level of the paired ``table`` (``summarize``):
     its acceptance and speedup, the ceiling's speedup at that acceptance (``ceiling_at``, from the
-    ceiling arms that are nobody's twin), ``captured`` = speedup / ceiling_at, and, where it has a
+    ceiling arms that are nobody's twin; above the sweep, its top point as a lower bound:
+    ``ceiling_is_bound``), ``captured`` = speedup / ceiling_at (then an upper bound), and, where it has a
     twin, the twin's acceptance and speedup with ``twin_slower`` (the twin accepts at least as
     much and its interval lies below the real arm's point estimate)."""
     if table.empty:
@@ -88,10 +93,12 @@ def ceiling_table(table: pd.DataFrame, configs: Mapping[str, Mapping[str, Any] |
         ce = g[g["arm"].isin(ceil_arms)].dropna(subset=["acceptance_rate", "speedup"])
         xs, ys = ce["acceptance_rate"].to_numpy(float), ce["speedup"].to_numpy(float)
         for r in g[g["arm"].isin(real_arms)].to_dict("records"):
-            at = _interp(float(r["acceptance_rate"]), xs, ys) if pd.notna(r.get("acceptance_rate")) else None
-            row = {**({"condition": key[0]} if len(by) == 3 else {}), "workload": wl, "concurrency": c, "arm": r["arm"], "acceptance_rate": r["acceptance_rate"],
+            at, bound = (_interp(float(r["acceptance_rate"]), xs, ys) if pd.notna(r.get("acceptance_rate"))
+                         else (None, False))
+            row = {**({"condition": key[0]} if len(by) == 3 else {}), "workload": wl, "concurrency": c, "arm": r["arm"],
+                   "acceptance_rate": r["acceptance_rate"], "accepted_output_share": r.get("accepted_output_share"),
                    "speedup": r["speedup"], "speedup_lo": r.get("speedup_lo"), "speedup_hi": r.get("speedup_hi"),
-                   "ceiling_at": at, "captured": (r["speedup"] / at) if at else None,
+                   "ceiling_at": at, "ceiling_is_bound": bound, "captured": (r["speedup"] / at) if at else None,
                    "twin": None, "twin_acceptance_rate": None, "twin_speedup": None, "twin_slower": None}
             tw = [a for a, real in twin_of.items() if real == r["arm"]]
             if tw:
@@ -100,6 +107,8 @@ def ceiling_table(table: pd.DataFrame, configs: Mapping[str, Mapping[str, Any] |
                     t = t.iloc[0]
                     row.update(twin=tw[0], twin_acceptance_rate=t["acceptance_rate"], twin_speedup=t["speedup"],
                                twin_speedup_lo=t.get("speedup_lo"), twin_speedup_hi=t.get("speedup_hi"),
+                               twin_accepted_output_share=t.get("accepted_output_share"),
+                               twin_faster=bool(pd.notna(t.get("speedup_lo")) and t["speedup_lo"] > r["speedup"]),
                                twin_slower=bool(t["acceptance_rate"] >= r["acceptance_rate"] - 0.02
                                                 and pd.notna(t.get("speedup_hi"))
                                                 and t["speedup_hi"] < r["speedup"]))
@@ -116,13 +125,22 @@ def ceiling_lines(ct: pd.DataFrame) -> list[str]:
     lines = []
     for r in ct.to_dict("records"):
         at = r.get("ceiling_at")
-        cap = (f"the ceiling gives {at:.2f}x at that acceptance: {pct(r['captured'])} captured"
-               if at is not None and pd.notna(at) else "outside the swept ceiling")
+        if at is None or pd.isna(at):
+            cap = "below the swept ceiling"
+        elif r.get("ceiling_is_bound"):
+            cap = (f"above the swept ceiling, whose top gives {at:.2f}x: at most {pct(r['captured'])} captured "
+                   "(sweep higher to place it)")
+        else:
+            cap = f"the ceiling gives {at:.2f}x at that acceptance: {pct(r['captured'])} captured"
         lines.append(f"{r['workload']} c={r['concurrency']:g} {r['arm']}: accepts {pct(r['acceptance_rate'])}, "
                      f"{r['speedup']:.2f}x; {cap}")
         if isinstance(r.get("twin"), str):
             verdict = ("SLOWER: the synthetic path costs something of its own" if r["twin_slower"]
-                       else "as fast within its interval")
+                       else "faster" if r.get("twin_faster") else "as fast within its interval")
+            share, tshare = r.get("accepted_output_share"), r.get("twin_accepted_output_share")
+            if share is not None and tshare is not None and pd.notna(share) and pd.notna(tshare):
+                verdict += (f"; drafts supplied {pct(tshare)} of its output against the real arm's {pct(share)} "
+                            "(forced acceptance changes the text, and with it how often the proposer finds a match)")
             lines.append(f"  twin {r['twin']} (same proposer, the real arm's rates): accepts "
                          f"{pct(r['twin_acceptance_rate'])}, {r['twin_speedup']:.2f}x "
                          f"[{r['twin_speedup_lo']:.2f}, {r['twin_speedup_hi']:.2f}]: {verdict}")

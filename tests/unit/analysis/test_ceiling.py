@@ -36,10 +36,12 @@ def test_captured_share_is_the_real_speedup_over_the_ceiling_at_its_acceptance()
     ct = ceiling_table(table, CONFIGS).set_index("arm")
     assert ct.loc["ngram-k4", "ceiling_at"] == pytest.approx(1.3)  # halfway between 0.8 and 1.8
     assert ct.loc["ngram-k4", "captured"] == pytest.approx(1.1 / 1.3)
-    assert ct.loc["draft", "ceiling_at"] is None or pd.isna(ct.loc["draft", "ceiling_at"])  # beyond the sweep
+    # above the sweep: the top ceiling point bounds it from below, the captured share from above
+    assert ct.loc["draft", "ceiling_at"] == pytest.approx(1.8) and ct.loc["draft", "ceiling_is_bound"]
     assert ct.loc["ngram-k4", "twin"] == "ceil-as-ngram" and not ct.loc["ngram-k4", "twin_slower"]
     text = "\n".join(ceiling_lines(ct.reset_index()))
-    assert "85% captured" in text and "as fast within its interval" in text and "outside the swept ceiling" in text
+    assert "85% captured" in text and "as fast within its interval" in text
+    assert "at most 39% captured (sweep higher to place it)" in text
 
 
 def test_a_twin_that_accepts_as_much_and_runs_slower_is_called_out():
