@@ -1,5 +1,6 @@
-"""One real paired sweep shared by the sweep and per-category tests (server starts are most of
-the integration suite's time on 2 cores).
+"""One real paired sweep shared by the sweep and per-category tests, and two servers shared by
+every test that only attaches to one (server starts are most of the integration suite's time on
+2 cores).
 
 A baseline, an n-gram arm and an arm whose server cannot start, at c=1 and c=2, on one workload
 that mixes copy-style and free-form categories (two prompts of each of four), so the same run
@@ -10,12 +11,15 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from specnb import paths
+from specnb.engine.server import VllmServer
 from specnb.prompts.workload import bundled
 from specnb.sweep import SweepSpec, run_sweep
 
@@ -53,6 +57,37 @@ def sweep_spec(**kw) -> SweepSpec:
     )
     base.update(kw)
     return SweepSpec.parse(base)
+
+
+@dataclass
+class Shared:
+    """A server several test modules attach to (started once per session, stopped at its end)."""
+
+    server: Any
+    endpoint: Any
+
+
+def _shared(tmp_path_factory, name: str, speculative_config: dict | None) -> Iterator[Shared]:
+    if not (MODEL / "config.json").exists():
+        pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
+    srv = VllmServer(str(MODEL), args=SERVER_ARGS, speculative_config=speculative_config, served_model_name="smol",
+                     env={"VLLM_CPU_KVCACHE_SPACE": "1"}, log_path=tmp_path_factory.mktemp(f"shared-{name}") / "server.log",
+                     ready_timeout_s=300)
+    with srv as ep:  # stopped (its whole process group) on any error too
+        yield Shared(srv, ep)
+
+
+@pytest.fixture(scope="session")
+def baseline_server(tmp_path_factory) -> Iterator[Shared]:
+    """A plain bf16 server (SERVER_ARGS, 1 GiB KV, served as "smol") for every test that only
+    attaches to a baseline: the bench agreement, the schedule tests' baseline, the prediction."""
+    yield from _shared(tmp_path_factory, "baseline", None)
+
+
+@pytest.fixture(scope="session")
+def ngram_server(tmp_path_factory) -> Iterator[Shared]:
+    """The same with the n-gram drafter (NGRAM), for the tests that attach to a drafting server."""
+    yield from _shared(tmp_path_factory, "ngram", NGRAM)
 
 
 @dataclass

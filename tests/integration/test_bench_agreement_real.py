@@ -26,7 +26,6 @@ import pytest
 from specnb import paths
 from specnb.analysis.point import summarize_point
 from specnb.engine import loadgen
-from specnb.engine.server import VllmServer
 from specnb.prompts.sources import resolve
 
 MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
@@ -54,15 +53,11 @@ def _vllm_cli() -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    if not (MODEL / "config.json").exists():
-        pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
+def server(baseline_server):
+    """The session's shared baseline server (SERVER_ARGS, served as SERVED)."""
     if not _vllm_cli().is_file():
         pytest.fail(f"no vllm CLI beside {sys.executable}: run `make setup`")
-    log = tmp_path_factory.mktemp("bench-agreement") / "server.log"
-    srv = VllmServer(str(MODEL), args=SERVER_ARGS, served_model_name=SERVED, log_path=log, ready_timeout_s=300)
-    with srv as ep:  # stopped (its whole process group) on any error too
-        yield srv, ep
+    return baseline_server.server, baseline_server.endpoint
 
 
 def _prompts():

@@ -34,16 +34,14 @@ SCHEDULE = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max":
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory):
+def servers(baseline_server, tmp_path_factory):
     if not (MODEL / "config.json").exists():
         pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
     logs = tmp_path_factory.mktemp("dyn-logs")
-    base = VllmServer(str(MODEL), args=ARGS, served_model_name="smol", env={"VLLM_CPU_KVCACHE_SPACE": "1"},
-                      log_path=logs / "base.log", ready_timeout_s=300)
     policy = VllmServer(str(MODEL), args=[*ARGS, *PER_REQUEST], speculative_config=SCHEDULE, served_model_name="smol",
                         env={"VLLM_CPU_KVCACHE_SPACE": "1"}, log_path=logs / "policy.log", ready_timeout_s=300)
-    with base as b, policy as p:
-        yield {"baseline": b.base_url, "policy": p.base_url}
+    with policy as p:  # the baseline is the session's shared one (same arguments)
+        yield {"baseline": baseline_server.endpoint.base_url, "policy": p.base_url}
 
 
 def _spec(**kw) -> SweepSpec:

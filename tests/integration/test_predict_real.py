@@ -18,37 +18,28 @@ import pytest
 from specnb.analysis.lossless import load_margins
 from specnb.analysis.predicted import load_predicted, ngram_propose, predicted_table
 from specnb.cli import main
-from specnb.engine.server import VllmServer
 from specnb.ledger import load_ledgers
 from specnb.sweep import run_sweep
 from specnb.sweep.predict import predict_run
-from tests.integration.conftest import MODEL, NGRAM, SERVER_ARGS
+from tests.integration.conftest import NGRAM
 from tests.integration.conftest import sweep_spec as _spec
 
 
 @pytest.fixture(scope="module")
-def predicted(tmp_path_factory):
-    """Two servers started here and attached to (a baseline that also answers the prediction's
-    queries, and the n-gram arm): one start fewer than launching a third for the prediction."""
-    if not (MODEL / "config.json").exists():
-        pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
-    tmp = tmp_path_factory.mktemp("predict")
-    env = {"VLLM_CPU_KVCACHE_SPACE": "1"}
-    base = VllmServer(str(MODEL), args=SERVER_ARGS, served_model_name="smol", env=env, log_path=tmp / "base.log",
-                      ready_timeout_s=300)
-    ngram = VllmServer(str(MODEL), args=SERVER_ARGS, speculative_config=NGRAM, served_model_name="smol", env=env,
-                       log_path=tmp / "ngram.log", ready_timeout_s=300)
-    with base as b, ngram as n:
-        out = tmp / "run"
-        spec = _spec(name="predict", concurrency=[1], panel_size=6,
-                     sampling={"max_tokens": 48, "temperature": 0.5, "seed": 0},
-                     arms=[{"name": "baseline", "endpoint": b.base_url},
-                           {"name": "ngram-k4", "endpoint": n.base_url, "speculative_config": NGRAM}])
-        outcome = run_sweep(spec, out, progress=False)
-        assert not outcome.failed_points, outcome.failed_points
-        first = predict_run(out, endpoint=b.base_url, progress=False)
-        again = predict_run(out, endpoint=b.base_url, progress=False)  # a rerun predicts only what is missing
-        yield out, first, again
+def predicted(baseline_server, ngram_server, tmp_path_factory):
+    """The session's shared servers, attached to: the baseline also answers the prediction's
+    queries."""
+    b, n = baseline_server.endpoint, ngram_server.endpoint
+    out = tmp_path_factory.mktemp("predict") / "run"
+    spec = _spec(name="predict", concurrency=[1], panel_size=6,
+                 sampling={"max_tokens": 48, "temperature": 0.5, "seed": 0},
+                 arms=[{"name": "baseline", "endpoint": b.base_url},
+                       {"name": "ngram-k4", "endpoint": n.base_url, "speculative_config": NGRAM}])
+    outcome = run_sweep(spec, out, progress=False)
+    assert not outcome.failed_points, outcome.failed_points
+    first = predict_run(out, endpoint=b.base_url, progress=False)
+    again = predict_run(out, endpoint=b.base_url, progress=False)  # a rerun predicts only what is missing
+    return out, first, again
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from specnb import paths
 from specnb.analysis import bootstrap_speedups, format_speedup_table, speedup_table
 from specnb.ledger import SCHEMA_VERSION, load_ledgers, load_requests, read_ledger
 from specnb.sweep import run_sweep
-from tests.integration.conftest import MODEL, NGRAM, SERVER_ARGS
+from tests.integration.conftest import MODEL, SERVER_ARGS
 from tests.integration.conftest import sweep_spec as _spec
 
 
@@ -201,15 +201,11 @@ def test_ctrl_c_stops_the_server_and_keeps_finished_points(tmp_path):
     _assert_servers_gone(_ports_in_logs(out))
 
 
-def test_attach_measures_a_running_server(tmp_path):
-    from specnb.engine.server import VllmServer
-
-    srv = VllmServer(str(MODEL), args=SERVER_ARGS, speculative_config=NGRAM, served_model_name="smol",
-                     log_path=tmp_path / "own.log", ready_timeout_s=300)
-    with srv as ep:
-        spec = _spec(name="attached", concurrency=[2], arms=[{"name": "theirs", "endpoint": ep.base_url}])
-        outcome = run_sweep(spec, tmp_path / "out", progress=False)
-        assert srv.alive()  # attaching never stops a server it did not start
+def test_attach_measures_a_running_server(ngram_server, tmp_path):
+    srv, ep = ngram_server.server, ngram_server.endpoint
+    spec = _spec(name="attached", concurrency=[2], arms=[{"name": "theirs", "endpoint": ep.base_url}])
+    outcome = run_sweep(spec, tmp_path / "out", progress=False)
+    assert srv.alive()  # attaching never stops a server it did not start
     assert len(outcome.written) == 1 and not outcome.failed
     led = read_ledger(outcome.written[0])
     assert led.server.mode == "attached" and led.server.argv is None
@@ -218,4 +214,3 @@ def test_attach_measures_a_running_server(tmp_path):
     assert led.server.kv_capacity["total_tokens"] == ep.kv.total_tokens  # from the metrics labels
     # the arm declared no drafter, but the server drafts: the ledger says so
     assert "baseline_has_drafts" in led.flags and led.spec_decode.num_drafts > 0
-    assert not srv.alive()

@@ -1,0 +1,58 @@
+"""The real-server time budget of a full test run (tests/conftest.py), on fake sessions."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from tests import conftest as budget
+
+
+class _Config:
+    def __init__(self, args=(), keyword="", markexpr=""):
+        self.args = list(args)
+        self.option = SimpleNamespace(keyword=keyword, markexpr=markexpr)
+        self.lines: list[str] = []
+        reporter = SimpleNamespace(write_line=self.lines.append)
+        self.pluginmanager = SimpleNamespace(get_plugin=lambda name: reporter)
+
+    def getini(self, name):
+        assert name == "testpaths"
+        return ["tests/unit", "tests/browser", "tests/integration"]
+
+
+@pytest.fixture
+def spent(monkeypatch):
+    state = {"integration": 0.0, "tests": 0}
+    monkeypatch.setattr(budget, "_spent", state)
+    return state
+
+
+def test_only_a_full_run_is_held_to_the_budget():
+    assert budget._full_run(_Config())
+    assert budget._full_run(_Config(["tests/integration/", "tests/unit", "tests/browser"]))
+    assert not budget._full_run(_Config(["tests/integration/test_sweep_real.py"]))
+    assert not budget._full_run(_Config(markexpr="integration"))
+    assert not budget._full_run(_Config(keyword="predict"))
+
+
+def test_an_over_budget_full_run_fails_and_says_why(spent):
+    for when, d in (("setup", 30.0), ("call", budget.INTEGRATION_BUDGET_S), ("teardown", 1.0)):
+        budget.pytest_runtest_logreport(SimpleNamespace(keywords={"integration": 1}, duration=d, when=when))
+    budget.pytest_runtest_logreport(SimpleNamespace(keywords={}, duration=500.0, when="call"))  # a unit test
+    assert spent["tests"] == 1 and spent["integration"] == budget.INTEGRATION_BUDGET_S + 31
+    session = SimpleNamespace(config=_Config(), exitstatus=0)
+    budget.pytest_sessionfinish(session, 0)
+    assert session.exitstatus == pytest.ExitCode.TESTS_FAILED
+    assert "over their budget" in session.config.lines[-1]
+    part = SimpleNamespace(config=_Config(["tests/integration/test_sweep_real.py"]), exitstatus=0)
+    budget.pytest_sessionfinish(part, 0)  # a chosen subset is reported, never failed
+    assert part.exitstatus == 0 and "real-server tests:" in part.config.lines[0]
+
+
+def test_within_budget_it_only_reports(spent):
+    budget.pytest_runtest_logreport(SimpleNamespace(keywords={"integration": 1}, duration=60.0, when="call"))
+    session = SimpleNamespace(config=_Config(), exitstatus=0)
+    budget.pytest_sessionfinish(session, 0)
+    assert session.exitstatus == 0 and session.config.lines == [session.config.lines[0]]
