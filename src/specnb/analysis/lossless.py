@@ -16,7 +16,6 @@ Spec-Bench checks output equality the same way; the load tools do not check it a
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from specnb.analysis.bootstrap import level_of
 from specnb.analysis.pairing import LOAD_KEYS, condition_column, condition_keys, paired, usable
 from specnb.ledger import load_requests
 from specnb.ledger.names import PLAIN_CONDITION
+from specnb.ledger.store import read_records
 
 __all__ = ["DEFAULT_THRESHOLD", "MARGINS_DIR", "MARGINS_KIND", "compare_outputs", "divergence_margin", "load_margins",
            "lossless", "lossless_summary", "top_gaps"]
@@ -210,13 +210,7 @@ def load_margins(folder: str | Path) -> pd.DataFrame:
     condition, arm, workload, concurrency, repeat, reference, position, tokens, in flight,
     margin (nats), margin_is_bound, argmax_is_base, as_close_share, typical_gap_p50."""
     rows = []
-    for path in sorted(Path(folder).rglob(f"{MARGINS_DIR}/**/*.json")):
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if not isinstance(doc, dict) or doc.get("kind") != MARGINS_KIND:
-            continue
+    for path, doc in read_records(folder, f"{MARGINS_DIR}/**/*.json", MARGINS_KIND):
         head = {k: doc.get(k) for k in ("condition", "arm", "workload", "concurrency", "repeat", "reference")}
         rows += [{**head, **d, "path": str(path)} for d in doc.get("divergences") or []]
     out = pd.DataFrame(rows)

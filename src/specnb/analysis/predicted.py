@@ -26,7 +26,6 @@ than its own probabilities imply: the kind of fault that a sampler bug produces
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from specnb.ledger.names import PLAIN_CONDITION
+from specnb.ledger.store import read_records
 
 __all__ = ["PREDICTED_DIR", "PREDICTED_KIND", "PredictError", "load_predicted", "Step", "expected_accepted", "flag_disagreement", "ngram_propose", "predicted_lines", "predicted_table",
            "summarize_steps", "tempered", "walk"]
@@ -283,15 +283,7 @@ def load_predicted(folder: str | Path) -> pd.DataFrame:
     each: condition, arm, workload, concurrency, repeat, temperature, the summed counts and
     rates of :func:`summarize_steps`, path."""
     rows = []
-    for path in sorted(Path(folder).rglob(f"{PREDICTED_DIR}/**/*.json")):
-        if "logs" in path.parts:
-            continue
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if not isinstance(doc, dict) or doc.get("kind") != PREDICTED_KIND:
-            continue
+    for path, doc in read_records(folder, f"{PREDICTED_DIR}/**/*.json", PREDICTED_KIND):
         rows.append({k: doc.get(k) for k in ("condition", "arm", "workload", "concurrency", "repeat", "temperature",
                                              "baseline_point", "requests")}
                     | dict(doc.get("results") or {}) | {"per_request": doc.get("per_request") or [], "path": str(path)})

@@ -19,6 +19,7 @@ import json
 import os
 import secrets
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,19 @@ def write_ledger(path: Path, ledger: PointLedger, requests: pd.DataFrame | None 
             tmp.unlink(missing_ok=True)
         ledger = ledger.model_copy(update={"requests_file": side.name})
     return write_once(path, (ledger.model_dump_json(indent=2) + "\n").encode())
+
+
+def read_records(folder: Path | str, pattern: str, kind: str) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """(path, document) of every JSON file under ``folder`` matching ``pattern`` whose ``kind`` is
+    ``kind``, in path order; unreadable files and other kinds are passed over (records beside a
+    run's ledgers, such as ``specnb predict``'s)."""
+    for path in sorted(Path(folder).rglob(pattern)):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and doc.get("kind") == kind:
+            yield path, doc
 
 
 def read_json(path: Path | str) -> Any:
