@@ -120,9 +120,33 @@ def _print_table(out_dir: Path, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAUL
     if flags:
         print("flags: " + ", ".join(f"{k} x{v}" for k, v in sorted(flags.items()))
               + f"  (see the ledgers; {Flag.SPEC_NO_DRAFTS} and {Flag.INVALID} points are left out of the pairs)")
-    for line in search_lines(out_dir) + timing_lines(out_dir) + _predicted_lines(out_dir, df):
+    for line in search_lines(out_dir) + timing_lines(out_dir) + _predicted_lines(out_dir, df) + _condition_lines(
+            df, n_boot, seed):
         print(line)
     return 0
+
+
+def _condition_lines(df: Any, n_boot: int, seed: int) -> list[str]:
+    """A study's conditions against the first one it ran (a serving lever paired like an arm);
+    none where there is one condition or the conditions change the sampling (not a serving lever)."""
+    from specnb.analysis.conditions import condition_effects, condition_lines
+    from specnb.analysis.pairing import PairingError
+
+    if "condition" not in df.columns or df["condition"].nunique() < 2:
+        return []
+    ok = df[df["status"] == Status.OK]
+    if ok.empty or ok["sampling_key"].nunique() > 1:
+        return []
+    ref = ok.sort_values("started_at")["condition"].iloc[0]
+    try:
+        eff = condition_effects(df, ref, n_boot=n_boot, seed=seed)
+    except PairingError as exc:
+        return [f"conditions not compared with each other: {exc}"]
+    if eff.empty:
+        return []
+    return ["", f"conditions against {ref} (the first one run): each arm's tok/s under the condition over "
+                "its tok/s under the reference, paired per repeat, bootstrap over starts and prompts:",
+            *condition_lines(eff)]
 
 
 def _predicted_lines(folder: Path, df: Any) -> list[str]:
