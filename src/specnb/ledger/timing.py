@@ -38,6 +38,7 @@ class Phase(StrEnum):
     WARMUP = "warmup"
     SIZING = "sizing"
     MEASURING = "measuring"
+    PARSING = "parsing"  # the streams parsed after each point (not the measurement: the server is idle)
     SEARCH = "search"
     HOST_WAIT = "host_wait"
     OTHER = "other"
@@ -47,13 +48,13 @@ MEASURING = Phase.MEASURING
 PHASES = tuple(Phase)
 # how the one-line summary groups them
 _GROUPS = {"servers": (Phase.SERVER_START, Phase.SERVER_STOP), "warmup": (Phase.WARMUP,), "sizing": (Phase.SIZING,),
-           "measuring": (Phase.MEASURING,), "search": (Phase.SEARCH,), "host wait": (Phase.HOST_WAIT,),
+           "measuring": (Phase.MEASURING,), "parsing": (Phase.PARSING,), "search": (Phase.SEARCH,), "host wait": (Phase.HOST_WAIT,),
            "other": (Phase.PREFLIGHT, Phase.OTHER)}
 # a server start-up's segments (specnb.engine.startup), each ending at the milestone it is named after
 STARTUP_SEGMENTS = {
     "api_server_up": "API server process: start, Python imports (torch, vLLM), arguments",
     "engine_core_up": "engine core process: spawn, imports, engine config",
-    "model_load_started": "worker process: spawn, imports, device and thread binding",
+    "model_load_started": "worker process: spawn, imports, device and thread binding (about 1 s when the worker runs inside the engine core)",
     "weights_loaded": "model weights loaded",
     "engine_ready": "KV cache, profile and warm-up runs (compile and graph capture when on)",
     "api_listening": "API server finishes: tokenizer, chat template, routes",

@@ -42,6 +42,17 @@ class PhaseClock:
             if self._stack:  # resume it
                 self._stack[-1] = (self._stack[-1][0], t)
 
+    def move(self, seconds: float | None, source: Phase, dest: Phase) -> None:
+        """Give ``seconds`` already counted (or being counted: an open phase) to ``source`` to
+        ``dest`` instead: time measured inside a phase that belongs to another (a point's stream
+        parse, timed by the load driver inside the point)."""
+        if not seconds or seconds <= 0:
+            return
+        if source not in self.seconds or dest not in self.seconds:
+            raise ValueError(f"unknown phase {source!r} or {dest!r}; known: {', '.join(PHASES)}")
+        self.seconds[source] -= seconds
+        self.seconds[dest] += seconds
+
     def wall(self) -> float:
         return self._now() - self.t0
 

@@ -93,6 +93,7 @@ def measured_ledger(spec: SweepSpec, arm: Arm, in_flight: int, fields: dict[str,
     results = summarize_point(pl)
     results["error_share"] = results["num_errors"] / max(results["num_requests"], 1)
     results["client_cpu_util"] = pl.client_cpu_util
+    results["client_parse_s"] = pl.parse_s  # the streams parsed after the point (not in duration_s)
     results["host_other_cpu_cores"] = pl.host_other_cpu_cores
     results["host_busy_cores"] = host_busy_cores()  # the threshold on this host (HOST_BUSY_SHARE of its cores)
     sd = metrics.spec_decode_delta(before, after)

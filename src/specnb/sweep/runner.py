@@ -83,11 +83,13 @@ from specnb.ledger import (
     write_ledger,
     write_once,
 )
+from specnb.ledger.frame import machine_label
 from specnb.ledger.store import LedgerError, LedgerWriteError
-from specnb.ledger.timing import MEASURING, TIMINGS_DIR, Phase, overhead_line, total_phases
+from specnb.ledger.timing import MEASURING, TIMINGS_DIR, Phase, format_duration, overhead_line, total_phases
 from specnb.prompts.workload import Prompt, Workload
 from specnb.sweep.arm import Arm
 from specnb.sweep.clock import PhaseClock
+from specnb.sweep.estimate import Costs, PlannedPoint, estimate_s, plan_line, prior_costs
 from specnb.sweep.ledgers import (
     CLIENT_BUSY,
     failure_ledger,
@@ -322,6 +324,10 @@ class _SweepRun:
                 self.tokens_per_request[name] = float(json.loads(f.read_text())["tokens_per_request"])
         self.bar = progress_bar(0, desc=spec.name, enabled=progress, dynamic_ncols=True, file=sys.stderr)
         self.t_start = time.monotonic()
+        # what is left, estimated from this run's measured costs (an earlier run's before any)
+        self.costs = Costs()
+        self.prior = prior_costs(out_dir, machine_label(self.provenance.hardware))
+        self._left: list[list[_Point]] = []  # this round's blocks not finished, their points not yet measured
 
     # -- the plan --------------------------------------------------------------------------
     def path(self, pt: _Point) -> Path:
@@ -405,17 +411,52 @@ class _SweepRun:
     def run_round(self, plan: list[list[_Point]]) -> None:
         self.bar.total += sum(self.num_requests(pt) for block in plan for pt in block)
         self.bar.refresh()
-        for block in plan:
-            pending = []
+        todo = [[pt for pt in block if not self.path(pt).exists()] for block in plan]
+        self._left = [list(b) for b in todo if b and b[0].arm.name not in self.refused]
+        if plan and plan[0] and plan[0][0].round == 0:
+            self.echo(self.plan_text())
+        for block, pending in zip(plan, todo, strict=True):
             for pt in block:
                 self.planned.append(pt)
                 if self.path(pt).exists():
                     self.outcome.skipped.append(self.path(pt))
                     self.bar.update(self.num_requests(pt))
-                else:
-                    pending.append(pt)
             if pending:
                 self.run_block(pending[0].arm, pending[0].repeat, pending)
+                if self._left and pending[0].arm.name not in self.refused:
+                    self._left.pop(0)  # this block's entry (its points, measured or failed)
+
+    # -- what is left ------------------------------------------------------------------------
+    def _planned(self, pts: list[_Point]) -> list[PlannedPoint]:
+        return [PlannedPoint(pt.arm.name, pt.workload.name, pt.level, self.num_requests(pt)) for pt in pts]
+
+    def left_s(self, started: bool = False) -> float | None:
+        """Seconds this round still needs: the blocks left (the first one's start already paid
+        when ``started``), from this run's costs, an earlier run's where this one has none."""
+        costs = self.costs.merged_over(self.prior)
+        if not self._left:
+            return 0.0
+        first, rest = self._left[0], self._left[1:]
+        if started:
+            each = [costs.point(p) for p in self._planned(first)]
+            head = None if None in each else sum(each)
+        else:
+            head = estimate_s(costs, [self._planned(first)])
+        tail = estimate_s(costs, [self._planned(b) for b in rest])
+        sizing = costs.sizing_s if self.spec.work_floor_tokens and not self.tokens_per_request and costs.sizing_s else 0.0
+        return None if head is None or tail is None else head + tail + sizing
+
+    def left_text(self, started: bool = False) -> str:
+        left = self.left_s(started)
+        return "" if left is None else f" (~{format_duration(left)} left)"
+
+    def plan_text(self) -> str:
+        blocks = [self._planned(b) for b in self._left]
+        costs = self.costs.merged_over(self.prior)
+        seconds = estimate_s(costs, blocks, sizing=bool(self.spec.work_floor_tokens and not self.tokens_per_request))
+        search = self.spec.search.model_dump() if self.spec.search is not None else None
+        return plan_line(sum(len(b) for b in blocks), len(blocks), sum(p.requests for b in blocks for p in b), seconds,
+                         costs.source, search)
 
     def missing(self) -> list[str]:
         """``"<point id> (<why>)"`` for every planned point without a measurement at its path."""
@@ -451,14 +492,21 @@ class _SweepRun:
         log_path = self.out_dir / "logs" / f"{arm.name}-r{repeat:02d}.log"
         on_start = lambda srv, ep: self.record_start(arm, repeat, srv, ep)  # noqa: E731
         try:
+            t_block = time.monotonic()
             with _open_endpoint(self.spec, arm, self.model, log_path, self.clock, on_start) as (ep, server):
                 server_rec = self.server_record(ep, server)
+                t_size = time.monotonic()
                 with self.clock.phase(Phase.SIZING):
                     self.size_panels(ep, pending, server)
+                sized = time.monotonic() - t_size
+                if sized > 1.0:
+                    self.costs.sizing_s = sized
                 since = len(server.start_log()) if server is not None else 0
                 with self.clock.phase(Phase.WARMUP):
                     warm = _run_async(_warmup(ep, self.spec, next(iter(self.workloads.values()))))
                 _check_engine(warm, server, since)
+                self.costs.add_block(time.monotonic() - t_block - sized)
+                self.bar.set_description(f"{self.spec.name} r{repeat} {arm.name}: server up{self.left_text(True)}")
                 for pt in pending:
                     if server is not None and not server.alive():  # died between points
                         ep, server_rec = self.restart(server, f"before {pt.point_id}", arm, repeat)
@@ -576,6 +624,7 @@ class _SweepRun:
             pl, before, after, sampler = _run_async(
                 _measure(ep, spec, self.panels[pt.workload.name], pt, n, tick))
             pl.host_other_cpu_cores = host.other_cores()
+            self.clock.move(pl.parse_s, MEASURING, Phase.PARSING)  # the server was idle by then
             log = server.start_log() if server is not None else ""
             led = measured_ledger(self.spec, pt.arm, self.in_flight(pt), self.common(pt), server_rec, reset, pl,
                                   before, after, sampler, started, fallback=FALLBACK_LOG_LINE in log,
@@ -596,10 +645,14 @@ class _SweepRun:
             self.outcome.failed.append(write_ledger(_failed_path(self.path(pt)), led, frame))
             self.echo(f"FAILED {pt.point_id}: {' '.join(led.failure.message.split())[:200]}")
         res = led.results or {}
+        if led.status == Status.OK and res.get("duration_s"):
+            self.costs.add_point(pt.arm.name, pt.workload.name, pt.level, float(res["duration_s"]) + (pl.parse_s or 0.0), n)
+        if self._left and pt in self._left[0]:
+            self._left[0].remove(pt)
         mal = led.spec_decode.mean_acceptance_length if led.spec_decode else None
         self.bar.set_postfix_str(
             f"{res.get('output_tok_s') or 0:.1f} tok/s" + (f" MAL {mal:.2f}" if mal else "")
-            + (f" flags={','.join(led.flags)}" if led.flags else "")
+            + (f" flags={','.join(led.flags)}" if led.flags else "") + self.left_text(True)
         )
         return False
 

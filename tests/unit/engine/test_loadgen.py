@@ -644,3 +644,13 @@ def test_open_loop_sends_on_schedule_records_lateness_and_caps_in_flight():
     pl = asyncio.run(fast.run(lambda url: run_rate_load(
         url, "smol", PROMPTS, rate_rps=20.0, num_requests=10, sampling={"temperature": 0.0}, max_in_flight=8)))
     assert summarize(pl)["p99_send_lateness_ms"] < 20
+
+
+def test_what_orjson_refuses_the_standard_library_still_reads():
+    # NaN and integers past 64 bits are not JSON orjson takes; json.loads does, so such a chunk
+    # counts as it did before the faster parser
+    rec, _ = parse([(b'data: {"choices": [{"delta": {"content": "a"}}], "x": NaN, "big": 184467440737095516160, '
+                     b'"usage": {"completion_tokens": 1}}\n', 0.1)])
+    assert rec.error is None and rec.output_tokens == 1
+    rec, _ = parse([("data: " + json.dumps({"choices": [{"delta": {"content": "é"}}], "usage": {"completion_tokens": 1}}, ensure_ascii=False) + "\n", 0.1)])
+    assert rec.error is None and rec.output_tokens == 1  # str lines (utf-8) take the same path

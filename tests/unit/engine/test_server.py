@@ -111,6 +111,27 @@ def test_engine_environment_cpu_build():
     assert engine_environment(cpu_build=True, ncpu=16)["VLLM_CPU_OMP_THREADS_BIND"] == "0-15"
 
 
+def test_two_processes_only_when_asked_for_on_a_single_worker_cpu_server(monkeypatch, tmp_path):
+    import specnb.engine.server as server_mod
+
+    key = "VLLM_ENABLE_V1_MULTIPROCESSING"
+    monkeypatch.setattr(server_mod, "installed_vllm", lambda: {"cpu_build": True})
+    monkeypatch.delenv(key, raising=False)
+
+    def env(args, **kw):
+        return VllmServer("m", log_path=tmp_path / "s.log", args=args, **kw).environment()
+
+    monkeypatch.delenv("SPECNB_CPU_TWO_PROCESSES", raising=False)
+    assert key not in env(["--enforce-eager"])  # vLLM's own layout unless asked
+    monkeypatch.setenv("SPECNB_CPU_TWO_PROCESSES", "1")
+    assert env(["--enforce-eager"])[key] == "0" and env(["--data-parallel-size", "1"])[key] == "0"
+    for layout in (["--data-parallel-size", "2"], ["--tensor-parallel-size=3"], ["-pp", "2"], ["-tp", "x"]):
+        assert key not in env(layout), layout  # vLLM's worker processes are needed there
+    assert env([], env={key: "1"})[key] == "1"  # a sweep's own value wins
+    monkeypatch.setattr(server_mod, "installed_vllm", lambda: {"cpu_build": False})
+    assert key not in env([])  # a GPU server keeps vLLM's layout
+
+
 def test_engine_environment_gpu_build_has_no_cpu_settings():
     env = engine_environment(cpu_build=False)
     assert not [k for k in env if k.startswith("VLLM_CPU_")]

@@ -130,3 +130,30 @@ def test_http_errors_and_unknown_encodings_are_one_line_errors():
 def test_a_bad_base_url_is_refused():
     with pytest.raises(ValueError, match="base URL must be"):
         wire.Target("localhost:8000", "/v1/chat/completions")
+
+
+def test_the_parse_split_over_processes_fills_the_records_exactly_as_one_process_does():
+    from specnb.engine import records as rec_mod
+    from specnb.engine.records import parse_streams
+
+    def stream(i: int, n: int) -> wire.Raw:
+        body = chunked(*[sse(k + 1, f"w{i}-{k} ") for k in range(n)])
+        half = len(body) // 2  # two socket reads, a chunk split across them
+        return ([body[:half], body[half:]], [1.0 + i, 1.5 + i], True)
+
+    raw = {i: stream(i, 3 + i % 4) for i in range(9)}
+    raw[4] = ([b"5\r\nnot j\r\n0\r\n\r\n"], [2.0], True)  # a bad stream: an error, not a crash
+    del raw[6]  # a request whose bytes never came (a transport error recorded elsewhere)
+
+    def fresh() -> list[RequestRecord]:
+        out = [RequestRecord(index=i, slot=i % 3, prompt_id=f"p{i}", category=None, start_s=0.5) for i in range(9)]
+        out[6].error = "timed out"
+        return out
+
+    one, many = fresh(), fresh()
+    assert parse_streams(one, raw, 0.5, workers=1) >= 0
+    parse_streams(many, raw, 0.5, workers=3)
+    assert [r.as_row() for r in many] == [r.as_row() for r in one]
+    assert one[0].output_tokens == 3 and one[0].chunk_times_s and one[4].error and one[6].error == "timed out"
+    # the default: one process below the size that pays for forking
+    assert rec_mod.parse_workers(raw) == 1

@@ -1,0 +1,189 @@
+"""How long a sweep will take: before it starts, and what is left while it runs.
+
+A sweep's time is its server blocks (one per repeat and arm: start, warm-up, then its points)
+plus the panels' sizing at the first start. :class:`Costs` holds what each of those took where
+it was measured: this run's own starts and points as they finish, and, before there are any,
+an earlier run of the same study (its ledgers' point durations, its timing records' starts and
+warm-ups), which may come from another machine: the estimate names its source. Nothing here is
+a constant: with no earlier run and nothing measured yet there is no estimate (``None``).
+
+A point not measured before takes the per-request time of the nearest level measured for the
+same arm and workload (the nearest in log2, any arm when that arm has none), scaled by the
+ratio of the levels (a closed loop of N requests in flight finishes N at a time): an
+approximation that a level measured in an earlier repeat replaces.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specnb.ledger.timing import TIMINGS_DIR, format_duration
+
+__all__ = ["Costs", "PlannedPoint", "costs_from_run", "prior_costs", "estimate_s", "plan_line"]
+
+Key = tuple[str, str, float]  # (arm, workload, level)
+
+
+@dataclass(frozen=True)
+class PlannedPoint:
+    arm: str
+    workload: str
+    level: float
+    requests: int
+
+
+@dataclass
+class Costs:
+    """Measured seconds: per server block (start + warm-up), per request of a point, sizing."""
+
+    source: str = "this run"
+    block_s: list[float] = field(default_factory=list)
+    per_request_s: dict[Key, list[float]] = field(default_factory=dict)
+    sizing_s: float | None = None
+
+    def add_block(self, seconds: float) -> None:
+        self.block_s.append(float(seconds))
+
+    def add_point(self, arm: str, workload: str, level: float, duration_s: float, requests: int) -> None:
+        if duration_s > 0 and requests > 0:
+            self.per_request_s.setdefault((arm, workload, float(level)), []).append(duration_s / requests)
+
+    def merged_over(self, prior: Costs | None) -> Costs:
+        """This run's costs where it has them, the prior's elsewhere."""
+        if prior is None:
+            return self
+        per = {**prior.per_request_s, **self.per_request_s}
+        return Costs(source=self.source if self.block_s or self.per_request_s else prior.source,
+                     block_s=self.block_s or prior.block_s, per_request_s=per,
+                     sizing_s=self.sizing_s if self.sizing_s is not None else prior.sizing_s)
+
+    def block(self) -> float | None:
+        return statistics.median(self.block_s) if self.block_s else None
+
+    def point(self, pt: PlannedPoint) -> float | None:
+        exact = self.per_request_s.get((pt.arm, pt.workload, float(pt.level)))
+        if exact:
+            return statistics.median(exact) * pt.requests
+        for same_arm in (True, False):
+            near = [(k, v) for k, v in self.per_request_s.items()
+                    if k[1] == pt.workload and (k[0] == pt.arm or not same_arm) and k[2] > 0]
+            if near and pt.level > 0:
+                (_, _, lv), vals = min(near, key=lambda kv: abs(math.log2(kv[0][2] / pt.level)))
+                return statistics.median(vals) * lv / pt.level * pt.requests
+        return None
+
+
+def costs_from_run(folder: Path | str, source: str | None = None) -> Costs | None:
+    """The costs a finished (or partial) run measured: every ok point's duration per request,
+    and each timing record's server blocks (start + warm-up per launched start) and sizing."""
+    folder = Path(folder)
+    costs = Costs(source=source or str(folder))
+    for p in folder.rglob("*.json"):
+        if TIMINGS_DIR in p.parts or "logs" in p.parts:
+            continue
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        if not isinstance(doc, dict) or doc.get("status") != "ok" or not isinstance(doc.get("results"), dict):
+            continue
+        res, load = doc["results"], doc.get("load") or {}
+        level = load.get("rate_rps") if load.get("mode") == "rate" else (load.get("concurrency") or doc.get("concurrency"))
+        arm = (doc.get("arm") or {}).get("name")
+        wl = (doc.get("workload") or {}).get("name")
+        if arm and wl and level and res.get("duration_s") and res.get("num_requests"):
+            costs.add_point(arm, wl, float(level), float(res["duration_s"]), int(res["num_requests"]))
+    for t in sorted(folder.rglob(f"{TIMINGS_DIR}/*.json")):
+        try:
+            doc = json.loads(t.read_text())
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        if not isinstance(doc, dict) or doc.get("kind") != "timing":
+            continue
+        starts = [s for s in doc.get("server_starts") or [] if s.get("mode") == "launched" and s.get("ok", True)]
+        phases = doc.get("phases_s") or {}
+        if starts:
+            warm = float(phases.get("warmup", 0.0)) / len(starts)
+            for s in starts:
+                costs.add_block(float(s.get("server_start_s") or 0.0) + warm)
+        if phases.get("sizing"):
+            costs.sizing_s = float(phases["sizing"])
+    if not costs.block_s and not costs.per_request_s:
+        return None
+    return costs
+
+
+def prior_costs(run_dir: Path | str, machine: str | None = None) -> Costs | None:
+    """The newest other run of the same study (the run folder's siblings) that measured
+    something, as a prior; its machine is named in the source when known."""
+    run_dir = Path(run_dir)
+    study = run_dir.parent
+    if not study.is_dir():
+        return None
+    for other in sorted((d for d in study.iterdir() if d.is_dir() and d != run_dir), reverse=True):
+        where = _machine_of(other)
+        label = f"run {other.name}" + (f" on {where}" if where else "")
+        if machine and where and where != machine:
+            label += " (another machine)"
+        costs = costs_from_run(other, source=label)
+        if costs is not None and costs.block_s:
+            return costs
+    return None
+
+
+def _machine_of(run: Path) -> str | None:
+    from specnb.ledger.frame import machine_label
+
+    for p in run.rglob("*.json"):
+        if TIMINGS_DIR in p.parts or "logs" in p.parts:
+            continue
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        hw = ((doc.get("provenance") or {}).get("hardware")) if isinstance(doc, dict) else None
+        if isinstance(hw, dict):
+            return machine_label(hw)
+    return None
+
+
+def estimate_s(costs: Costs | None, blocks: Iterable[Iterable[PlannedPoint]], *, sizing: bool = False) -> float | None:
+    """Seconds for these blocks (each a server start, warm-up and its points) and, when
+    ``sizing``, the panels' sizing; None when any part has no measured cost to go on."""
+    if costs is None:
+        return None
+    total = 0.0
+    block = costs.block()
+    for pts in blocks:
+        pts = list(pts)
+        if not pts:
+            continue
+        if block is None:
+            return None
+        total += block
+        for pt in pts:
+            s = costs.point(pt)
+            if s is None:
+                return None
+            total += s
+    if sizing and costs.sizing_s:
+        total += costs.sizing_s
+    return total
+
+
+def plan_line(n_points: int, n_blocks: int, n_requests: int, seconds: float | None, source: str | None,
+              search: dict[str, Any] | None = None) -> str:
+    """``plan: 20 points, 4 server starts, 560 requests; about 14m10s (from run ... on ...)``."""
+    text = f"plan: {n_points} point(s), {n_blocks} server start(s), {n_requests:,} request(s)"
+    if search:
+        text += f", then search rounds while the budget lasts ({format_duration(search['budget_s'])})" \
+            if search.get("budget_s") else ", then search rounds"
+    if seconds is None:
+        return text + "; no estimate yet (no earlier run of this study to go on: one follows the first start)"
+    return text + f"; about {format_duration(seconds)} (costs from {source})"

@@ -1,0 +1,109 @@
+"""How long a sweep will take: the estimator's arithmetic, its priors from an earlier run, and
+what a sweep against the fake server prints (the plan before the first start, the time left)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specnb.sweep import SweepSpec, run_sweep
+from specnb.sweep.clock import PhaseClock
+from specnb.sweep.estimate import Costs, PlannedPoint, costs_from_run, estimate_s, plan_line, prior_costs
+
+
+def test_points_take_their_own_level_else_the_nearest_scaled_by_the_level_ratio():
+    c = Costs()
+    c.add_point("base", "copy", 1, duration_s=40.0, requests=10)  # 4 s per request at c=1
+    c.add_point("base", "copy", 1, duration_s=60.0, requests=10)  # median of 4 and 6: 5 s
+    c.add_point("spec", "copy", 4, duration_s=8.0, requests=20)  # 0.4 s per request at c=4
+    assert c.point(PlannedPoint("base", "copy", 1, 20)) == pytest.approx(100.0)
+    # c=2 for base: its only level is 1 -> 5 s x 1/2 per request
+    assert c.point(PlannedPoint("base", "copy", 2, 10)) == pytest.approx(25.0)
+    # an arm never measured: the nearest level of any arm (c=4 is nearer to 8 than c=1)
+    assert c.point(PlannedPoint("other", "copy", 8, 10)) == pytest.approx(0.4 * 4 / 8 * 10)
+    assert c.point(PlannedPoint("base", "freeform", 1, 10)) is None  # nothing on that workload
+
+
+def test_estimate_needs_a_cost_for_every_part():
+    c = Costs()
+    c.add_point("base", "copy", 1, 10.0, 10)
+    blocks = [[PlannedPoint("base", "copy", 1, 10)], [PlannedPoint("base", "copy", 1, 10)]]
+    assert estimate_s(c, blocks) is None  # no block (start + warm-up) measured yet
+    c.add_block(30.0)
+    c.add_block(40.0)
+    assert estimate_s(c, blocks) == pytest.approx(2 * (35.0 + 10.0))
+    c.sizing_s = 12.0
+    assert estimate_s(c, blocks, sizing=True) == pytest.approx(2 * 45.0 + 12.0)
+    assert estimate_s(None, blocks) is None
+    assert estimate_s(c, [[], []]) == 0.0  # nothing left
+
+
+def test_this_run_overrides_the_prior_where_it_has_measured():
+    prior = Costs(source="run A")
+    prior.add_block(50.0)
+    prior.add_point("base", "copy", 1, 40.0, 10)
+    live = Costs()
+    assert live.merged_over(prior).source == "run A" and live.merged_over(prior).block() == 50.0
+    live.add_block(20.0)
+    merged = live.merged_over(prior)
+    assert merged.source == "this run" and merged.block() == 20.0
+    assert merged.point(PlannedPoint("base", "copy", 1, 10)) == pytest.approx(40.0)  # still the prior's
+
+
+def test_plan_line_says_what_and_how_long_or_that_it_cannot_yet():
+    assert plan_line(20, 4, 560, 850.0, "run X on Y") == (
+        "plan: 20 point(s), 4 server start(s), 560 request(s); about 14m10s (costs from run X on Y)")
+    line = plan_line(2, 2, 20, None, None, {"budget_s": 600})
+    assert "search rounds while the budget lasts (10m00s)" in line and "no estimate yet" in line
+
+
+def test_clock_move_gives_time_measured_inside_one_phase_to_another():
+    now = [0.0]
+    clock = PhaseClock(now=lambda: now[0])
+    with clock.phase("measuring"):
+        now[0] += 10
+        clock.move(3.0, "measuring", "parsing")  # timed by the load driver inside the point
+        clock.move(None, "measuring", "parsing")
+    t = clock.totals()
+    assert t["measuring"] == 7 and t["parsing"] == 3 and sum(t.values()) == clock.wall() == 10
+    with pytest.raises(ValueError, match="unknown phase"):
+        clock.move(1.0, "measuring", "lunch")
+
+
+def _spec(fake, **kw) -> SweepSpec:
+    base = dict(
+        name="t", model=str(fake.model), served_model_name="fake", workloads=["freeform"], concurrency=[1, 2],
+        repeats=2, panel_size=4, work_floor_tokens=16, warmup_requests=2, request_timeout_s=5,
+        metrics_interval_s=0.05, ready_timeout_s=30, sampling={"max_tokens": 8},
+        env={"FAKE_VLLM_STATE": str(fake.state)},
+        arms=[{"name": "baseline"}, {"name": "other", "speculative_config": {"method": "ngram", "num_speculative_tokens": 2}}],
+    )
+    base.update(kw)
+    return SweepSpec.parse(base)
+
+
+def test_a_sweep_prints_its_plan_and_the_time_left_and_times_its_parse(fake_vllm, tmp_path, capsys):
+    study = tmp_path / "study"
+    said: list[str] = []
+    first = run_sweep(_spec(fake_vllm), study / "run-1", progress=True, echo=said.append)
+    assert first.ok and len(first.written) == 8
+    plan = [s for s in said if s.startswith("plan: ")]
+    assert plan == ["plan: 8 point(s), 4 server start(s), 32 request(s); no estimate yet (no earlier run of this study "
+                    "to go on: one follows the first start)"]
+    err = capsys.readouterr().err  # the progress lines: the time left once a cost is known
+    assert " left)" in err and err.rstrip().splitlines()[-1].endswith("t: done")
+    doc = json.loads(first.timings[0].read_text())
+    parsed = [json.loads(p.read_text())["results"]["client_parse_s"] for p in first.written]
+    assert all(s > 0 for s in parsed)  # each point's parse, in its ledger, is the timing record's phase
+    assert doc["phases_s"]["parsing"] == pytest.approx(sum(parsed), abs=0.02)
+
+    # the next run of the same study starts from the first one's costs
+    prior = prior_costs(study / "run-2")
+    assert prior is not None and prior.source.startswith("run run-1")
+    measured = costs_from_run(study / "run-1")
+    assert len(measured.block_s) == 4 and len(measured.per_request_s) == 4  # 2 arms x 2 levels
+    said.clear()
+    run_sweep(_spec(fake_vllm), study / "run-2", progress=False, echo=said.append)
+    (plan,) = [s for s in said if s.startswith("plan: ")]
+    assert "; about " in plan and "(costs from run run-1" in plan
