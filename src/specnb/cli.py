@@ -120,10 +120,31 @@ def _print_table(out_dir: Path, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAUL
     if flags:
         print("flags: " + ", ".join(f"{k} x{v}" for k, v in sorted(flags.items()))
               + f"  (see the ledgers; {Flag.SPEC_NO_DRAFTS} and {Flag.INVALID} points are left out of the pairs)")
-    for line in search_lines(out_dir) + timing_lines(out_dir) + _predicted_lines(out_dir, df) + _condition_lines(
-            df, n_boot, seed):
+    for line in (_layout_lines(df) + search_lines(out_dir) + timing_lines(out_dir) + _predicted_lines(out_dir, df)
+                 + _condition_lines(df, n_boot, seed)):
         print(line)
     return 0
+
+
+def _layout_lines(df: Any) -> list[str]:
+    """A note when the run's launched servers did not use vLLM's own process layout (the
+    two-process option changes the drafter arm's speed on vLLM-CPU: docs/timing.md)."""
+    from specnb.engine.vllm import TWO_PROCESSES
+
+    (key, value), = TWO_PROCESSES.items()
+    layouts = set()
+    for path in df.loc[df["status"] == Status.OK, "path"].dropna().unique()[:50]:
+        try:
+            env = (json.loads(Path(path).read_text()).get("server") or {}).get("env") or {}
+        except (OSError, ValueError):
+            continue
+        layouts.add(env.get(key) == value)
+    if True not in layouts:
+        return []
+    which = "every" if layouts == {True} else "some"
+    return [f"serving layout: {which} launched server ran vLLM-CPU's worker inside its engine core ({key}={value}: two "
+            "processes, not vLLM's three); on this engine that makes the drafter arm faster and leaves the baseline "
+            "as it is (docs/timing.md), so compare with runs of the same layout"]
 
 
 def _condition_lines(df: Any, n_boot: int, seed: int) -> list[str]:
