@@ -100,7 +100,7 @@ demo: setup ## the main job, about 15 min: the concurrency notebook measured on 
 	@mkdir -p demo
 	$(PY) -m specnb.notebooks.runner notebooks/$(call nb_of,concurrency).py demo/$(call nb_of,concurrency).ipynb \
 	  -f $(DEMO_PARAMS) -p measure true $(if $(RUN),-p run $(RUN)) --progress
-	$(VENV)/bin/specnb report $$(ls -d ledgers/concurrency/cpu-demo/*/ | tail -n 1)
+	$(VENV)/bin/specnb report $(if $(RUN),ledgers/concurrency/cpu-demo/$(RUN),$$(ls -d ledgers/concurrency/cpu-demo/*/ | tail -n 1))
 
 tune: setup ## the schedule loop on vLLM-CPU: proposal, derived config, rounds until it is verified (RUN=<name> resumes)
 	$(VENV)/bin/specnb tune configs/cpu-tune.toml $(if $(RUN),--out ledgers/tune/cpu/$(RUN))

@@ -133,7 +133,7 @@ def _layout_lines(df: Any) -> list[str]:
 
     (key, value), = TWO_PROCESSES.items()
     layouts = set()
-    for path in df.loc[df["status"] == Status.OK, "path"].dropna().unique()[:50]:
+    for path in df.loc[df["status"] == Status.OK, "path"].dropna().unique()[:5000]:  # every server start's record
         try:
             env = (json.loads(Path(path).read_text()).get("server") or {}).get("env") or {}
         except (OSError, ValueError):
@@ -151,17 +151,17 @@ def _condition_lines(df: Any, n_boot: int, seed: int) -> list[str]:
     """A study's conditions against the first one it ran (a serving lever paired like an arm);
     none where there is one condition or the conditions change the sampling (not a serving lever)."""
     from specnb.analysis.conditions import condition_effects, condition_lines
-    from specnb.analysis.pairing import PairingError
+    from specnb.analysis.pairing import AnalysisError, usable
 
     if "condition" not in df.columns or df["condition"].nunique() < 2:
         return []
-    ok = df[df["status"] == Status.OK]
-    if ok.empty or ok["sampling_key"].nunique() > 1:
+    ok = usable(df)
+    if ok.empty or ok["condition"].nunique() < 2 or ok["sampling_key"].nunique() > 1:
         return []
     ref = ok.sort_values("started_at")["condition"].iloc[0]
     try:
         eff = condition_effects(df, ref, n_boot=n_boot, seed=seed)
-    except PairingError as exc:
+    except AnalysisError as exc:  # PairingError among them
         return [f"conditions not compared with each other: {exc}"]
     if eff.empty:
         return []

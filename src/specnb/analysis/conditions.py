@@ -31,9 +31,11 @@ def condition_effects(df: pd.DataFrame, reference: str, *, n_boot: int = DEFAULT
     """Per (arm, condition, workload, concurrency): each condition's output tok/s over the
     reference condition's (``ratio`` with a bootstrap ``[ratio_lo, ratio_hi]``), and the arm's
     acceptance rate under both (speculative arms)."""
-    ok = usable(df)
-    if ok.empty or "condition" not in ok.columns:
+    if "condition" not in df.columns:
         raise AnalysisError("condition_effects needs a study frame with a condition column")
+    ok = usable(df)
+    if "load_mode" in ok.columns:  # closed-loop levels only (an open-loop point's concurrency is its cap)
+        ok = ok[ok["load_mode"] != "rate"]
     conds = sorted(set(ok["condition"].dropna()))
     if reference not in conds:
         raise AnalysisError(f"reference condition {reference!r} not in the frame (conditions: {conds})")
@@ -42,8 +44,8 @@ def condition_effects(df: pd.DataFrame, reference: str, *, n_boot: int = DEFAULT
         # sideways: the condition is the arm, the arm a constant; one sweep name so pairs form
         side = part.assign(arm=part["condition"], speculative=part["condition"] != reference,
                            condition=str(arm), sweep="conditions")
-        if side["arm"].nunique() < 2:
-            continue
+        if side["arm"].nunique() < 2 or reference not in set(side["arm"]):
+            continue  # nothing to compare this arm with (it was not measured under the reference)
         boot = bootstrap_speedups(side, baseline=reference, n_boot=n_boot, seed=seed)
         t = boot.table
         acc = (part.groupby(["condition", "workload", "concurrency"])["acceptance_rate"].mean()

@@ -23,7 +23,11 @@ import hashlib
 import json
 import multiprocessing
 import os
+import signal
+import sys
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -42,7 +46,7 @@ _BAD = object()
 def _lenient(payload: bytes) -> Any:
     """What the standard library reads where orjson refuses (NaN, integers past 64 bits), else _BAD."""
     try:
-        return json.loads(payload)
+        return json.loads(payload.decode("utf-8", "replace"))
     except ValueError:
         return _BAD
 
@@ -242,7 +246,6 @@ class StreamParser:
 # millions of chunks, and the parse after each point is time no measurement shows.
 PARALLEL_BYTES = 32 * 2**20
 PARSE_WORKERS_MAX = 8
-_JOB: tuple[Sequence[RequestRecord], dict[int, wire.Raw], float] | None = None
 
 
 def parse_streams(records: Sequence[RequestRecord], raw: dict[int, wire.Raw], t0: float,
@@ -250,14 +253,24 @@ def parse_streams(records: Sequence[RequestRecord], raw: dict[int, wire.Raw], t0
     """Fill each record's stream fields from its raw response (the socket reads the driver timed
     while the point ran); returns the seconds the parse took. ``workers`` processes share the
     parse (None: :func:`parse_workers` decides from the bytes and the free cores); the records
-    come out the same either way."""
+    come out the same either way, and a pool that cannot start or loses a worker falls back to
+    one process."""
     tp = wire.clock()
     n = parse_workers(raw) if workers is None else max(1, workers)
-    if n > 1 and len(records) > 1 and "fork" in multiprocessing.get_all_start_methods():
-        _parse_forked(records, raw, t0, min(n, len(records)))
+    # a load client's own worker is a daemon process: those may not have children
+    if n > 1 and len(records) > 1 and _can_fork() and not multiprocessing.current_process().daemon:
+        try:
+            _parse_forked(records, raw, t0, min(n, len(records)))
+        except (OSError, BrokenProcessPool):
+            _parse_serial(records, raw, t0)
     else:
         _parse_serial(records, raw, t0)
     return wire.clock() - tp
+
+
+def _can_fork() -> bool:
+    # fork is available on macOS too, but not safe there after system frameworks load
+    return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
 
 
 def parse_workers(raw: dict[int, wire.Raw]) -> int:
@@ -289,8 +302,19 @@ def _parse_serial(records: Sequence[RequestRecord], raw: dict[int, wire.Raw], t0
                 rec.error = "stream ended without output tokens"
 
 
+_JOB: tuple[Sequence[RequestRecord], dict[int, wire.Raw], float] | None = None  # a forked worker's own copy
+
+
+def _worker_init(records: Sequence[RequestRecord], raw: dict[int, wire.Raw], t0: float) -> None:
+    """In a forked worker: the job it inherited (fork passes these without pickling them), and
+    Ctrl-C left to the parent (a kernel interrupt signals the whole process group)."""
+    global _JOB
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _JOB = (records, raw, t0)
+
+
 def _parse_part(part: tuple[int, int]) -> list[tuple[int, dict[str, Any]]]:
-    """In a forked worker: parse every ``n``-th record from ``i`` of the job the parent set."""
+    """In a forked worker: parse every ``n``-th record from ``i``; their fields go back."""
     i, n = part
     records, raw, t0 = _JOB  # type: ignore[misc]
     mine = list(records[i::n])
@@ -299,14 +323,13 @@ def _parse_part(part: tuple[int, int]) -> list[tuple[int, dict[str, Any]]]:
 
 
 def _parse_forked(records: Sequence[RequestRecord], raw: dict[int, wire.Raw], t0: float, n: int) -> None:
-    """The parse split over ``n`` forked processes (they inherit the raw bytes, nothing is sent
-    to them); each sends its records' fields back and the pool is closed before returning."""
-    global _JOB
-    _JOB = (records, raw, t0)
-    try:
-        with multiprocessing.get_context("fork").Pool(n) as pool:
-            for part in pool.map(_parse_part, [(i, n) for i in range(n)]):
-                for pos, fields in part:
-                    vars(records[pos]).update(fields)
-    finally:
-        _JOB = None
+    """The parse split over ``n`` forked processes: they inherit the raw bytes (nothing is sent
+    to them), each sends its records' fields back, and the pool is shut down before returning.
+    A worker that dies raises BrokenProcessPool (the caller parses in-process then); no record
+    is touched until every part is back."""
+    ctx = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(n, mp_context=ctx, initializer=_worker_init, initargs=(records, raw, t0)) as pool:
+        parts = list(pool.map(_parse_part, [(i, n) for i in range(n)]))
+    for part in parts:
+        for pos, fields in part:
+            vars(records[pos]).update(fields)

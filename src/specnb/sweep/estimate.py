@@ -93,12 +93,18 @@ def costs_from_run(folder: Path | str, source: str | None = None) -> Costs | Non
             continue
         if not isinstance(doc, dict) or doc.get("status") != "ok" or not isinstance(doc.get("results"), dict):
             continue
-        res, load = doc["results"], doc.get("load") or {}
-        level = load.get("rate_rps") if load.get("mode") == "rate" else (load.get("concurrency") or doc.get("concurrency"))
-        arm = (doc.get("arm") or {}).get("name")
-        wl = (doc.get("workload") or {}).get("name")
-        if arm and wl and level and res.get("duration_s") and res.get("num_requests"):
-            costs.add_point(arm, wl, float(level), float(res["duration_s"]), int(res["num_requests"]))
+        try:
+            res, load = doc["results"], doc.get("load") or {}
+            level = load.get("rate_rps") if load.get("mode") == "rate" else (load.get("concurrency") or doc.get("concurrency"))
+            arm = (doc.get("arm") or {}).get("name")
+            wl = (doc.get("workload") or {}).get("name")
+            level = float(level) if level else None
+        except (AttributeError, TypeError, ValueError):  # not a point ledger after all
+            continue
+        if isinstance(arm, str) and isinstance(wl, str) and level and res.get("duration_s") and res.get("num_requests"):
+            # a point's cost: its load and the parse after it, as this run counts its own
+            costs.add_point(arm, wl, float(level), float(res["duration_s"]) + float(res.get("client_parse_s") or 0.0),
+                            int(res["num_requests"]))
     for t in sorted(folder.rglob(f"{TIMINGS_DIR}/*.json")):
         try:
             doc = json.loads(t.read_text())
@@ -106,34 +112,47 @@ def costs_from_run(folder: Path | str, source: str | None = None) -> Costs | Non
             continue
         if not isinstance(doc, dict) or doc.get("kind") != "timing":
             continue
-        starts = [s for s in doc.get("server_starts") or [] if s.get("mode") == "launched" and s.get("ok", True)]
-        phases = doc.get("phases_s") or {}
-        if starts:
-            warm = float(phases.get("warmup", 0.0)) / len(starts)
-            for s in starts:
-                costs.add_block(float(s.get("server_start_s") or 0.0) + warm)
-        if phases.get("sizing"):
-            costs.sizing_s = float(phases["sizing"])
+        try:
+            starts = [s for s in doc.get("server_starts") or [] if s.get("mode") == "launched" and s.get("ok", True)]
+            phases = doc.get("phases_s") or {}
+            if starts:
+                warm = float(phases.get("warmup", 0.0)) / len(starts)
+                for s in starts:
+                    costs.add_block(float(s.get("server_start_s") or 0.0) + warm)
+            if phases.get("sizing"):
+                costs.sizing_s = float(phases["sizing"])
+        except (AttributeError, TypeError, ValueError):
+            continue
     if not costs.block_s and not costs.per_request_s:
         return None
     return costs
 
 
 def prior_costs(run_dir: Path | str, machine: str | None = None) -> Costs | None:
-    """The newest other run of the same study (the run folder's siblings) that measured
-    something, as a prior; its machine is named in the source when known."""
+    """What to estimate from before this invocation measures anything: the folder itself when it
+    is resumed, else the same condition of the newest earlier run of the study
+    (``<study>/<run>/<condition>``), else the newest other sweep beside it; only folders a sweep
+    wrote (a ``sweep.json``). Its machine is named in the source; None when there is none."""
     run_dir = Path(run_dir)
-    study = run_dir.parent
-    if not study.is_dir():
-        return None
-    for other in sorted((d for d in study.iterdir() if d.is_dir() and d != run_dir), reverse=True):
+    cands: list[Path] = [run_dir]
+    study = run_dir.parent.parent
+    if study.is_dir():
+        cands += [d / run_dir.name for d in sorted((d for d in study.iterdir() if d.is_dir()), reverse=True)
+                  if d != run_dir.parent]
+    if run_dir.parent.is_dir():
+        cands += sorted((d for d in run_dir.parent.iterdir() if d.is_dir() and d != run_dir), reverse=True)
+    for other in cands:
+        if not (other / "sweep.json").is_file() or not any(other.glob(f"{TIMINGS_DIR}/*.json")):
+            continue
+        costs = costs_from_run(other, source="")
+        if costs is None or not costs.block_s:
+            continue
         where = _machine_of(other)
-        label = f"run {other.name}" + (f" on {where}" if where else "")
-        if machine and where and where != machine:
-            label += " (another machine)"
-        costs = costs_from_run(other, source=label)
-        if costs is not None and costs.block_s:
-            return costs
+        label = ("this folder's earlier invocations" if other == run_dir
+                 else f"run {other.parent.name if other.name == run_dir.name else other.name}")
+        costs.source = label + (f" on {where}" if where else "") + (
+            " (another machine)" if machine and where and where != machine else "")
+        return costs
     return None
 
 

@@ -326,7 +326,10 @@ class _SweepRun:
         self.t_start = time.monotonic()
         # what is left, estimated from this run's measured costs (an earlier run's before any)
         self.costs = Costs()
-        self.prior = prior_costs(out_dir, machine_label(self.provenance.hardware))
+        try:
+            self.prior = prior_costs(out_dir, machine_label(self.provenance.hardware))
+        except Exception:  # noqa: BLE001 - an estimate is never worth a sweep
+            self.prior = None
         self._left: list[list[_Point]] = []  # this round's blocks not finished, their points not yet measured
 
     # -- the plan --------------------------------------------------------------------------
@@ -411,20 +414,23 @@ class _SweepRun:
     def run_round(self, plan: list[list[_Point]]) -> None:
         self.bar.total += sum(self.num_requests(pt) for block in plan for pt in block)
         self.bar.refresh()
-        todo = [[pt for pt in block if not self.path(pt).exists()] for block in plan]
-        self._left = [list(b) for b in todo if b and b[0].arm.name not in self.refused]
+        # what is left, one entry per block (empty: nothing to measure there), popped as each ends
+        self._left = [[pt for pt in block if not self.path(pt).exists()] if block and block[0].arm.name not in
+                      self.refused else [] for block in plan]
         if plan and plan[0] and plan[0][0].round == 0:
             self.echo(self.plan_text())
-        for block, pending in zip(plan, todo, strict=True):
+        for block in plan:
+            pending = []
             for pt in block:
                 self.planned.append(pt)
                 if self.path(pt).exists():
                     self.outcome.skipped.append(self.path(pt))
                     self.bar.update(self.num_requests(pt))
+                else:
+                    pending.append(pt)
             if pending:
                 self.run_block(pending[0].arm, pending[0].repeat, pending)
-                if self._left and pending[0].arm.name not in self.refused:
-                    self._left.pop(0)  # this block's entry (its points, measured or failed)
+            self._left.pop(0)
 
     # -- what is left ------------------------------------------------------------------------
     def _planned(self, pts: list[_Point]) -> list[PlannedPoint]:
@@ -593,15 +599,19 @@ class _SweepRun:
         """Measure one point; a measurement disturbed by another process (``host_busy``) is
         kept as a superseded record and measured again, up to ``busy_retries`` times."""
         self.points_run += 1
-        for attempt in range(self.spec.busy_retries + 1):
-            with self.clock.phase(MEASURING):
-                busy = self.attempt_point(pt, ep, server, server_rec, last=attempt == self.spec.busy_retries)
-            if not busy:
-                return
-            self.echo(f"{pt.point_id}: another process used the CPU during the point "
-                      f"(attempt {attempt + 1}); kept as superseded, measuring again")
-            with self.clock.phase(Phase.HOST_WAIT):
-                wait_for_quiet(server.pid if server is not None else None)
+        try:
+            for attempt in range(self.spec.busy_retries + 1):
+                with self.clock.phase(MEASURING):
+                    busy = self.attempt_point(pt, ep, server, server_rec, last=attempt == self.spec.busy_retries)
+                if not busy:
+                    return
+                self.echo(f"{pt.point_id}: another process used the CPU during the point "
+                          f"(attempt {attempt + 1}); kept as superseded, measuring again")
+                with self.clock.phase(Phase.HOST_WAIT):
+                    wait_for_quiet(server.pid if server is not None else None)
+        finally:  # measured or failed: no longer left (a retry after a restart is not counted again)
+            if self._left and pt in self._left[0]:
+                self._left[0].remove(pt)
 
     def attempt_point(self, pt: _Point, ep: Endpoint, server: VllmServer | None,
                       server_rec: ServerRecord, last: bool = True) -> bool:
@@ -648,7 +658,7 @@ class _SweepRun:
         if led.status == Status.OK and res.get("duration_s"):
             self.costs.add_point(pt.arm.name, pt.workload.name, pt.level, float(res["duration_s"]) + (pl.parse_s or 0.0), n)
         if self._left and pt in self._left[0]:
-            self._left[0].remove(pt)
+            self._left[0].remove(pt)  # before the progress line, so its time left excludes this point
         mal = led.spec_decode.mean_acceptance_length if led.spec_decode else None
         self.bar.set_postfix_str(
             f"{res.get('output_tok_s') or 0:.1f} tok/s" + (f" MAL {mal:.2f}" if mal else "")

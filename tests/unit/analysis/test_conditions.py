@@ -48,3 +48,25 @@ def test_a_reference_not_in_the_frame_is_refused(tmp_path):
         condition_effects(df, "nope")
     with pytest.raises(AnalysisError, match="condition column"):
         condition_effects(df.drop(columns=["condition"]), "ref")
+
+
+def test_an_arm_missing_under_the_reference_is_skipped_not_fatal(tmp_path):
+    df = _study(tmp_path, {"ref": [1.0, 1.1], "b": [1.0, 1.1], "c": [1.2, 1.3]})
+    df = df[~((df["condition"] == "ref") & (df["arm"] == "ngram-k4"))]  # n-gram never ran under the reference
+    eff = condition_effects(df, "ref", n_boot=200)
+    assert set(eff["arm"]) == {"baseline"} and set(eff["condition"]) == {"b", "c"}
+
+
+def test_the_report_names_a_non_default_layout_and_compares_conditions(tmp_path):
+    from specnb import cli
+
+    df = _study(tmp_path, {"ref": [1.0, 0.9], "two": [1.5, 1.4]})
+    assert cli._layout_lines(df) == []  # vLLM's own layout: nothing to say
+    lines = cli._condition_lines(df, n_boot=200, seed=0)
+    assert lines[1].startswith("conditions against ref (the first one run)") and any("two 1.5" in x for x in lines)
+    led = ledger("baseline", sweep="s-two")
+    led.server.env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    write_ledger(tmp_path / "zz.json", led)
+    df2 = load_ledgers(tmp_path)
+    (line,) = cli._layout_lines(df2)
+    assert line.startswith("serving layout: some launched server ran vLLM-CPU's worker inside its engine core")

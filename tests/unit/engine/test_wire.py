@@ -157,3 +157,26 @@ def test_the_parse_split_over_processes_fills_the_records_exactly_as_one_process
     assert one[0].output_tokens == 3 and one[0].chunk_times_s and one[4].error and one[6].error == "timed out"
     # the default: one process below the size that pays for forking
     assert rec_mod.parse_workers(raw) == 1
+
+
+def test_a_parse_pool_that_breaks_or_cannot_fork_falls_back_to_one_process(monkeypatch):
+    from concurrent.futures.process import BrokenProcessPool
+
+    from specnb.engine import records as rec_mod
+
+    raw = {i: ([chunked(sse(1), sse(2))], [1.0], True) for i in range(3)}
+
+    def broken(*a, **k):
+        raise BrokenProcessPool("a worker died")
+
+    monkeypatch.setattr(rec_mod, "_parse_forked", broken)
+    recs = [RequestRecord(index=i, slot=0, prompt_id="p", category=None, start_s=0.0) for i in range(3)]
+    rec_mod.parse_streams(recs, raw, 0.0, workers=2)
+    assert [r.output_tokens for r in recs] == [2, 2, 2] and all(r.error is None for r in recs)
+
+
+def test_bad_utf8_in_a_chunk_is_read_as_before_not_refused():
+    rec = RequestRecord(index=0, slot=0, prompt_id="p", category=None, start_s=0.0)
+    parser = StreamParser(rec)
+    parser.feed(b'data: {"choices": [{"delta": {"content": "a\xff"}}], "usage": {"completion_tokens": 1}}', 0.1)
+    assert rec.error is None and rec.output_tokens == 1

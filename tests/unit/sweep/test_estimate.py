@@ -107,3 +107,26 @@ def test_a_sweep_prints_its_plan_and_the_time_left_and_times_its_parse(fake_vllm
     run_sweep(_spec(fake_vllm), study / "run-2", progress=False, echo=said.append)
     (plan,) = [s for s in said if s.startswith("plan: ")]
     assert "; about " in plan and "(costs from run run-1" in plan
+
+
+def test_the_prior_is_the_folder_itself_then_the_same_condition_of_an_earlier_run(tmp_path):
+    def run(folder, block_s):
+        (folder / "timings").mkdir(parents=True)
+        (folder / "sweep.json").write_text("{}")
+        (folder / "timings" / "t.json").write_text(json.dumps({
+            "kind": "timing", "phases_s": {"warmup": 0.0},
+            "server_starts": [{"mode": "launched", "ok": True, "server_start_s": block_s}]}))
+
+    study = tmp_path / "study"
+    run(study / "20260101T000000Z" / "bf16", 10.0)
+    run(study / "20260101T000000Z" / "fp32", 99.0)  # another condition of that run: not the same one
+    run(study / "20260201T000000Z" / "fp32", 50.0)
+    new = study / "20260301T000000Z" / "bf16"
+    assert prior_costs(new).block() == 10.0 and prior_costs(new).source.startswith("run 20260101T000000Z")
+    run(new, 7.0)  # resumed: its own earlier invocation comes first
+    assert prior_costs(new).block() == 7.0 and prior_costs(new).source.startswith("this folder's")
+    # odd JSON and folders no sweep wrote are passed over, not fatal
+    (study / "20260301T000000Z" / "junk").mkdir()
+    (study / "20260301T000000Z" / "junk" / "x.json").write_text('{"status": "ok", "results": {}, "load": 3}')
+    assert costs_from_run(study / "20260301T000000Z" / "junk") is None
+    assert prior_costs(tmp_path / "nowhere" / "x") is None
