@@ -120,10 +120,39 @@ def _print_table(out_dir: Path, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAUL
     if flags:
         print("flags: " + ", ".join(f"{k} x{v}" for k, v in sorted(flags.items()))
               + f"  (see the ledgers; {Flag.SPEC_NO_DRAFTS} and {Flag.INVALID} points are left out of the pairs)")
+    for line in _structured_lines(df):
+        print(line)
     for line in (_layout_lines(df) + search_lines(out_dir) + timing_lines(out_dir) + _predicted_lines(out_dir, df)
                  + _condition_lines(df, n_boot, seed)):
         print(line)
     return 0
+
+
+def _structured_lines(df: Any) -> list[str]:
+    """Which points ran under a grammar (a response_format), and the cause named where a
+    speculative arm did not draft under one (seed 004: some stacks fall back to plain decoding
+    when a grammar is active, silently)."""
+    import pandas as pd
+
+    from specnb.ledger.names import has_flag
+
+    if "structured_output" not in df.columns or df["structured_output"].isna().all():
+        return []
+    under = df[df["structured_output"].notna() & (df["status"] == Status.OK)]
+    modes = ", ".join(sorted(set(under["structured_output"])))
+    out = [f"structured output: {len(under)} point(s) ran under a grammar ({modes}: every request carried that "
+           "response_format); their acceptance is the drafter's under the grammar"]
+    spec = under[under["speculative"].astype(bool)]
+    if len(spec):
+        dead = spec[has_flag(spec, Flag.SPEC_NO_DRAFTS)]
+        if len(dead):
+            out.append(f"{Flag.SPEC_NO_DRAFTS} under structured output: {len(dead)} of {len(spec)} speculative point(s) "
+                       f"made no drafts with the grammar on ({', '.join(sorted(set(dead['arm'])))}): the engine fell "
+                       "back to plain decoding under the grammar, so those points measure no drafter")
+        else:
+            drafts = int(pd.to_numeric(spec["num_drafts"], errors="coerce").fillna(0).sum())
+            out.append(f"the drafter drafted under the grammar: {drafts:,} drafts over {len(spec)} speculative point(s)")
+    return out
 
 
 def _layout_lines(df: Any) -> list[str]:

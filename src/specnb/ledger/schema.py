@@ -18,7 +18,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -51,12 +51,65 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+RESPONSE_FORMATS = ("text", "json_object", "json_schema")
+
+
+def check_response_format(rf: Any) -> dict[str, Any] | None:
+    """An OpenAI ``response_format`` as vLLM takes it (``{"type": "json_object"}``, or
+    ``{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}}``,
+    or ``{"type": "text"}``), returned as given; a bad one raises ValueError in one line."""
+    if rf is None:
+        return None
+    if not isinstance(rf, dict) or rf.get("type") not in RESPONSE_FORMATS:
+        raise ValueError(f"response_format must be an object whose type is one of {', '.join(RESPONSE_FORMATS)}, "
+                         f"got {json.dumps(rf)[:120]}")
+    extra = set(rf) - {"type", "json_schema"}
+    if extra:
+        raise ValueError(f"response_format has unknown key(s) {sorted(extra)} (OpenAI's form: type, json_schema)")
+    if rf["type"] == "json_schema":
+        js = rf.get("json_schema")
+        if not isinstance(js, dict) or not isinstance(js.get("schema"), dict) or not js["schema"]:
+            raise ValueError('response_format type json_schema needs json_schema: {"name": ..., "schema": {a JSON '
+                             'Schema object}}')
+        if not isinstance(js.get("name"), str) or not js["name"]:
+            raise ValueError("response_format json_schema needs a name (a string)")
+        bad = set(js) - {"name", "schema", "strict", "description"}
+        if bad:
+            raise ValueError(f"response_format json_schema has unknown key(s) {sorted(bad)}")
+        try:  # a schema the grammar compiler would refuse at the first request: refuse it here
+            from jsonschema.validators import validator_for
+
+            validator_for(js["schema"]).check_schema(js["schema"])
+        except ImportError:  # jsonschema is a dev dependency; vLLM checks again
+            pass
+        except Exception as exc:  # jsonschema's SchemaError, whatever its message
+            raise ValueError(f"response_format json_schema.schema is not a valid JSON Schema: "
+                             f"{str(exc).splitlines()[0][:160]}") from None
+    elif "json_schema" in rf:
+        raise ValueError(f"response_format type {rf['type']} takes no json_schema")
+    return rf
+
+
 class Sampling(_Model):
     temperature: float = Field(0.0, ge=0.0, description="0 = greedy")
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     max_tokens: int = Field(64, ge=1)
     seed: int | None = Field(0, description="per-request seed = seed + prompt index")
     ignore_eos: bool = Field(False, description="vLLM extension; biases acceptance, off by default")
+    response_format: dict[str, Any] | None = Field(
+        None, description="structured output, as the OpenAI API takes it: {type: json_object} or {type: "
+        "json_schema, json_schema: {name, schema}}; None: free text")
+
+    @field_validator("response_format", mode="before")
+    @classmethod
+    def _response_format(cls, v: Any) -> dict[str, Any] | None:
+        return check_response_format(v)
+
+    @property
+    def structured_output(self) -> str | None:
+        """The grammar mode a request ran under (``json_object``, ``json_schema``), or None."""
+        rf = self.response_format
+        return None if not rf or rf.get("type") == "text" else rf["type"]
 
 
 class ArmRecord(_Model):

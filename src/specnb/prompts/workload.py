@@ -37,7 +37,7 @@ from specnb.errors import SpecnbError
 __all__ = ["Prompt", "Workload", "WorkloadError", "load_jsonl", "bundled", "check_messages",
            "prompts_hash", "text_lines", "BUNDLED", "UNCATEGORIZED"]
 
-BUNDLED = ("copy", "freeform")
+BUNDLED = ("copy", "freeform", "json")
 UNCATEGORIZED = "uncategorized"  # the category key of prompts that carry none
 _ROLES = {"system", "user", "assistant", "developer", "tool"}
 

@@ -183,13 +183,16 @@ class SweepSpec(BaseModel):
 
     def identity(self) -> dict[str, Any]:
         """What must not change between a sweep and its resumption (levels and repeats may)."""
-        return self.model_dump(
+        ident = self.model_dump(
             include={"model", "served_model_name", "server_args", "env", "arms", "workloads", "load",
                      "burstiness", "max_in_flight", "arrival_seed", "panel_size", "work_floor_tokens",
                      "min_passes", "warmup_requests", "sampling", "reset_prefix_cache", "return_token_ids"},
             # where a key comes from changes no measurement (and runs made before the field resume)
             exclude={"arms": {"__all__": {"api_key_env"}}},
         )
+        if ident["sampling"].get("response_format") is None:  # free text, as before the field: old runs resume
+            ident["sampling"].pop("response_format", None)
+        return ident
 
     @classmethod
     def from_toml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> SweepSpec:
