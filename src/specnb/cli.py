@@ -139,6 +139,8 @@ def _structured_lines(df: Any) -> list[str]:
     if "structured_output" not in df.columns or df["structured_output"].isna().all():
         return []
     under = df[df["structured_output"].notna() & (df["status"] == Status.OK)]
+    if under.empty:
+        return []
     modes = ", ".join(sorted(set(under["structured_output"])))
     out = [f"structured output: {len(under)} point(s) ran under a grammar ({modes}: every request carried that "
            "response_format); their acceptance is the drafter's under the grammar"]

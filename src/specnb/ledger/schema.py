@@ -18,7 +18,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -62,13 +62,13 @@ def check_response_format(rf: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(rf, dict) or rf.get("type") not in RESPONSE_FORMATS:
         raise ValueError(f"response_format must be an object whose type is one of {', '.join(RESPONSE_FORMATS)}, "
-                         f"got {json.dumps(rf)[:120]}")
+                         f"got {json.dumps(rf, default=str)[:120]}")
     extra = set(rf) - {"type", "json_schema"}
     if extra:
         raise ValueError(f"response_format has unknown key(s) {sorted(extra)} (OpenAI's form: type, json_schema)")
     if rf["type"] == "json_schema":
         js = rf.get("json_schema")
-        if not isinstance(js, dict) or not isinstance(js.get("schema"), dict) or not js["schema"]:
+        if not isinstance(js, dict) or not isinstance(js.get("schema"), dict):
             raise ValueError('response_format type json_schema needs json_schema: {"name": ..., "schema": {a JSON '
                              'Schema object}}')
         if not isinstance(js.get("name"), str) or not js["name"]:
@@ -76,12 +76,10 @@ def check_response_format(rf: Any) -> dict[str, Any] | None:
         bad = set(js) - {"name", "schema", "strict", "description"}
         if bad:
             raise ValueError(f"response_format json_schema has unknown key(s) {sorted(bad)}")
-        try:  # a schema the grammar compiler would refuse at the first request: refuse it here
-            from jsonschema.validators import validator_for
+        from jsonschema.validators import validator_for  # a dependency (papermill's nbformat, vLLM need it)
 
+        try:  # a schema the grammar compiler would refuse at the first request: refuse it here
             validator_for(js["schema"]).check_schema(js["schema"])
-        except ImportError:  # jsonschema is a dev dependency; vLLM checks again
-            pass
         except Exception as exc:  # jsonschema's SchemaError, whatever its message
             raise ValueError(f"response_format json_schema.schema is not a valid JSON Schema: "
                              f"{str(exc).splitlines()[0][:160]}") from None
@@ -98,12 +96,8 @@ class Sampling(_Model):
     ignore_eos: bool = Field(False, description="vLLM extension; biases acceptance, off by default")
     response_format: dict[str, Any] | None = Field(
         None, description="structured output, as the OpenAI API takes it: {type: json_object} or {type: "
-        "json_schema, json_schema: {name, schema}}; None: free text")
-
-    @field_validator("response_format", mode="before")
-    @classmethod
-    def _response_format(cls, v: Any) -> dict[str, Any] | None:
-        return check_response_format(v)
+        "json_schema, json_schema: {name, schema}}; None: free text (checked where a sweep is parsed, "
+        "check_response_format; a ledger is read as written)")
 
     @property
     def structured_output(self) -> str | None:

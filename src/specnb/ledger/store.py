@@ -106,7 +106,10 @@ def write_ledger(path: Path, ledger: PointLedger, requests: pd.DataFrame | None 
         finally:
             tmp.unlink(missing_ok=True)
         ledger = ledger.model_copy(update={"requests_file": side.name})
-    return write_once(path, (ledger.model_dump_json(indent=2) + "\n").encode())
+    # a free-text ledger reads as before the field (older readers forbid unknown keys)
+    sampling = getattr(ledger, "sampling", None)
+    exclude = {"sampling": {"response_format"}} if sampling is not None and sampling.response_format is None else None
+    return write_once(path, (ledger.model_dump_json(indent=2, exclude=exclude) + "\n").encode())
 
 
 def read_records(folder: Path | str, pattern: str, kind: str) -> Iterator[tuple[Path, dict[str, Any]]]:

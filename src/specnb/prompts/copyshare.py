@@ -78,6 +78,7 @@ CONTEXTS = ("prompt+response", "prompt")
 CLASS_OF: dict[str, str] = {
     "copy": COPY_STYLE, "edit-code": COPY_STYLE, "fix-json": COPY_STYLE, "quote-summary": COPY_STYLE,
     "extract-fields": COPY_STYLE, "list-transform": COPY_STYLE,
+    "json": COPY_STYLE, "json-extract": COPY_STYLE, "json-copy": COPY_STYLE,
     "freeform": FREE_FORM, "chat": FREE_FORM, "creative": FREE_FORM, "explanation": FREE_FORM,
     "reasoning": FREE_FORM, "math": FREE_FORM,
     COPY_STYLE: COPY_STYLE, FREE_FORM: FREE_FORM,

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specnb.prompts.traffic import TrafficSource, load_source
-from specnb.prompts.workload import BUNDLED, Workload, WorkloadError, bundled, load_jsonl
+from specnb.prompts.workload import SETS, Workload, WorkloadError, bundled, load_jsonl
 
 __all__ = ["resolve"]
 
@@ -17,7 +17,7 @@ __all__ = ["resolve"]
 def resolve(spec: str | Mapping[str, Any] | Any) -> Workload:
     """A workload from its name in a sweep.
 
-    - ``"copy"``, ``"freeform"``: a bundled set;
+    - ``"copy"``, ``"freeform"``, ``"json"``: a bundled set;
     - ``"path/to/prompts.jsonl"``: a prompt file (:func:`load_jsonl`);
     - ``"<either of those>:<category>"``: only that category's prompts (``"copy:fix-json"``);
     - a mapping (or :class:`specnb.prompts.traffic.TrafficSource`) with a ``traffic`` path and optional
@@ -25,7 +25,7 @@ def resolve(spec: str | Mapping[str, Any] | Any) -> Workload:
     """
     if not isinstance(spec, str):
         return load_source(spec if isinstance(spec, TrafficSource) else TrafficSource.parse(spec))
-    if spec in BUNDLED:
+    if spec in SETS:
         return bundled(spec)
     base, sep, category = spec.rpartition(":")
     if sep and base and category and "/" not in category:
@@ -33,5 +33,5 @@ def resolve(spec: str | Mapping[str, Any] | Any) -> Workload:
     if spec.endswith(".jsonl") or "/" in spec:
         return load_jsonl(spec)
     raise WorkloadError(
-        f"workload {spec!r} is neither a bundled set {list(BUNDLED)}, '<set>:<category>', nor a .jsonl path"
+        f"workload {spec!r} is neither a bundled set {list(SETS)}, '<set>:<category>', nor a .jsonl path"
     )

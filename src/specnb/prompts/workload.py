@@ -37,7 +37,10 @@ from specnb.errors import SpecnbError
 __all__ = ["Prompt", "Workload", "WorkloadError", "load_jsonl", "bundled", "check_messages",
            "prompts_hash", "text_lines", "BUNDLED", "UNCATEGORIZED"]
 
-BUNDLED = ("copy", "freeform", "json")
+BUNDLED = ("copy", "freeform")  # written by tools/make_workloads.py, five categories of 64 each
+# written by hand, small: the JSON set for structured output (field extraction, JSON repair)
+HAND_WRITTEN = ("json",)
+SETS = BUNDLED + HAND_WRITTEN
 UNCATEGORIZED = "uncategorized"  # the category key of prompts that carry none
 _ROLES = {"system", "user", "assistant", "developer", "tool"}
 
@@ -211,8 +214,8 @@ def load_jsonl(path: str | Path, name: str | None = None, default_category: str 
 
 
 def bundled(name: str) -> Workload:
-    if name not in BUNDLED:
-        raise WorkloadError(f"unknown bundled workload {name!r}; choose from {list(BUNDLED)}")
+    if name not in SETS:
+        raise WorkloadError(f"unknown bundled workload {name!r}; choose from {list(SETS)}")
     ref = resources.files("specnb.prompts") / "sets" / f"{name}.jsonl"
     with resources.as_file(ref) as path:
         wl = load_jsonl(path, name=name)

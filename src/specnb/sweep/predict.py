@@ -142,6 +142,10 @@ def _jobs(folder: Path, outcome: PredictOutcome) -> tuple[list[_Job], list[_Marg
         if base is None:
             outcome.skipped.append(f"{cond.name}: no arm without a drafter (nothing to replay)")
             continue
+        if spec.sampling.structured_output:  # the grammar picks tokens the plain logprobs know nothing of
+            outcome.skipped.append(f"{cond.name}: structured output ({spec.sampling.structured_output}): the "
+                                   "prediction models no grammar")
+            continue
         margins += _margin_jobs(cond, spec, outcome)
         arms = [(a, ngram_settings(a)) for a in spec.arms]
         arms = [(a, s) for a, s in arms if s]

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from specnb.errors import SpecnbError, first_error, plain_name, read_toml
 from specnb.ledger import Sampling
+from specnb.ledger.schema import check_response_format
 from specnb.prompts.traffic import TrafficSource
 from specnb.sweep.arm import Arm, check_server_args
 
@@ -93,6 +94,12 @@ class SweepSpec(BaseModel):
         True, description="ask the server for each response's token ids (vLLM's return_token_ids): the "
         "lossless check compares the arms' outputs token by token")
     sampling: Sampling = Field(default_factory=Sampling)
+
+    @field_validator("sampling", mode="after")
+    @classmethod
+    def _check_response_format(cls, v: Sampling) -> Sampling:
+        check_response_format(v.response_format)  # one line before anything starts
+        return v
     ready_timeout_s: float = Field(600.0, gt=0)
     request_timeout_s: float = Field(600.0, gt=0)
     client_workers: int = Field(

@@ -23,7 +23,7 @@ def _spec(rf):
 
 @pytest.mark.parametrize("rf, why", [
     ({"type": "xml"}, "type is one of text, json_object, json_schema"),
-    ("json", "must be an object"),
+    ("json", "valid dictionary"),
     ({"type": "json_schema"}, "needs json_schema"),
     ({"type": "json_schema", "json_schema": {"schema": SCHEMA}}, "needs a name"),
     ({"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "objekt"}}}, "not a valid JSON Schema"),
