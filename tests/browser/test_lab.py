@@ -178,11 +178,16 @@ def test_calculator_sliders_redraw_through_the_kernel(lab, page):
     img.wait_for(timeout=60_000)
     before = img.get_attribute("src")
     readout = slider.locator(".widget-readout")
-    readout.click()
-    page.keyboard.press("Control+A")
-    page.keyboard.type("0.5")
-    page.keyboard.press("Enter")
-    deadline = time.monotonic() + 60
-    while interact.locator("img").first.get_attribute("src") == before and time.monotonic() < deadline:
-        time.sleep(0.3)
+    # on a loaded 2-core machine the first edit can land before the widget takes input (seen once in
+    # a full run, never alone): a second value gets its own chance; the figure must redraw
+    for value in ("0.5", "0.6"):
+        readout.click()
+        page.keyboard.press("Control+A")
+        page.keyboard.type(value)
+        page.keyboard.press("Enter")
+        deadline = time.monotonic() + 45
+        while interact.locator("img").first.get_attribute("src") == before and time.monotonic() < deadline:
+            time.sleep(0.3)
+        if interact.locator("img").first.get_attribute("src") != before:
+            break
     assert interact.locator("img").first.get_attribute("src") != before, "the slider did not redraw the figure"

@@ -27,8 +27,8 @@ ANY_OBJECT = {"type": "object", "additionalProperties": {"type": ["string", "num
                          ids=["json_object", "json_schema"])
 def test_the_grammar_mode_is_recorded_and_the_flag_follows_the_draft_counter(baseline_server, ngram_server, tmp_path,
                                                                            capsys, rf):
-    spec = _spec(name="structured", workloads=["json"], concurrency=[2], panel_size=4,
-                 sampling={"max_tokens": 48, "response_format": rf},
+    spec = _spec(name="structured", workloads=["json"], concurrency=[2], panel_size=2,
+                 sampling={"max_tokens": 32, "response_format": rf},
                  arms=[{"name": "baseline", "endpoint": baseline_server.endpoint.base_url},
                        {"name": "ngram-k4", "endpoint": ngram_server.endpoint.base_url, "speculative_config": NGRAM}])
     out = run_sweep(spec, tmp_path / "out", progress=False)
