@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,11 +79,8 @@ class Costs:
         return None
 
 
-def costs_from_run(folder: Path | str, source: str | None = None) -> Costs | None:
-    """The costs a finished (or partial) run measured: every ok point's duration per request,
-    and each timing record's server blocks (start + warm-up per launched start) and sizing."""
-    folder = Path(folder)
-    costs = Costs(source=source or str(folder))
+def _records(folder: Path) -> Iterator[dict[str, Any]]:
+    """Every JSON object under a run folder but its timing records and logs (unreadable files skipped)."""
     for p in folder.rglob("*.json"):
         if TIMINGS_DIR in p.parts or "logs" in p.parts:
             continue
@@ -91,7 +88,17 @@ def costs_from_run(folder: Path | str, source: str | None = None) -> Costs | Non
             doc = json.loads(p.read_text())
         except (OSError, UnicodeDecodeError, ValueError):
             continue
-        if not isinstance(doc, dict) or doc.get("status") != "ok" or not isinstance(doc.get("results"), dict):
+        if isinstance(doc, dict):
+            yield doc
+
+
+def costs_from_run(folder: Path | str, source: str | None = None) -> Costs | None:
+    """The costs a finished (or partial) run measured: every ok point's duration per request,
+    and each timing record's server blocks (start + warm-up per launched start) and sizing."""
+    folder = Path(folder)
+    costs = Costs(source=source or str(folder))
+    for doc in _records(folder):
+        if doc.get("status") != "ok" or not isinstance(doc.get("results"), dict):
             continue
         try:
             res, load = doc["results"], doc.get("load") or {}
@@ -159,14 +166,9 @@ def prior_costs(run_dir: Path | str, machine: str | None = None) -> Costs | None
 def _machine_of(run: Path) -> str | None:
     from specnb.ledger.frame import machine_label
 
-    for p in run.rglob("*.json"):
-        if TIMINGS_DIR in p.parts or "logs" in p.parts:
-            continue
-        try:
-            doc = json.loads(p.read_text())
-        except (OSError, UnicodeDecodeError, ValueError):
-            continue
-        hw = ((doc.get("provenance") or {}).get("hardware")) if isinstance(doc, dict) else None
+    for doc in _records(run):
+        prov = doc.get("provenance")
+        hw = prov.get("hardware") if isinstance(prov, dict) else None
         if isinstance(hw, dict):
             return machine_label(hw)
     return None
