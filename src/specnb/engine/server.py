@@ -418,8 +418,29 @@ class VllmServer:
         except OSError:
             return ""
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+    def alive(self, grace_s: float = 0.0) -> bool:
+        """Whether the server's leader still runs. With ``grace_s`` (after a point that failed),
+        a leader whose ``/health`` does not answer gets that long to finish exiting: the kernel
+        closes a killed server's listening socket before its exit can be collected, so a point
+        can fail on refused connections while ``poll()`` still sees the process."""
+        if self.proc is None or self.proc.poll() is not None:
+            return False
+        if grace_s <= 0 or self.endpoint is None:
+            return True
+        try:
+            with urllib.request.urlopen(self.endpoint.base_url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except urllib.error.HTTPError as exc:
+            if exc.code in (401, 403):
+                return True
+        except (urllib.error.URLError, OSError, ValueError):
+            pass
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            return True
+        return False
 
     def log_tail(self, lines: int = 40) -> str:
         try:

@@ -517,7 +517,7 @@ class _SweepRun:
                     if server is not None and not server.alive():  # died between points
                         ep, server_rec = self.restart(server, f"before {pt.point_id}", arm, repeat)
                     self.run_point(pt, ep, server, server_rec)
-                    if server is not None and not server.alive() and not self.path(pt).exists():
+                    if server is not None and not self.path(pt).exists() and not server.alive(grace_s=10.0):
                         # died during the point: a fresh server gets one more try at it
                         ep, server_rec = self.restart(server, f"during {pt.point_id}; measuring it again", arm,
                                                       repeat)

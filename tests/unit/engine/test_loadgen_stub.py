@@ -146,7 +146,10 @@ def test_two_client_processes_share_one_counter_and_one_clock(stub_factory):
     assert max(r.start_s for r in pl.records if r.index < 8) < 0.05
     itl_truth, _, chunks = _stub_truth(stub.log())
     assert sum(len(r.chunk_times_s) for r in pl.records) == chunks
-    assert summarize(pl)["p50_itl_ms"] == pytest.approx(itl_truth, rel=0.02)
+    # 5 %, not the one-process test's 2 %: here two clients and the stub share the 2 cores, and a
+    # read's lateness moves the median of 40 requests by up to ~3 % (seen on a 2-core AVX2 machine);
+    # counting per chunk instead of per token would be off by 3x, a foreign clock by far more
+    assert summarize(pl)["p50_itl_ms"] == pytest.approx(itl_truth, rel=0.05)
     assert stub.stats()["requests"] == 40
 
 

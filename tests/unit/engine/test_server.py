@@ -352,6 +352,36 @@ def test_start_and_stop_a_fake_server(tmp_path):
     assert pgid not in server._LIVE
 
 
+LINGERING = FAKE_VLLM.replace(
+    "HTTPServer((\"127.0.0.1\", port), H).serve_forever()",
+    "import os, signal, threading, time\n"
+    "srv = HTTPServer((\"127.0.0.1\", port), H)\n"
+    "def linger(*_):  # what a SIGKILLed engine looks like from outside for a moment\n"
+    "    srv.socket.close()\n"
+    "    time.sleep(1.5)\n"
+    "    os._exit(9)\n"
+    "signal.signal(signal.SIGUSR1, linger)\n"
+    "srv.serve_forever()",
+)
+
+
+def test_alive_with_grace_waits_out_a_server_whose_socket_closed_first(tmp_path):
+    """A point fails on refused connections while the killed leader has not been collected yet:
+    ``alive(grace_s=...)`` sees /health gone and waits for the exit; plain ``alive()`` does not."""
+    exe = script(tmp_path / "lingering", LINGERING.format(python=sys.executable, cpu_line=CPU_LINE))
+    srv = VllmServer("m", served_model_name="smol", python=str(exe), log_path=tmp_path / "s.log",
+                     ready_timeout_s=30, stop_grace_s=2)
+    with srv:
+        t0 = time.monotonic()
+        assert srv.alive(grace_s=5.0)  # healthy: answered at once, no waiting
+        assert time.monotonic() - t0 < 1.0
+        srv.proc.send_signal(signal.SIGUSR1)
+        time.sleep(0.3)
+        assert srv.alive()  # the process is still there, its socket is not
+        assert not srv.alive(grace_s=5.0)
+        assert srv.proc.returncode == 9
+
+
 def test_restart_with_same_log_reports_only_this_start(tmp_path):
     exe = str(fake_vllm(tmp_path))
     for _ in range(2):
