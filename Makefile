@@ -39,10 +39,11 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 nb_of      = $(filter %_$(1),$(NOTEBOOKS))
 axis_of    = $(word 2,$(subst _, ,$(1)))
 # which ledgers a notebook draws from (the calculator marks the concurrency run's acceptance; the
-# policy notebook measures the schedule derived from the newest proposal run)
-ledger_dirs = $(if $(filter calculator,$(1)),concurrency,$(if $(filter index,$(1)),.,$(if $(filter policy,$(1)),policy proposal tune,$(1))))
+# policy notebook measures the schedule derived from the newest proposal run; the drafter notebook
+# reads the newest step-anatomy run too)
+ledger_dirs = $(if $(filter calculator,$(1)),concurrency,$(if $(filter index,$(1)),.,$(if $(filter policy,$(1)),policy proposal tune,$(if $(filter drafter,$(1)),drafter anatomy,$(1)))))
 ledgers_of  = $(shell find $(addprefix ledgers/,$(call ledger_dirs,$(1))) ledgers/published -type f \
-                 ! -path '*/logs/*' 2>/dev/null | sed 's/ /\\ /g')
+                 ! -path '*/logs/*' ! -path '*/traces/*' 2>/dev/null | sed 's/ /\\ /g')
 
 export HF_HUB_OFFLINE := 1
 

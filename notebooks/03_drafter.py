@@ -55,6 +55,7 @@ temperature = 0.0  # sampling temperature (0 is greedy)
 seed = 0  # sampling seed (per request: seed + prompt index)
 lossless_study = "lossless"  # ledgers/drafter/<this>/: the bf16 and fp32 run of the lossless section (empty: skip it)
 ceiling_study = "ceiling"  # ledgers/drafter/<this>/: the synthetic-acceptance run of the ceiling section (empty: skip it)
+anatomy_study = "cpu-anatomy"  # ledgers/anatomy/<this>/: the newest profiled run of the step-anatomy section (empty: skip it)
 
 # %%
 from IPython.display import Markdown, display
@@ -282,3 +283,52 @@ ct.round(3) if ct is not None and len(ct) else None
 # (its drafts supply under half of its output) more than how much of a draft is accepted. The
 # draft model accepts more than the sweep reached and still loses: its cost is its own forward
 # pass each step, which no acceptance rate can buy back on this CPU.
+
+# %% [markdown]
+# ## Where the step goes: the engine's own profile of a decode step
+#
+# Seed 002 (Figure 6) splits a decode step into its parts; seed 004's rule: "if the draft is eating
+# more than the tokens it wins, the draft is too big". The step-anatomy run (`anatomy_study`,
+# `specnb anatomy configs/cpu-anatomy.toml`) starts each arm on a server of its own with vLLM's
+# torch profiler, profiles one window per level (`/start_profile`, the level's requests from the
+# copy-style panel, `/stop_profile`) and splits every step of the worker's trace into the model
+# runner's own scopes: input preparation, the target's forward pass (which verifies the drafts),
+# its lm head, sampling with rejection, drafting, book-keeping, and the engine core's time between
+# steps. Those servers measure nothing else: profiling slows the engine, so read the shares and the
+# ratios between arms, not the milliseconds. Each record checks itself: the parts add up to the
+# step, each request's first-to-last chunk time on the client's clock agrees with the same stretch of
+# steps on the trace within 5 %, every
+# streamed token is placed on a step, and the drafts counted in the steps are the engine's.
+
+# %%
+from specnb.analysis.anatomy import against_baseline, anatomy_frame, format_anatomy, load_anatomy
+from specnb.figures.anatomy import step_anatomy_figure
+
+
+def _anatomy_run(name):
+    if not name:
+        return None
+    root = paths.resolve(ledger_root) / "anatomy" / name
+    runs = sorted(p.parent for p in root.glob("*/anatomy.json")) if root.is_dir() else []
+    return runs[-1] if runs else None
+
+
+anatomy_folder = _anatomy_run(anatomy_study)
+adf = None
+if anatomy_folder is None:
+    display(Markdown(f"No `{anatomy_study}` run under {ledger_root}/anatomy/: this section is skipped."))
+else:
+    records = load_anatomy(anatomy_folder)
+    adf = anatomy_frame(records)
+    display(Markdown(f"Run `{paths.portable(str(anatomy_folder))}`:\n\n```\n" + format_anatomy(records) + "\n```"))
+if adf is not None and len(adf):
+    fig = step_anatomy_figure(adf)
+    nb.save(fig, "drafter-step-anatomy", sources=[anatomy_folder],
+            caption="One profiled window per arm and level: a decode step by part in ms (left), per output "
+                    "token it emits (middle) and as shares of the step (right); vLLM's torch profiler, "
+                    "the model runner's scopes.")
+    vs = against_baseline(adf)
+    display(vs[["arm", "concurrency", "cycle_ms", "baseline_cycle_ms", "step_cost_ratio", "emitted_tokens_per_step",
+                "ms_per_token", "baseline_ms_per_token", "anatomy_speedup", "extra_forward_ms", "extra_logits_ms",
+                "draft_ms", "extra_between_ms", "draft_share_of_step", "drafter_share_of_output",
+                "draft_pays"]].round(3))

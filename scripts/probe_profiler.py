@@ -68,6 +68,7 @@ def main() -> None:
     ap.add_argument("folder", help="where the server log and the traces go")
     ap.add_argument("speculative_config", nargs="?", default="none",
                     help="the drafter as --speculative-config JSON, or none (the default)")
+    ap.add_argument("--record-shapes", action="store_true", help="record op input shapes (slower still)")
     a = ap.parse_args()
     try:
         spec = None if a.speculative_config == "none" else json.loads(a.speculative_config)
@@ -75,7 +76,8 @@ def main() -> None:
         sys.exit(f"speculative_config is not JSON: {exc}")
     prof = Path(a.folder).resolve()
     prof.mkdir(parents=True, exist_ok=True)
-    config = {"profiler": "torch", "torch_profiler_dir": str(prof), "torch_profiler_with_stack": False}
+    config = {"profiler": "torch", "torch_profiler_dir": str(prof), "torch_profiler_with_stack": False,
+              "torch_profiler_record_shapes": a.record_shapes}
     args = ["--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "2048", "--profiler-config", json.dumps(config)]
     srv = VllmServer(str(MODEL), args=args, speculative_config=spec, served_model_name="smol",
                      env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"},

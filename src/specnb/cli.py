@@ -282,6 +282,13 @@ def main(argv: list[str] | None = None) -> int:
     _run_command(sub, "sweep", "run or resume a sweep, then print the paired table", config="sweep TOML file",
                  out="ledger folder (default: ledgers/<name>/<UTC time>); an existing folder of the same sweep "
                  "resumes", override="override a top-level setting, value in TOML syntax")
+    _run_command(sub, "anatomy", "profile one window per arm and level on servers of their own and split each "
+                 "engine step into drafting, verification, sampling and scheduling (vLLM's torch profiler)",
+                 config="sweep TOML file (its arms, levels, workloads and sampling)",
+                 out="record folder (default: ledgers/anatomy/<name>/<UTC time>); an existing one resumes",
+                 override="override a top-level setting, value in TOML syntax")
+    sub.choices["anatomy"].add_argument("--window-requests", type=int, default=None, metavar="N",
+                                        help="requests per profiled window (default: the level; at least the level)")
     r = sub.add_parser("report", help="print the paired table of a ledger folder, with bootstrap "
                        "intervals, where each curve crosses 1.0, and whether to attach the drafter")
     r.add_argument("folder", type=Path)
@@ -356,6 +363,17 @@ def main(argv: list[str] | None = None) -> int:
             outcome = run_sweep(spec, out, progress=not a.no_progress, echo=_echo)
             print(outcome.summary(), file=sys.stderr)
             return _finished(out, outcome.failed_points, _print_table(out))
+        if a.cmd == "anatomy":
+            from specnb.sweep.anatomy import format_anatomy, load_anatomy, run_anatomy  # the engine side
+            from specnb.sweep.spec import SweepSpec
+
+            spec = SweepSpec.from_toml(a.config, _overrides(a.set))
+            out = a.out or paths.LEDGERS / "anatomy" / spec.name / new_run_name()
+            outcome = run_anatomy(spec, out, window_requests=a.window_requests, progress=not a.no_progress,
+                                  echo=_echo)
+            print(outcome.summary(), file=sys.stderr)
+            print(format_anatomy(load_anatomy(out)))
+            return _finished(out, outcome.failed, 0)
         if a.cmd == "report" and is_tune_run(a.folder):
             return _print_tune(a.folder, a.n_boot, a.seed, a.skip_bad)
         if a.cmd == "tune":

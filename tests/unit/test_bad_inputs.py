@@ -54,6 +54,10 @@ def toml(tmp: Path, body: str = "", **lines: str) -> Path:
     return cfg
 
 
+def anatomy(tmp: Path, body: str = "", **lines: str) -> list[str]:
+    return ["specnb", "anatomy", str(toml(tmp, body, **lines)), "--out", str(tmp / "out")]
+
+
 def sweep(tmp: Path, body: str = "", *extra: str, **lines: str) -> list[str]:
     return ["specnb", "sweep", str(toml(tmp, body, **lines)), "--out", str(tmp / "out"), *extra]
 
@@ -108,6 +112,14 @@ GOOD_LINE = b'{"prompt": "hello"}\n'
 CASES = [
     # ---------------------------------------------------------------- sweep files
     Case("toml-syntax", lambda t: sweep(t, "concurrency = [1,\n"), "not valid TOML"),
+    # specnb anatomy reads the same files, and refuses what cannot be profiled
+    Case("toml-anatomy-attached-arm", lambda t: anatomy(t, '[[arms]]\nname = "a"\nendpoint = "http://127.0.0.1:9"\n'),
+         "attach to an endpoint"),
+    Case("toml-anatomy-own-profiler", lambda t: anatomy(t, server_args='server_args = ["--profiler-config", "{}"]'),
+         "--profiler-config is set by specnb anatomy"),
+    Case("toml-anatomy-rate-load", lambda t: anatomy(t, concurrency='load = "rate"\nrates = [1.0]'),
+         "anatomy profiles closed-loop levels"),
+    Case("cli-anatomy-window", lambda t: [*anatomy(t), "--window-requests", "0"], "window_requests must be >= 1"),
     Case("toml-missing", lambda t: ["specnb", "sweep", str(t / "none.toml")], "none.toml: No such file"),
     Case("toml-misspelt-key", lambda t: sweep(t, concurrency="concurency = [1]"),
          "unknown key 'concurency' (did you mean 'concurrency'?)"),

@@ -87,6 +87,9 @@ class PointLoad:
     # share of the wall the client's event loop was not waiting for I/O (the busiest process's):
     # 1 when the client had work all along, even on a core it shared (engine.wire.LoopWaits)
     client_loop_busy: float | None = None
+    # the wire.clock() instant the records' times count from (one client process; None otherwise):
+    # what lines a point's chunks up with another clock (the engine profiler's, engine.anatomy)
+    clock_zero_s: float | None = None
 
 
 def chat_body(
@@ -344,7 +347,9 @@ async def run_load(
     res = await closed_loop(requests, n_slots, lambda: next(counter, None), prompt_offset=prompt_offset,
                             timeout_s=timeout_s, on_done=on_done, num_requests=num_requests)
     parse_s = parse_streams(res.records, res.raw, res.t0)
-    return point_load(concurrency, res.records, res.cpu_util, parse_s, loop_busy=res.loop_busy)
+    pl = point_load(concurrency, res.records, res.cpu_util, parse_s, loop_busy=res.loop_busy)
+    pl.clock_zero_s = res.t0
+    return pl
 
 
 def arrival_times(n: int, rate_rps: float, burstiness: float = 1.0, seed: int = 0) -> np.ndarray:

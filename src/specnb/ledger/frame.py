@@ -54,7 +54,7 @@ def _read_all(files: list[Path], skip_bad: bool, each: Callable[[PointLedger, Pa
 # JSON files that live among ledgers but are not measurements: a published table, a policy
 # derived from a run (``specnb policy``), a sweep's sizing, search and timing records.
 NOT_MEASURED = ("published", "policy", "sizing", "search", "timing", "tune_round", "tune_result", "predicted_acceptance",
-                "lossless_margins")
+                "lossless_margins", "step_anatomy", "anatomy_run")
 
 
 def _kind(path: Path) -> str | None:

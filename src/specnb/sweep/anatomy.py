@@ -1,0 +1,296 @@
+"""Profiled windows of a sweep's arms: the step anatomy of each arm at each level (issue 24).
+
+``specnb anatomy <sweep.toml>`` reads the same TOML as ``specnb sweep`` (model, arms, server
+arguments, workloads, levels, sampling, repeats) and, per arm and repeat, starts a server of its
+own with vLLM's torch profiler configured (:func:`specnb.engine.anatomy.profiler_args` and
+``VLLM_CUSTOM_SCOPES_FOR_PROFILING=1``). On it, after the warm-up, each level gets one profiled
+window: ``/start_profile``, a closed loop of ``window_requests`` requests (at least the level)
+from the workload's panel, ``/stop_profile``. The worker's trace is parsed into steps
+(:mod:`specnb.engine.anatomy`), the streamed chunks are given to the steps they came from, and
+one write-once record per (arm, workload, level, repeat) goes to
+``<out>/<arm>/<workload>/anatomy-cNNN-rNN.json`` (``kind = "step_anatomy"``; a failed window:
+``anatomy-cNNN-rNN.failed-<time>.json``). A rerun with the same ``--out`` profiles only what is
+missing.
+
+Kept apart from measurements: these servers measure nothing else, and no point ledger is
+written here, so a profiled (slowed) window can never enter a pair or a speedup. The shares
+are what the record is for; its absolute milliseconds are those of a profiled engine.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from specnb import paths
+from specnb.analysis.anatomy import KIND, RUN_KIND, format_anatomy, load_anatomy  # noqa: F401 - re-exported
+from specnb.engine import anatomy, loadgen, metrics, wire
+from specnb.engine.server import VllmServer
+from specnb.ledger import provenance
+from specnb.ledger.schema import utcnow
+from specnb.ledger.store import write_once
+from specnb.sweep.preflight import prepare
+from specnb.sweep.progress import progress_bar
+from specnb.sweep.runner import _run_async, server_args_for
+from specnb.sweep.spec import SweepError, SweepSpec, blocks, level_tag
+
+SCHEMA = 1
+TRACE_WAIT_S = 120.0
+# the parts of the steps a request spanned against its first-to-last chunk time on the client's
+# clock (engine.anatomy.span_agreement): the stream's delivery jitter sits in between
+STEP_TOLERANCE = 0.05
+KEPT_APART = ("a server of its own per arm and repeat, started with the profiler configured; it measures no "
+              "point, and no point ledger is written from it")
+
+
+class AnatomyError(SweepError):
+    """Bad input for a profiled run, said before any server starts."""
+
+
+def record_path(out_dir: Path, arm: str, workload: str, level: int, repeat: int) -> Path:
+    return out_dir / arm / workload / f"anatomy-{level_tag(level)}-r{repeat:02d}.json"
+
+
+@dataclass
+class AnatomyOutcome:
+    out_dir: Path
+    written: list[Path] = field(default_factory=list)
+    already: int = 0
+    failed: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (f"{len(self.written)} window(s) profiled, {self.already} already done, {len(self.failed)} failed "
+                f"-> {self.out_dir}")
+
+
+def check(spec: SweepSpec, window_requests: int | None) -> None:
+    """What a profiled run refuses in one line, before preflight starts anything."""
+    if spec.load != "concurrency" or not spec.concurrency:
+        raise AnatomyError("anatomy profiles closed-loop levels: give concurrency = [...] (load = \"concurrency\")")
+    attached = [a.name for a in spec.arms if a.endpoint]
+    if attached:
+        raise AnatomyError(f"arm(s) {', '.join(attached)} attach to an endpoint: a profiled window needs a server "
+                           "that specnb starts with the profiler configured")
+    if window_requests is not None and window_requests < 1:
+        raise AnatomyError(f"window_requests must be >= 1, got {window_requests}")
+    for a in [*spec.server_args, *(x for arm in spec.arms for x in arm.server_args)]:
+        if a == "--profiler-config" or a.startswith("--profiler-config="):
+            raise AnatomyError("--profiler-config is set by specnb anatomy (its traces go to the run folder): "
+                               "leave it out of server_args")
+
+
+async def _post(session: aiohttp.ClientSession, url: str) -> None:
+    async with session.post(url) as r:
+        if r.status != 200:
+            raise RuntimeError(f"{url} answered HTTP {r.status}: {(await r.text())[:200]}")
+
+
+def _wait_trace(trace_dir: Path, seen: set[str], timeout_s: float = TRACE_WAIT_S) -> Path:
+    """The worker trace that ``/stop_profile`` writes (after it returns): the newest new one,
+    once its size holds still."""
+    deadline = time.monotonic() + timeout_s
+    last: tuple[Path, int] | None = None
+    while time.monotonic() < deadline:
+        new = anatomy.newest_traces(trace_dir, seen)
+        if new:
+            p = new[-1]
+            size = p.stat().st_size
+            if last == (p, size) and size > 0:
+                try:
+                    anatomy.read_trace(p)
+                    return p
+                except anatomy.TraceError:
+                    pass  # still being written
+            last = (p, size)
+        time.sleep(0.5)
+    raise TimeoutError(f"no worker trace appeared in {trace_dir} within {timeout_s:.0f} s of /stop_profile")
+
+
+async def _window(ep, spec: SweepSpec, prompts, level: int, n: int) -> tuple[loadgen.PointLoad, Any, Any, float]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=spec.request_timeout_s),
+                                     headers=ep.headers) as session:
+        before = await metrics.scrape(session, ep.base_url)
+        await _post(session, ep.base_url + "/start_profile")
+        try:
+            pl = await loadgen.run_load(ep.base_url, ep.model, prompts, level, n, spec.sampling.model_dump(),
+                                        session=session)
+            # the monotonic clock's epoch offset, read right after: lines chunks up with the trace
+            offset = time.time() - wire.clock()
+        finally:
+            await _post(session, ep.base_url + "/stop_profile")
+        after = await metrics.scrape(session, ep.base_url)
+    return pl, before, after, offset
+
+
+def window_record(steps: list[anatomy.Step], pl: loadgen.PointLoad, offset: float,
+                  spec_delta: dict[str, Any] | None) -> dict[str, Any]:
+    """Steps with their streamed tokens, the summary, and the checks against the client and the
+    engine's counters."""
+    chunks = [anatomy.Chunk(r.index, offset + (pl.clock_zero_s or 0.0) + t, k)
+              for r in pl.records for t, k in zip(r.chunk_times_s, r.chunk_tokens, strict=False)]
+    placed = anatomy.attribute_chunks(steps, chunks)
+    summary = anatomy.summarize(steps)
+    ok = [r for r in pl.records if r.ok]
+    out_tokens = sum(r.output_tokens for r in ok)
+    client_s = (max(r.end_s for r in pl.records) - min(r.start_s for r in pl.records)) if pl.records else None
+    trace_s = steps[-1].end_s - steps[0].start_s if steps else None
+    agree = anatomy.span_agreement(steps, chunks)
+    checks = {
+        "emitted_tokens_in_steps": sum(s.emitted_tokens for s in steps),
+        "output_tokens_of_requests": out_tokens,
+        "chunks_placed": placed,
+        "drafted_tokens_in_steps": sum(s.drafted_tokens for s in steps),
+        "accepted_tokens_in_steps": sum(s.accepted_tokens for s in steps),
+        "engine_counters": spec_delta,
+        # the engine counts drafts accepted past a request's max_tokens too; the stream cuts them
+        "accepted_not_delivered": (None if not spec_delta else
+                                   spec_delta["num_accepted_tokens"] - sum(s.accepted_tokens for s in steps)),
+        "client_window_s": client_s,
+        "trace_window_s": trace_s,
+        # the parts against the client's clock: each request's first-to-last chunk time, on both
+        "span_agreement": agree,
+        "step_tolerance": STEP_TOLERANCE,
+        "steps_agree": None if agree is None else abs(agree["ratio"] - 1) <= STEP_TOLERANCE,
+    }
+    requests = [{"index": r.index, "ok": r.ok, "output_tokens": r.output_tokens, "error": r.error,
+                 "chunks": [[round(c.t_s, 6), c.tokens, c.step] for c in chunks if c.request == r.index]}
+                for r in pl.records]
+    return {"steps": [s.as_dict() for s in steps], "summary": summary.as_dict(), "checks": checks,
+            "requests": requests,
+            "window": {"requests": len(pl.records), "ok": len(ok), "concurrency": pl.concurrency,
+                       "output_tokens": out_tokens, "wall_s": client_s}}
+
+
+class _AnatomyRun:
+    def __init__(self, spec: SweepSpec, out_dir: Path, window_requests: int | None, progress: bool,
+                 echo: Callable[[str], None]):
+        check(spec, window_requests)
+        self.spec, self.out_dir, self.echo = spec, out_dir, echo
+        self.window_requests = window_requests
+        pre = prepare(spec, out_dir)
+        self.model, self.workloads = pre.model, pre.workloads
+        self.refused = pre.refused
+        self.panels = {name: wl.panel(spec.panel_size) for name, wl in self.workloads.items()}
+        self.provenance = provenance.collect()
+        self.outcome = AnatomyOutcome(out_dir)
+        run_doc = {"kind": RUN_KIND, "schema_version": SCHEMA, "name": spec.name, "spec": spec.model_dump(mode="json"),
+                   "window_requests": window_requests, "created_at": utcnow(), "kept_apart": KEPT_APART}
+        data = (json.dumps(run_doc, indent=2) + "\n").encode()
+        try:
+            write_once(out_dir / "anatomy.json", data)  # the run's first invocation
+        except FileExistsError:
+            pass
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        write_once(out_dir / "invocations" / f"{stamp}.json", data)  # each one, a resumed one with --set too
+        n = sum(1 for _ in blocks(spec)) * len(self.workloads) * len(spec.concurrency)
+        self.bar = progress_bar(n, desc=f"{spec.name} anatomy", enabled=progress, unit="window", dynamic_ncols=True,
+                                file=sys.stderr)
+
+    def levels(self) -> list[int]:
+        return [int(c) for c in self.spec.concurrency]
+
+    def run(self) -> AnatomyOutcome:
+        try:
+            for repeat, _, arm in blocks(self.spec):
+                todo = [(w, c) for w in self.workloads for c in self.levels()
+                        if not record_path(self.out_dir, arm.name, w, c, repeat).exists()]
+                self.bar.update(len(self.workloads) * len(self.levels()) - len(todo))
+                self.outcome.already += len(self.workloads) * len(self.levels()) - len(todo)
+                if not todo:
+                    continue
+                if arm.name in self.refused:
+                    for w, c in todo:
+                        self.fail(arm, w, c, repeat, f"refused: {self.refused[arm.name]}")
+                    continue
+                self.block(arm, repeat, todo)
+        finally:
+            self.bar.close()
+        return self.outcome
+
+    def block(self, arm, repeat: int, todo: list[tuple[str, int]]) -> None:
+        trace_dir = (self.out_dir / "traces" / f"{arm.name}-r{repeat:02d}").resolve()
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        spec = self.spec
+        srv = VllmServer(
+            self.model, args=[*server_args_for(spec, arm), *anatomy.profiler_args(trace_dir)],
+            speculative_config=arm.speculative_config,
+            served_model_name=spec.served_model_name or Path(self.model).name,
+            env={**spec.env, **arm.env, **anatomy.PROFILE_ENV},
+            log_path=self.out_dir / "logs" / f"{arm.name}-r{repeat:02d}.log", ready_timeout_s=spec.ready_timeout_s,
+        )
+        self.bar.set_description(f"{spec.name} anatomy r{repeat} {arm.name}: starting server")
+        try:
+            ep = srv.start()
+        except Exception as exc:  # noqa: BLE001 - every window of the block is recorded as failed
+            for w, c in todo:
+                self.fail(arm, w, c, repeat, f"{type(exc).__name__}: {exc}")
+            return
+        try:
+            wl0 = self.workloads[todo[0][0]]
+            if spec.warmup_requests:
+                k = spec.warmup_requests
+                _run_async(loadgen.run_load(ep.base_url, ep.model, wl0.prompts, min(k, 4), k,
+                                            spec.sampling.model_dump(), headers=ep.headers,
+                                            prompt_offset=len(wl0.prompts) - k))
+            for w, c in todo:
+                self.bar.set_description(f"{spec.name} anatomy r{repeat} {arm.name}: {w} c={c}")
+                try:
+                    self.window(srv, ep, arm, w, c, repeat, trace_dir)
+                except Exception as exc:  # noqa: BLE001 - recorded; the next window goes on
+                    self.fail(arm, w, c, repeat, f"{type(exc).__name__}: {exc}")
+                self.bar.update(1)
+        finally:
+            srv.stop()
+
+    def window(self, srv: VllmServer, ep, arm, workload: str, level: int, repeat: int, trace_dir: Path) -> None:
+        seen = {p.name for p in trace_dir.glob(anatomy.TRACE_GLOB)}
+        n = max(level, self.window_requests or level)
+        panel = self.panels[workload]
+        started = utcnow()
+        pl, before, after, offset = _run_async(_window(ep, self.spec, panel, level, n))
+        trace = _wait_trace(trace_dir, seen)
+        steps = anatomy.parse_trace(anatomy.read_trace(trace))
+        body = window_record(steps, pl, offset, metrics.spec_decode_delta(before, after))
+        doc = {
+            "kind": KIND, "schema_version": SCHEMA, "status": "ok", "sweep": self.spec.name, "arm": arm.name,
+            "speculative_config": arm.speculative_config, "workload": workload, "concurrency": level,
+            "repeat": repeat, "started_at": started, "finished_at": utcnow(),
+            "profiler": {"route": "torch profiler: POST /start_profile, POST /stop_profile",
+                         "config": anatomy.profiler_config(trace_dir), "env": anatomy.PROFILE_ENV,
+                         "trace": paths.portable(str(trace)), "trace_bytes": trace.stat().st_size},
+            "server": {"argv": ep.argv, "env": ep.env, "engine_version": ep.engine_version, "pid": ep.pid},
+            "sampling": self.spec.sampling.model_dump(mode="json"), "kept_apart": KEPT_APART,
+            "units": {"*_ms": "milliseconds per step (profiled engine)", "start_s": "epoch seconds",
+                      "shares": "fraction of the step cycle", "*_tokens": "tokens",
+                      "requests[].chunks": "[arrival, epoch s; tokens; the step it was given to]"},
+            "provenance": self.provenance, **body,
+        }
+        p = record_path(self.out_dir, arm.name, workload, level, repeat)
+        write_once(p, (json.dumps(doc, indent=2, default=str) + "\n").encode())
+        self.outcome.written.append(p)
+
+    def fail(self, arm, workload: str, level: int, repeat: int, why: str) -> None:
+        p = record_path(self.out_dir, arm.name, workload, level, repeat)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        doc = {"kind": KIND, "schema_version": SCHEMA, "status": "failed", "sweep": self.spec.name, "arm": arm.name,
+               "workload": workload, "concurrency": level, "repeat": repeat, "failed_at": utcnow(),
+               "error": " ".join(why.split())[:2000]}
+        write_once(p.with_name(f"{p.stem}.failed-{stamp}.json"), (json.dumps(doc, indent=2) + "\n").encode())
+        point = f"{arm.name}/{workload}/{level_tag(level)}-r{repeat}"
+        self.outcome.failed.append(f"{point} ({doc['error'][:160]})")
+        self.echo(f"FAILED anatomy {point}: {doc['error'][:300]}")
+
+
+def run_anatomy(spec: SweepSpec, out_dir: str | Path, *, window_requests: int | None = None, progress: bool = True,
+                echo: Callable[[str], None] | None = None) -> AnatomyOutcome:
+    """Profile one window per (arm, workload, level, repeat) into ``out_dir`` (resumable)."""
+    echo = echo or (lambda s: print(s, file=sys.stderr))
+    return _AnatomyRun(spec, Path(out_dir), window_requests, progress, echo).run()

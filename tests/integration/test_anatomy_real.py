@@ -1,0 +1,63 @@
+"""One real profiled CPU point: ``specnb anatomy`` starts an n-gram server with vLLM's torch
+profiler, profiles one window at c=2 and writes a step-anatomy record whose steps add up, whose
+streamed tokens are all placed on steps, and whose accepted drafts match the engine's counters."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specnb import cli
+from specnb.analysis.anatomy import PARTS, anatomy_frame, load_anatomy
+from tests.integration.conftest import MODEL, NGRAM, SERVER_ARGS
+
+pytestmark = pytest.mark.integration
+
+
+def test_one_profiled_ngram_point_on_the_real_server(tmp_path, capsys):
+    cfg = tmp_path / "a.toml"
+    cfg.write_text(
+        f'name = "anat"\nmodel = "{MODEL}"\nserved_model_name = "smol"\nserver_args = {json.dumps(SERVER_ARGS)}\n'
+        'workloads = ["copy"]\nconcurrency = [2]\nrepeats = 1\npanel_size = 4\nwarmup_requests = 1\n'
+        'ready_timeout_s = 300\nrequest_timeout_s = 120\n[env]\nVLLM_CPU_KVCACHE_SPACE = "1"\n'
+        '[sampling]\nmax_tokens = 16\n'
+        f'[[arms]]\nname = "ngram-k4"\nspeculative_config = {json.dumps(NGRAM)}\n'.replace(': ', ' = ')
+    )
+    out = tmp_path / "out"
+    rc = cli.main(["anatomy", str(cfg), "--out", str(out), "--no-progress"])
+    printed = capsys.readouterr()
+    assert rc == 0, printed.err[-3000:]
+    assert "decode steps of profiled windows" in printed.out
+    (rec,) = load_anatomy(out)
+    assert rec["status"] == "ok" and rec["arm"] == "ngram-k4" and rec["concurrency"] == 2
+    assert "VLLM_CUSTOM_SCOPES_FOR_PROFILING" in rec["profiler"]["env"]
+    assert "--profiler-config" in rec["server"]["argv"]
+    steps, checks, sm = rec["steps"], rec["checks"], rec["summary"]
+    assert len(steps) >= 4 and sm["decode_steps"] >= 2
+    for s in steps[:-1]:  # the parts make each step's cycle
+        assert sum(s[p] for p in PARTS) == pytest.approx(s["cycle_ms"], abs=1e-6)
+        assert s["forward_ms"] > 0 and s["draft_ms"] > 0  # the proposer runs every step
+    # every streamed token lands on a step of the trace, on one clock
+    assert checks["chunks_placed"]["before"] == 0 and checks["chunks_placed"]["after"] == 0
+    assert checks["emitted_tokens_in_steps"] == checks["output_tokens_of_requests"] == 2 * 16
+    assert checks["trace_window_s"] == pytest.approx(checks["client_window_s"], rel=0.1, abs=0.3)
+    # what the steps say was drafted and accepted is what the engine counted over the window
+    eng = checks["engine_counters"]
+    assert eng is not None
+    assert checks["drafted_tokens_in_steps"] == eng["num_draft_tokens"]
+    # accepted: the engine also counts drafts accepted past a request's max_tokens, which the
+    # stream never delivers (at most K per request)
+    assert 0 <= checks["accepted_not_delivered"] <= 2 * NGRAM["num_speculative_tokens"]
+    assert checks["accepted_tokens_in_steps"] + checks["accepted_not_delivered"] == eng["num_accepted_tokens"]
+    assert checks["steps_agree"], checks["span_agreement"]  # the parts against the client's clock, within 5 %
+    assert checks["span_agreement"]["requests"] == 2
+    assert [len(r["chunks"]) for r in rec["requests"]] == [len([c for c in r["chunks"] if c[2] is not None])
+                                                           for r in rec["requests"]]
+    df = anatomy_frame([rec])
+    assert df.iloc[0]["share_forward_ms"] > 0.3  # the target's forward is most of a CPU step
+    trace = out / "traces" / "ngram-k4-r00"
+    assert list(trace.glob("rank*.pt.trace.json*"))
+    # a rerun profiles nothing again
+    rc = cli.main(["anatomy", str(cfg), "--out", str(out), "--no-progress"])
+    assert rc == 0 and "0 window(s) profiled, 1 already done" in capsys.readouterr().err
