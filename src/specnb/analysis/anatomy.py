@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 # the parts of a step (specnb.engine.anatomy parses them out of a trace), in stacking order
@@ -80,7 +81,9 @@ def format_anatomy(records: list[dict[str, Any]]) -> str:
                          f"{r.cycle_ms:9.1f} " + " ".join(f"{getattr(r, p):6.1f}" for p in PARTS)
                          + f"   {r.draft_share_of_step:10.1%}  {out:>13s}")
         lines.append("parts: " + "; ".join(f"{short[p]} = {PART_LABELS[p]}" for p in PARTS))
-    failed = [d for d in records if d.get("status") != "ok"]
+    done = {(d["arm"], d["workload"], d["concurrency"], d["repeat"]) for d in records if d.get("status") == "ok"}
+    failed = [d for d in records if d.get("status") != "ok"
+              and (d["arm"], d["workload"], d["concurrency"], d["repeat"]) not in done]  # not measured again since
     for d in failed:
         lines.append(f"failed: {d['arm']}/{d['workload']}/c={d['concurrency']} r{d['repeat']}: {d.get('error', '')[:200]}")
     return "\n".join(lines) if lines else "no step-anatomy records"
@@ -100,8 +103,11 @@ def against_baseline(df: pd.DataFrame, baseline: str = "baseline") -> pd.DataFra
     g["ms_per_token"] = g["cycle_ms"] / g["emitted_tokens_per_step"].where(g["emitted_tokens_per_step"] > 0)
     base = g[g["arm"] == baseline].set_index(["workload", "concurrency"])
     out = g[g["arm"] != baseline].copy()
+    compared = ["baseline_cycle_ms", "baseline_ms_per_token", "step_cost_ratio", "anatomy_speedup",
+                *(f"extra_{p}" for p in ("forward_ms", "logits_ms", "sample_ms", "draft_ms", "between_ms")),
+                "draft_pays"]
     if base.empty or out.empty:
-        return out
+        return out.assign(**dict.fromkeys(compared, np.nan)).reset_index(drop=True)
     key = list(zip(out["workload"], out["concurrency"], strict=True))
     b = base.reindex(key)
     out["baseline_cycle_ms"] = b["cycle_ms"].to_numpy()

@@ -30,9 +30,9 @@ The parts add up to the cycle by construction; what is checked is that scopes ne
 
 Tokens per step come from two places: *scheduled* from the span's name, *emitted* from the
 client's stream (each chunk is given to the last step that ended before it arrived; a
-request's chunk holds 1 + the drafts accepted for it in that step). ``accepted`` is then
-emitted minus one per request that emitted. Both are checked against the engine's counters
-over the window by :func:`anatomy_record`.
+request's chunk holds 1 + the drafts accepted for it in that step, so ``accepted`` is its
+tokens beyond the first). Both are checked against the engine's counters over the window
+(:func:`specnb.sweep.anatomy.window_record`).
 
 On a GPU the host scopes time the host: with CUDA activities traced, each kernel and copy is
 also given (by its launch's correlation id) to the part that launched it, ``gpu_ms`` per step
@@ -56,7 +56,7 @@ from typing import Any
 from specnb.analysis.anatomy import PART_LABELS, PARTS  # noqa: F401 - the parts are the analysis side's
 
 PROFILE_ENV = {"VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"}
-TRACE_GLOB = "rank*.pt.trace.json*"
+TRACE_GLOB = "*rank*.pt.trace.json*"  # rank0.<id>..., or dp0_pp0_..._rank0.<id>... with expert parallelism
 STEP_RE = re.compile(r"^execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)$")
 SCOPE_PREFIX = "gpu_model_runner: "
 # the runner's scope -> the part of a step it is counted in; other named scopes: output
@@ -75,7 +75,8 @@ class TraceError(ValueError):
 def profiler_config(trace_dir: Path | str, record_shapes: bool = False) -> dict[str, Any]:
     """The ``--profiler-config`` of a profiled server (an absolute folder: the worker writes there)."""
     return {"profiler": "torch", "torch_profiler_dir": str(Path(trace_dir).resolve()),
-            "torch_profiler_with_stack": False, "torch_profiler_record_shapes": record_shapes}
+            "torch_profiler_with_stack": False, "torch_profiler_record_shapes": record_shapes,
+            "ignore_frontend": True}  # the API server's own trace: not read, and it slows the stream
 
 
 def profiler_args(trace_dir: Path | str, record_shapes: bool = False) -> list[str]:
@@ -106,6 +107,8 @@ class Step:
     gpu_ms: dict[str, float] | None = None
     emitted_tokens: int = 0  # from the stream: tokens the clients received for this step
     emitting_requests: int = 0
+    accepted_tokens: int = 0  # from the stream: per chunk, its tokens beyond the first
+    shared_chunks: int = 0  # chunks of a request that already had one in this step (placed late, or merged)
 
     @property
     def end_s(self) -> float:
@@ -128,14 +131,9 @@ class Step:
         """Draft tokens verified in this step: decode tokens beyond one per decoding request."""
         return self.generation_tokens - self.generation_requests
 
-    @property
-    def accepted_tokens(self) -> int:
-        return max(self.emitted_tokens - self.emitting_requests, 0)
-
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d.update(cycle_ms=self.cycle_ms, scheduled_tokens=self.scheduled_tokens,
-                 drafted_tokens=self.drafted_tokens, accepted_tokens=self.accepted_tokens)
+        d.update(cycle_ms=self.cycle_ms, scheduled_tokens=self.scheduled_tokens, drafted_tokens=self.drafted_tokens)
         return d
 
 
@@ -159,6 +157,8 @@ def parse_trace(doc: dict[str, Any]) -> list[Step]:
     for e in doc["traceEvents"]:
         if not isinstance(e, dict) or e.get("ph") != "X" or "dur" not in e:
             continue
+        if e.get("cat", "user_annotation") != "user_annotation":
+            continue  # a CUDA build repeats every annotation on the device's lane (gpu_user_annotation)
         name = str(e.get("name", ""))
         m = STEP_RE.match(name)
         if m:
@@ -266,10 +266,14 @@ def attribute_chunks(steps: list[Step], chunks: Sequence[Chunk]) -> dict[str, in
     """Give each chunk to the last step that ended before it arrived (tokens a step emitted reach
     the client after the step); returns what could not be placed: ``before`` the first step's end
     (a clock mismatch, or tokens of a step outside the window) and ``after`` the last step's end
-    by more than one cycle (the same). Each placed chunk's ``step`` is set."""
+    by more than one cycle (the same), and ``shared``: chunks of a request given to a step that
+    already had one of its chunks (one arrived after the next step ended, or the server merged
+    two steps' tokens). A chunk's tokens beyond its first are the drafts accepted for it, counted
+    per chunk so a misplaced chunk moves tokens between steps without inventing any. Each placed
+    chunk's ``step`` is set."""
     ends = [s.end_s for s in steps]
     seen: dict[int, set[int]] = {}
-    left = {"before": 0, "after": 0, "placed": 0}
+    left = {"before": 0, "after": 0, "placed": 0, "shared": 0}
 
     last_cycle = max((s.cycle_ms or 0.0) for s in steps) / 1e3 if steps else 0.0
     for c in chunks:
@@ -284,9 +288,13 @@ def attribute_chunks(steps: list[Step], chunks: Sequence[Chunk]) -> dict[str, in
             continue
         c.step = i
         steps[i].emitted_tokens += c.tokens
+        steps[i].accepted_tokens += c.tokens - 1
         if c.request not in seen.setdefault(i, set()):
             seen[i].add(c.request)
             steps[i].emitting_requests += 1
+        else:
+            steps[i].shared_chunks += 1
+            left["shared"] += 1
         left["placed"] += 1
     return left
 

@@ -17,16 +17,26 @@ PART_COLORS = {"prepare_ms": "#9ecae1", "forward_ms": "#2171b5", "logits_ms": "#
 __all__ = ["PART_COLORS", "step_bars", "step_anatomy_figure"]
 
 
-def _labels(df: pd.DataFrame) -> list[str]:
-    return [f"{a}\nc={c}" for a, c in zip(df["arm"], df["concurrency"], strict=True)]
+def _ordered(df: pd.DataFrame) -> pd.DataFrame:
+    """Means over repeats per (arm, level): the baseline first, then the arms as they come."""
+    g = df.groupby(["arm", "concurrency"], sort=False, as_index=False)[[*PARTS, "cycle_ms",
+                                                                       "emitted_tokens_per_step"]].mean()
+    arms = list(dict.fromkeys(df["arm"]))
+    arms = sorted(arms, key=lambda a: (a != "baseline", arms.index(a)))
+    g["_arm"] = g["arm"].map({a: i for i, a in enumerate(arms)})
+    return g.sort_values(["_arm", "concurrency"]).reset_index(drop=True)
+
+
+def _positions(g: pd.DataFrame) -> np.ndarray:
+    """x of each bar: the levels of an arm side by side, a gap between arms."""
+    return np.arange(len(g)) + g["_arm"].to_numpy() * 0.8
 
 
 def step_bars(ax: Axes, df: pd.DataFrame, *, shares: bool = False, per_token: bool = False) -> None:
-    """Stacked bars, one per row of :func:`specnb.analysis.anatomy.anatomy_frame` (mean over its
-    repeats when there are several): ms per decode step, or each part's share of the step."""
-    g = df.groupby(["arm", "concurrency"], sort=False, as_index=False)[[*PARTS, "cycle_ms",
-                                                                       "emitted_tokens_per_step"]].mean()
-    x = np.arange(len(g))
+    """Stacked bars, one per arm and level of :func:`specnb.analysis.anatomy.anatomy_frame` (the
+    mean over its repeats): ms per decode step, per emitted token, or each part's share."""
+    g = _ordered(df)
+    x = _positions(g)
     bottom = np.zeros(len(g))
     for p in PARTS:
         v = g[p].to_numpy(dtype=float)
@@ -34,10 +44,15 @@ def step_bars(ax: Axes, df: pd.DataFrame, *, shares: bool = False, per_token: bo
             v = v / g["cycle_ms"].to_numpy(dtype=float)
         elif per_token:
             v = v / g["emitted_tokens_per_step"].replace(0, np.nan).to_numpy(dtype=float)
-        ax.bar(x, v, bottom=bottom, color=PART_COLORS[p], label=PART_LABELS[p], width=0.7, edgecolor="white",
+        ax.bar(x, v, bottom=bottom, color=PART_COLORS[p], label=PART_LABELS[p], width=0.8, edgecolor="white",
                linewidth=0.4)
         bottom += np.nan_to_num(v)
-    ax.set_xticks(x, _labels(g), fontsize=7)
+    ax.set_xticks(x, [str(c) for c in g["concurrency"]], fontsize=7)
+    ax.set_xlabel("concurrency, per arm", fontsize=7, labelpad=26)
+    for arm, part in g.groupby("arm", sort=False):
+        xs = x[part.index.to_numpy()]
+        name = arm if len(arm) <= 12 else arm[:arm.rfind("-", 0, 13) + 1] + "\n" + arm[arm.rfind("-", 0, 13) + 1:]
+        ax.text(xs.mean(), -0.08, name, transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=6.5)
     if shares:
         ax.set_ylabel("share of a decode step")
         ax.set_ylim(0, 1)
@@ -47,7 +62,7 @@ def step_bars(ax: Axes, df: pd.DataFrame, *, shares: bool = False, per_token: bo
 
 def step_anatomy_figure(df: pd.DataFrame):
     """Three panels: ms per step, ms per output token (what the drafter must win back), shares."""
-    fig, axes = new_figure(ncols=3, width=4.6, height=3.6)
+    fig, axes = new_figure(ncols=3, width=4.8, height=3.8)
     step_bars(axes[0][0], df)
     axes[0][0].set_title("a decode step, by part")
     step_bars(axes[0][1], df, per_token=True)

@@ -67,7 +67,7 @@ def _files(sources: Iterable[Path | str]) -> list[Path]:
     for s in sources:
         p = paths.resolve(s)
         if p.is_dir():
-            out += sorted(q for q in p.rglob("*") if q.is_file() and "logs" not in q.parts)
+            out += sorted(q for q in p.rglob("*") if q.is_file() and "logs" not in q.parts and "traces" not in q.parts)
         elif p.is_file():
             out.append(p)
         else:

@@ -169,6 +169,33 @@ def window_record(steps: list[anatomy.Step], pl: loadgen.PointLoad, offset: floa
                        "output_tokens": out_tokens, "wall_s": client_s}}
 
 
+def window_problems(body: dict[str, Any], speculative: bool) -> list[str]:
+    """Why a profiled window cannot be read (empty: it can): failed requests, chunks the trace
+    cannot place (two clocks that disagree), parts that do not add up to the client's time,
+    drafts the steps and the engine count differently, accepted tokens the engine never counted."""
+    c, w = body["checks"], body["window"]
+    out = []
+    if w["ok"] < w["requests"]:
+        out.append(f"{w['requests'] - w['ok']} of {w['requests']} requests failed")
+    placed = c["chunks_placed"]
+    if placed["before"] or placed["after"]:
+        out.append(f"{placed['before'] + placed['after']} chunk(s) fall outside the trace's steps (clocks disagree, "
+                   "or steps are missing from the trace)")
+    if c["steps_agree"] is False:
+        out.append(f"the steps' parts give {c['span_agreement']['ratio']:.3f}x the client's time "
+                   f"(tolerance {STEP_TOLERANCE:.0%})")
+    eng = c["engine_counters"]
+    if speculative and eng is not None:
+        if c["drafted_tokens_in_steps"] != eng["num_draft_tokens"]:
+            out.append(f"the steps schedule {c['drafted_tokens_in_steps']} draft tokens, the engine counted "
+                       f"{eng['num_draft_tokens']:g}")
+        if c["accepted_not_delivered"] is not None and c["accepted_not_delivered"] < 0:
+            out.append(f"the stream shows {-c['accepted_not_delivered']:g} accepted token(s) more than the engine counted")
+    elif c["accepted_tokens_in_steps"]:
+        out.append(f"{c['accepted_tokens_in_steps']} accepted token(s) on an arm without a drafter (chunks merged?)")
+    return out
+
+
 class _AnatomyRun:
     def __init__(self, spec: SweepSpec, out_dir: Path, window_requests: int | None, progress: bool,
                  echo: Callable[[str], None]):
@@ -184,6 +211,16 @@ class _AnatomyRun:
         run_doc = {"kind": RUN_KIND, "schema_version": SCHEMA, "name": spec.name, "spec": spec.model_dump(mode="json"),
                    "window_requests": window_requests, "created_at": utcnow(), "kept_apart": KEPT_APART}
         data = (json.dumps(run_doc, indent=2) + "\n").encode()
+        first = out_dir / "anatomy.json"
+        if first.exists():  # resuming: the same study only
+            try:
+                was = json.loads(first.read_text())["spec"]
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise AnatomyError(f"{first}: not an anatomy run record ({exc})") from None
+            for key in ("name", "model"):
+                if was.get(key) != run_doc["spec"].get(key):
+                    raise AnatomyError(f"{out_dir} holds the anatomy run of {key} {was.get(key)!r}, not "
+                                       f"{run_doc['spec'].get(key)!r}: choose another --out")
         try:
             write_once(out_dir / "anatomy.json", data)  # the run's first invocation
         except FileExistsError:
@@ -252,6 +289,8 @@ class _AnatomyRun:
 
     def window(self, srv: VllmServer, ep, arm, workload: str, level: int, repeat: int, trace_dir: Path) -> None:
         seen = {p.name for p in trace_dir.glob(anatomy.TRACE_GLOB)}
+        if self.spec.reset_prefix_cache:
+            ep.reset_prefix_cache()  # each window prefills its prompts, as the first did
         n = max(level, self.window_requests or level)
         panel = self.panels[workload]
         started = utcnow()
@@ -259,8 +298,10 @@ class _AnatomyRun:
         trace = _wait_trace(trace_dir, seen)
         steps = anatomy.parse_trace(anatomy.read_trace(trace))
         body = window_record(steps, pl, offset, metrics.spec_decode_delta(before, after))
+        problems = window_problems(body, arm.speculative)
         doc = {
-            "kind": KIND, "schema_version": SCHEMA, "status": "ok", "sweep": self.spec.name, "arm": arm.name,
+            "kind": KIND, "schema_version": SCHEMA, "status": "failed" if problems else "ok",
+            **({"error": "; ".join(problems)} if problems else {}), "sweep": self.spec.name, "arm": arm.name,
             "speculative_config": arm.speculative_config, "workload": workload, "concurrency": level,
             "repeat": repeat, "started_at": started, "finished_at": utcnow(),
             "profiler": {"route": "torch profiler: POST /start_profile, POST /stop_profile",
@@ -274,8 +315,15 @@ class _AnatomyRun:
             "provenance": self.provenance, **body,
         }
         p = record_path(self.out_dir, arm.name, workload, level, repeat)
+        if problems:  # kept, under a failure's name: a rerun profiles the window again
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+            p = p.with_name(f"{p.stem}.failed-{stamp}.json")
+            point = f"{arm.name}/{workload}/{level_tag(level)}-r{repeat}"
+            self.outcome.failed.append(f"{point} ({doc['error'][:160]})")
+            self.echo(f"FAILED anatomy {point}: {doc['error'][:300]}")
         write_once(p, (json.dumps(doc, indent=2, default=str) + "\n").encode())
-        self.outcome.written.append(p)
+        if not problems:
+            self.outcome.written.append(p)
 
     def fail(self, arm, workload: str, level: int, repeat: int, why: str) -> None:
         p = record_path(self.out_dir, arm.name, workload, level, repeat)

@@ -79,11 +79,17 @@ def test_chunks_go_to_the_last_step_that_ended_before_them(steps):
               Chunk(2, steps[0].start_s - 1.0, 1), Chunk(3, s2.end_s + 0.003, 0)]
     fresh = parse_trace(read_trace(TRACE))
     left = attribute_chunks(fresh, chunks)
-    assert left == {"before": 1, "after": 0, "placed": 3}
+    assert left == {"before": 1, "after": 0, "placed": 3, "shared": 0}
     assert (fresh[2].emitted_tokens, fresh[2].emitting_requests, fresh[2].accepted_tokens) == (4, 2, 2)
     assert (fresh[3].emitted_tokens, fresh[3].accepted_tokens) == (5, 4)
     late = attribute_chunks(fresh, [Chunk(0, fresh[-1].end_s + 60.0, 1)])
     assert late["after"] == 1
+    # a baseline's chunk that arrives after the next step ended lands beside that step's own: it is
+    # counted as shared, and no accepted token is invented
+    base = parse_trace(read_trace(TRACE))
+    two = attribute_chunks(base, [Chunk(0, base[4].end_s + 0.001, 1), Chunk(0, base[4].end_s + 0.002, 1)])
+    assert two["shared"] == 1 and base[4].shared_chunks == 1
+    assert base[4].emitted_tokens == 2 and base[4].accepted_tokens == 0
 
 
 def _doc(events, base=1_790_000_000_000_000_000):
@@ -191,6 +197,8 @@ def test_device_time_goes_to_the_part_that_launched_it():
           _x("gpu_model_runner: draft", 120, 20), _x("execute_context_0(0)_generation_1(1)", 200, 100),
           launch(20, 1), kernel(30, 400, 1), launch(125, 2), kernel(500, 300, 2), launch(150, 3), kernel(900, 5, 3),
           kernel(10, 7, 99)]  # no launch traced: left out
+    # a CUDA build repeats every annotation on the device's lane: those are not the host's steps
+    ev += [{**e, "cat": "gpu_user_annotation", "ts": e["ts"] + 1000} for e in ev if e.get("cat") == "user_annotation"]
     st = parse_trace(_doc(ev))
     assert st[0].gpu_ms == pytest.approx({"forward_ms": 0.4, "draft_ms": 0.3, "between_ms": 0.005})
     assert st[1].gpu_ms == {}
@@ -233,3 +241,64 @@ def test_against_baseline_reads_the_step_and_the_seed_004_rule():
     assert bool(vs.loc["ngram", "draft_pays"]) and bool(vs.loc["draft", "draft_pays"])  # 58 % < 67 %
     assert vs.loc["draft", "extra_draft_ms"] == pytest.approx(70.0)
     assert "baseline" not in vs.index
+
+
+def test_the_figure_has_a_bar_per_arm_and_level_and_shares_that_fill_the_step(steps):
+    import pandas as pd
+
+    from specnb.analysis.anatomy import PARTS
+    from specnb.figures.anatomy import step_anatomy_figure
+
+    sm = summarize(steps)
+    row = {"workload": "copy", "repeat": 0, **sm.parts_ms, "cycle_ms": sm.cycle_ms, "emitted_tokens_per_step": 1.5}
+    df = pd.DataFrame([{**row, "arm": a, "concurrency": c} for a in ("ngram-k0-schedule", "baseline") for c in (1, 4)])
+    fig = step_anatomy_figure(df)
+    ms, per_token, shares = fig.axes[:3]
+    assert len(shares.patches) == 4 * len(PARTS)
+    tops = {round(p.get_x(), 2): p.get_y() + p.get_height() for p in shares.patches}
+    assert all(t == pytest.approx(1.0) for t in tops.values())
+    labels = [t.get_text() for t in ms.texts]
+    assert labels[0] == "baseline"  # the baseline first, whatever the order of the frame
+    assert per_token.patches[0].get_height() == pytest.approx(sm.parts_ms[PARTS[0]] / 1.5)
+
+
+def _body(**checks):
+    c = {"chunks_placed": {"before": 0, "after": 0, "placed": 10, "shared": 0}, "steps_agree": True,
+         "span_agreement": {"ratio": 1.0}, "engine_counters": {"num_draft_tokens": 8.0, "num_accepted_tokens": 5.0},
+         "drafted_tokens_in_steps": 8, "accepted_tokens_in_steps": 5, "accepted_not_delivered": 0.0}
+    c.update(checks)
+    return {"checks": c, "window": {"requests": 2, "ok": 2}}
+
+
+def test_a_window_that_does_not_add_up_is_a_failure_with_its_reasons():
+    from specnb.sweep.anatomy import window_problems
+
+    assert window_problems(_body(), speculative=True) == []
+    assert window_problems(_body(engine_counters=None, drafted_tokens_in_steps=0, accepted_tokens_in_steps=0),
+                           speculative=False) == []
+    why = window_problems(_body(chunks_placed={"before": 2, "after": 1, "placed": 7, "shared": 0}, steps_agree=False,
+                                span_agreement={"ratio": 1.21}, drafted_tokens_in_steps=6,
+                                accepted_not_delivered=-2.0), speculative=True)
+    assert any("3 chunk(s) fall outside" in w for w in why)
+    assert any("1.210x the client's time" in w for w in why)
+    assert any("schedule 6 draft tokens, the engine counted 8" in w for w in why)
+    assert any("2 accepted token(s) more than the engine" in w for w in why)
+    assert window_problems(_body(engine_counters=None, accepted_tokens_in_steps=3), speculative=False) == [
+        "3 accepted token(s) on an arm without a drafter (chunks merged?)"]
+
+
+def test_a_folder_of_another_anatomy_run_is_refused_before_any_server(tmp_path, monkeypatch):
+    import specnb.sweep.anatomy as sa
+    from specnb.sweep.spec import SweepSpec
+
+    (tmp_path / "anatomy.json").write_text(json.dumps({"kind": "anatomy_run", "spec": {"name": "other"}}))
+    spec = SweepSpec.parse({"name": "mine", "model": "m", "concurrency": [1], "arms": [{"name": "baseline"}]})
+
+    def no_server(*a, **k):
+        raise AssertionError("a server was started")
+
+    monkeypatch.setattr(sa, "prepare", lambda spec, out: type("P", (), {"model": "m", "workloads": {}, "refused": {}}))
+    monkeypatch.setattr(sa, "VllmServer", no_server)
+    monkeypatch.setattr(sa.provenance, "collect", dict)
+    with pytest.raises(sa.AnatomyError, match="holds the anatomy run of name 'other'"):
+        sa.run_anatomy(spec, tmp_path, progress=False)
