@@ -23,7 +23,7 @@
 # | --- | --- | --- |
 # | `01_concurrency` | Below which concurrency does the drafter pay (threshold with its interval, found by an adaptive search)? Which arm and level serve the most traffic under a latency target (frontier, goodput)? Latency against offered rate (open loop). | 000, 002 |
 # | `02_quantization` | Does a quantized checkpoint keep the gain? Judge on final throughput, not the multiplier. | 000 |
-# | `03_drafter` | n-gram or a trained drafter, on which kind of prompts (per category)? | 000, 004 |
+# | `03_drafter` | n-gram or a trained drafter, on which kind of prompts (per category)? Where does a step's time go with each (step anatomy from the engine's profiler, `specnb anatomy`)? | 000, 002, 004 |
 # | `04_temperature` | Does the drafter still pay at the temperature the service samples at? | 000 |
 # | `05_kv` | How many KV seats does the drafter take; what happens under a small pool? | 000, 002 |
 # | `06_parallelism` | Tensor vs data parallel x drafter: which lever is worth more? | 002 |

@@ -332,3 +332,25 @@ if adf is not None and len(adf):
                 "ms_per_token", "baseline_ms_per_token", "anatomy_speedup", "extra_forward_ms", "extra_logits_ms",
                 "draft_ms", "extra_between_ms", "draft_share_of_step", "drafter_share_of_output",
                 "draft_pays"]].round(3))
+
+# %% [markdown]
+# ### Reading the step
+#
+# In the committed run (`ledgers/anatomy/cpu-anatomy/20261202T043013Z`: copy-style, c = 1/4/8, 2
+# starts per arm, an AVX2-only EPYC with bf16, where the target's forward scales nearly with the
+# tokens it processes) the engine's own profile explains the results above:
+#
+# - the **draft model** spends 61-64 % of every step drafting (K sequential forwards of a model as
+#   large as the target), and its verification forward of K + 1 positions costs 2.4x a baseline
+#   step at c=1. Seed 004's rule (`draft_pays`: drafting's share of the step below the drafts'
+#   share of the output, 64 % against 75 %) would let it through; the step's cost per emitted
+#   token (`anatomy_speedup`, 0.44-0.54x) does not;
+# - **K = 0 inside a schedule** leaves the proposer at 0.3 ms a step, yet the target's forward and
+#   lm head on the same tokens run 1.5x (c=1) to 1.7x (c=8) the baseline's: loading the n-gram
+#   drafter changes the engine's step even when it drafts nothing (docs/timing.md has the lead and
+#   its reproduction);
+# - **n-gram** verifies 5 positions per drafting request in a step that costs 1.7-2.0x the
+#   baseline's at the same batch while its drafts supply 32-38 % of the output: on this CPU it
+#   loses at c=1 as at c=8. The paired runs above were measured on another machine (AVX-512, like
+#   every run before 2026-12-02), where bf16 has its own kernels and n-gram pays at c=1; a profile
+#   there is the next reading to make.
