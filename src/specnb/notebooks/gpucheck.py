@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import dataclasses
 import io
+import shutil
 import sys
 import typing
 from collections.abc import Iterable
@@ -106,7 +107,17 @@ def _model_problem(model: str) -> str | None:
     if isinstance(hit, str):
         return None
     return (f"model {model} is not in the local Hugging Face cache (servers run offline): "
-            f"huggingface-cli download {model}")
+            f"{hub_cli()} download {model}")
+
+
+def hub_cli() -> str:
+    """The Hugging Face command line this environment has: ``hf`` (huggingface_hub 0.34 on; the
+    only one from 1.0, which removed ``huggingface-cli``), else the old ``huggingface-cli``."""
+    here = Path(sys.executable).parent
+    for name in ("hf", "huggingface-cli"):
+        if (here / name).exists() or shutil.which(name):
+            return name
+    return "hf"
 
 
 def cpu_fitted_defaults(source: Path, params: dict[str, Any]) -> list[str]:

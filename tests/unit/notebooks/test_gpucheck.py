@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -82,7 +85,17 @@ def test_models_must_be_local_folders_or_in_the_hub_cache(tmp_path, monkeypatch)
     monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache",
                         lambda repo, name: "/cache/config.json" if repo == "org/cached" else None)
     assert gpucheck._model_problem("org/cached") is None
-    assert "huggingface-cli download org/missing" in gpucheck._model_problem("org/missing")
+    assert f"{gpucheck.hub_cli()} download org/missing" in gpucheck._model_problem("org/missing")
+
+
+def test_the_hub_commands_named_exist_in_this_environment():
+    """huggingface_hub 1.0 removed `huggingface-cli`: the route must name the command the
+    installed hub client has, in gpucheck's hint and in docs/gpu.md."""
+    here = Path(sys.executable).parent
+    cli = gpucheck.hub_cli()
+    assert (here / cli).exists() or shutil.which(cli), cli
+    for name in set(re.findall(r"\.venv/bin/([A-Za-z_-]+)", (paths.ROOT / "docs" / "gpu.md").read_text())):
+        assert (here / name).exists(), f"docs/gpu.md names .venv/bin/{name}, which this environment does not have"
 
 
 def test_the_calculator_file_needs_a_peak_for_its_precision(tmp_path):
