@@ -29,7 +29,6 @@ from specnb.engine import loadgen
 from specnb.prompts.sources import resolve
 
 MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
-SERVER_ARGS = ["--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "2048"]
 SERVED = "smol"
 PROMPTS = 16
 CONCURRENCY = 4

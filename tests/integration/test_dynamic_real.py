@@ -25,9 +25,9 @@ from specnb.engine.vllm import engine_supports_flag
 from specnb.ledger import Flag, load_ledgers, load_requests, read_ledger
 from specnb.sweep import SweepSpec, run_sweep
 from specnb.sweep.runner import PER_REQUEST_SPEC_FLAG
+from tests.integration.conftest import SERVER_ARGS
 
 MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
-ARGS = ["--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "2048"]
 PER_REQUEST = [PER_REQUEST_SPEC_FLAG, "summary"] if engine_supports_flag(PER_REQUEST_SPEC_FLAG) else []
 SCHEDULE = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
             "num_speculative_tokens_per_batch_size": [[1, 2, 4], [3, 256, 0]]}
@@ -38,7 +38,7 @@ def servers(baseline_server, tmp_path_factory):
     if not (MODEL / "config.json").exists():
         pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
     logs = tmp_path_factory.mktemp("dyn-logs")
-    policy = VllmServer(str(MODEL), args=[*ARGS, *PER_REQUEST], speculative_config=SCHEDULE, served_model_name="smol",
+    policy = VllmServer(str(MODEL), args=[*SERVER_ARGS, *PER_REQUEST], speculative_config=SCHEDULE, served_model_name="smol",
                         env={"VLLM_CPU_KVCACHE_SPACE": "1"}, log_path=logs / "policy.log", ready_timeout_s=300)
     with policy as p:  # the baseline is the session's shared one (same arguments)
         yield {"baseline": baseline_server.endpoint.base_url, "policy": p.base_url}
@@ -136,7 +136,7 @@ def _one_point_counters(url, tmp_path, config):
 @pytest.fixture(scope="module")
 def dp2(tmp_path_factory):
     logs = tmp_path_factory.mktemp("dp2-logs")
-    srv = VllmServer(str(MODEL), args=[*ARGS, *PER_REQUEST, "--data-parallel-size", "2"], served_model_name="smol",
+    srv = VllmServer(str(MODEL), args=[*SERVER_ARGS, *PER_REQUEST, "--data-parallel-size", "2"], served_model_name="smol",
                      speculative_config={"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4},
                      env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0|1"},
                      log_path=logs / "dp2.log", ready_timeout_s=300)

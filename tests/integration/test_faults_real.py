@@ -25,9 +25,9 @@ from specnb import paths
 from specnb.engine.server import VllmServer
 from specnb.ledger import read_ledger
 from specnb.sweep import SweepSpec, run_sweep
+from tests.integration.conftest import SERVER_ARGS
 
 MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
-SERVER_ARGS = ["--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "2048"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -187,7 +187,8 @@ def test_ctrl_c_in_a_measuring_notebook_leaves_no_server(tmp_path):
     root = tmp_path / "ledgers"
     params = {"measure": "true", "ledger_root": str(root), "figures_dir": str(tmp_path / "fig"),
               "workloads": '["copy"]', "concurrency": "[1, 2, 4, 8]", "repeats": "1", "panel_size": "6",
-              "work_floor_tokens": "0", "warmup_requests": "1", "max_tokens": "48", "run": "ctrl-c"}
+              "work_floor_tokens": "0", "warmup_requests": "1", "max_tokens": "48", "run": "ctrl-c",
+              "server_args": json.dumps(SERVER_ARGS)}
     argv = [sys.executable, "-m", "specnb.notebooks.runner", str(nb), str(tmp_path / "out.ipynb")]
     for k, v in params.items():
         argv += ["-p", k, v]

@@ -23,7 +23,7 @@ from specnb import paths
 from specnb.analysis import bootstrap_speedups, format_speedup_table, speedup_table
 from specnb.ledger import SCHEMA_VERSION, load_ledgers, load_requests, read_ledger
 from specnb.sweep import run_sweep
-from tests.integration.conftest import MODEL, SERVER_ARGS
+from tests.integration.conftest import DTYPE, MODEL, SERVER_ARGS
 from tests.integration.conftest import sweep_spec as _spec
 
 
@@ -81,7 +81,7 @@ def test_spec_arm_drafts_and_baseline_does_not(swept):
         assert led.server.engine_version and led.provenance.versions["vllm"]
         # what vLLM decided at start-up, from its own log: the n-gram arm runs without async scheduling
         dec = led.server.startup_decisions
-        assert dec["dtype"] == "bfloat16" and dec["model_runner"] in ("V1", "V2") and dec["cudagraph_mode"] == "NONE"
+        assert dec["dtype"] == DTYPE and dec["model_runner"] in ("V1", "V2") and dec["cudagraph_mode"] == "NONE"
         if led.arm.speculative:
             assert dec["async_scheduling"] is False
         # specnb's plugin repaired the CPU build's expand kernel in every engine it started

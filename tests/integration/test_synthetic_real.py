@@ -34,11 +34,11 @@ from specnb.engine.server import VllmServer
 from specnb.ledger import read_ledger
 from specnb.prompts.workload import bundled
 from specnb.sweep import SweepSpec, prepare, run_sweep
+from tests.integration.conftest import SERVER_ARGS
 
 pytestmark = pytest.mark.integration
 
 MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
-SERVER_ARGS = ["--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "2048"]
 RATES = [0.9, 0.7, 0.5, 0.3]
 K = len(RATES)
 # prompt_lookup_min = 1: the n-gram drafter then proposes at nearly every step

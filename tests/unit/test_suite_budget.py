@@ -56,3 +56,11 @@ def test_within_budget_it_only_reports(spent):
     session = SimpleNamespace(config=_Config(), exitstatus=0)
     budget.pytest_sessionfinish(session, 0)
     assert session.exitstatus == 0 and session.config.lines == [session.config.lines[0]]
+
+
+def test_the_budget_follows_the_cpu_family():
+    assert budget.cpu_family("avx2") == "avx2" and budget.cpu_family("none") == "avx2"
+    for isa in ("avx512", "avx512_bf16", "amx_bf16"):
+        assert budget.cpu_family(isa) == "avx512"
+    assert budget.INTEGRATION_BUDGET_S == budget.INTEGRATION_BUDGETS_S[budget.cpu_family()]
+    assert budget.INTEGRATION_BUDGETS_S["avx512"] <= budget.INTEGRATION_BUDGETS_S["avx2"] < 60 * 60

@@ -40,7 +40,7 @@ from specnb.ledger.names import REFUSED_ERROR
 from specnb.ledger.provenance import EMULATE_ENV, cpu_isa
 
 __all__ = ["Unservable", "KernelProbe", "Assessment", "probe", "assess", "checkpoint_scheme", "extension_for",
-           "SCHEME_KERNELS", "FALLBACK_LOG_LINE"]
+           "machine_dtype", "resolve_dtype", "MACHINE_DTYPE", "SCHEME_KERNELS", "FALLBACK_LOG_LINE"]
 
 # vLLM's own words when a linear layer cannot get a oneDNN kernel (model_executor/layers/utils.py)
 FALLBACK_LOG_LINE = "fallback to torch linear"
@@ -191,6 +191,38 @@ def _probe(isa: str, emulated: bool) -> KernelProbe | None:
     return KernelProbe(isa, emulated, ext, ops, linear)
 
 
+def machine_dtype(kp: KernelProbe | None = None, preferred: tuple[str, ...] = ("bfloat16", "float32")) -> str:
+    """The first of ``preferred`` this CPU's engine build serves on a oneDNN kernel: bf16 on
+    AVX-512, fp32 on an AVX2-only CPU, where bf16 falls back to torch's linear (measured there:
+    the baseline 2.1x slower at c=4, an n-gram arm up to 3.4x; ``docs/cpu.md``). With nothing to
+    ask (a GPU build, no vLLM, a failed probe) or no preferred dtype with a kernel, the first."""
+    kp = probe() if kp is None else kp
+    if kp is None or kp.error:
+        return preferred[0]
+    return next((d for d in preferred if kp.onednn_linear.get(d, "not probed") is None), preferred[0])
+
+
+# the --dtype value that asks for machine_dtype() (the notebooks' CPU default); resolved where a
+# server is launched and in preflight, so every ledger records the dtype that was served
+MACHINE_DTYPE = "machine"
+
+
+def resolve_dtype(args: list[str], kp: KernelProbe | None = None) -> list[str]:
+    """``args`` with ``--dtype machine`` (either form) replaced by :func:`machine_dtype`; on an
+    engine that is not the CPU build, by ``auto`` (the checkpoint's own dtype, vLLM's default)."""
+    if MACHINE_DTYPE not in args and f"--dtype={MACHINE_DTYPE}" not in args:
+        return list(args)
+    kp = probe() if kp is None else kp
+    value = "auto" if kp is None else machine_dtype(kp)
+    out = list(args)
+    for i, a in enumerate(out):
+        if a == f"--dtype={MACHINE_DTYPE}":
+            out[i] = f"--dtype={value}"
+        elif a == MACHINE_DTYPE and i > 0 and out[i - 1] == "--dtype":
+            out[i] = value
+    return out
+
+
 def checkpoint_scheme(folder: Path | str) -> tuple[str | None, str | None]:
     """(quantization scheme, checkpoint dtype) from a local checkpoint's ``config.json``;
     (None, None) for a hub id or an unreadable config. Schemes: ``W4A16`` / ``W8A16``
@@ -257,4 +289,5 @@ def assess(folder: Path | str, dtype_flag: str | None, kp: KernelProbe | None, w
 
 if __name__ == "__main__":  # pragma: no cover - `python -m specnb.engine.kernels`: what this machine can serve
     kp = probe()
-    print(json.dumps(None if kp is None else {**asdict(kp), "ops": len(kp.ops)}, indent=2))
+    print(json.dumps(None if kp is None else {**asdict(kp), "ops": len(kp.ops), "machine_dtype": machine_dtype(kp)},
+                     indent=2))

@@ -127,3 +127,30 @@ def test_the_missing_kernel_is_the_cause_and_a_clean_log_has_none():
     assert engine_cause("INFO ready\nWARNING OSError: [Errno 24] Too many open files is possible\n") is None
     only_dead = "Traceback (most recent call last):\nvllm.v1.engine.exceptions.EngineDeadError: dead\n"
     assert engine_cause(only_dead) == "EngineDeadError: dead"
+
+
+def test_the_machine_dtype_is_bf16_where_onednn_has_it_and_fp32_where_only_fp32_has():
+    assert kernels.machine_dtype(AVX512_PROBE) == "bfloat16"
+    assert kernels.machine_dtype(AVX2_PROBE) == "float32"
+    failed = KernelProbe("avx2", False, "_C_AVX2", error="the kernel probe failed")
+    assert kernels.machine_dtype(failed) == "bfloat16"  # nothing known: the first preferred
+    nothing = KernelProbe("avx2", False, "_C_AVX2", onednn_linear={"bfloat16": "no", "float32": "no"})
+    assert kernels.machine_dtype(nothing) == "bfloat16"
+    assert kernels.machine_dtype(AVX2_PROBE, preferred=("float16", "float32")) == "float32"
+
+
+def test_the_machine_dtype_without_a_cpu_build_is_the_first_preferred(monkeypatch):
+    monkeypatch.setattr(kernels, "probe", lambda env=None: None)  # a GPU build: its kernels are its own
+    assert kernels.machine_dtype() == "bfloat16"
+
+
+def test_dtype_machine_is_resolved_for_this_cpu_in_either_form(monkeypatch):
+    args = ["--enforce-eager", "--dtype", "machine", "--max-model-len", "2048"]
+    assert kernels.resolve_dtype(args, AVX512_PROBE) == ["--enforce-eager", "--dtype", "bfloat16", "--max-model-len",
+                                                          "2048"]
+    assert kernels.resolve_dtype(args, AVX2_PROBE)[2] == "float32"
+    assert kernels.resolve_dtype(["--dtype=machine"], AVX2_PROBE) == ["--dtype=float32"]
+    assert kernels.resolve_dtype(["--dtype", "float16"], AVX2_PROBE) == ["--dtype", "float16"]  # asked for: kept
+    assert kernels.resolve_dtype(["--served-model-name", "machine"], AVX2_PROBE) == ["--served-model-name", "machine"]
+    monkeypatch.setattr(kernels, "probe", lambda env=None: None)  # a GPU build: the checkpoint's own dtype
+    assert kernels.resolve_dtype(args)[2] == "auto"
