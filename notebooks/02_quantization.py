@@ -30,6 +30,9 @@
 # extensions of the CPU wheel only, so on an AVX2-only CPU that condition is refused before any
 # server starts and recorded as such (the other conditions are measured); there, bf16 layers run on
 # torch's fallback (points flagged `engine_fallback`). The committed run was measured with AVX-512.
+# Unlike the other notebooks this one does not serve the machine's dtype (`--dtype machine`): every
+# checkpoint is served in bf16, the dtype they were made in, so the checkpoint stays the one thing
+# that changes between conditions; `10_serving` measures the dtype on its own.
 
 # %% tags=["parameters"]
 measure = False  # True: start vLLM and measure a new run before the analysis (minutes)
@@ -40,10 +43,10 @@ figures_dir = "figures"  # where figures are written (SVG + PNG + sidecar)
 model = "models/SmolLM2-135M-Instruct"  # target checkpoint: local folder or hub id
 served_model_name = "smollm2-135m"  # name the server answers to
 endpoint = ""  # URL of a running server to attach to instead of launching (empty: launch)
-server_args = ["--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "2048"]  # every launch
+server_args = ["--enforce-eager", "--dtype", "machine", "--max-model-len", "2048"]  # every launch (--dtype machine: bf16 where this CPU has a oneDNN bf16 kernel, fp32 where it has none, as on AVX2-only CPUs: docs/cpu.md)
 env = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # environment for every launch (CPU KV pool in GiB)
 drafters = {"ngram-k4": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}}  # arm -> --speculative-config
-conditions = {"bf16": {"label": "bf16"}, "w8a8": {"model": "models/SmolLM2-135M-Instruct-W8A8", "label": "INT8 W8A8"}, "w4a16": {"model": "models/SmolLM2-135M-Instruct-W4A16-G64", "label": "INT4 W4A16 g64"}}  # checkpoint -> its folder
+conditions = {"bf16": {"server_args": ["--dtype", "bfloat16"], "label": "bf16"}, "w8a8": {"model": "models/SmolLM2-135M-Instruct-W8A8", "server_args": ["--dtype", "bfloat16"], "label": "INT8 W8A8"}, "w4a16": {"model": "models/SmolLM2-135M-Instruct-W4A16-G64", "server_args": ["--dtype", "bfloat16"], "label": "INT4 W4A16 g64"}}  # checkpoint -> its folder; every one served in bf16, the dtype the checkpoints were made in (the checkpoint is the one variable here)
 workloads = ["copy"]  # bundled prompt sets or JSONL files
 concurrency = [1, 4]  # concurrency levels (requests in flight)
 search = None  # adaptive search for each curve's crossing (SearchSpec settings such as budget_s), or None: the levels only

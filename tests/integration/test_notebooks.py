@@ -12,8 +12,10 @@ import nbformat
 import pytest
 
 from specnb import paths
-from specnb.ledger import load_ledgers
-from specnb.notebooks.runner import execute
+from specnb.engine.kernels import machine_dtype
+from specnb.ledger import load_ledgers, read_ledger
+from specnb.notebooks.runner import execute, notebook_parameters
+from tests.integration.conftest import DTYPE, SERVER_ARGS
 
 NOTEBOOKS = sorted(glob.glob(str(paths.ROOT / "notebooks" / "[0-9][0-9]_*.py")))
 MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
@@ -44,7 +46,8 @@ def _measure(nb: str, tmp_path: Path, **params) -> tuple[Path, object]:
     root = tmp_path / "ledgers"
     base = {"measure": True, "ledger_root": str(root), "figures_dir": str(tmp_path / "fig"), "repeats": 1,
             "search": None,  # the levels asked for only: a search would add levels (tested in test_dynamic_real)
-            "panel_size": 3, "work_floor_tokens": None, "warmup_requests": 1, "max_tokens": 24}
+            "panel_size": 3, "work_floor_tokens": None, "warmup_requests": 1, "max_tokens": 24,
+            "server_args": SERVER_ARGS}  # the machine's dtype (tests/integration/conftest.py)
     base.update(params)
     out = execute(nb, tmp_path / "out.ipynb", base)
     assert _errors(out) == []
@@ -56,9 +59,14 @@ def test_concurrency_notebook_measures_for_real(tmp_path):
     if not MODEL.exists():
         pytest.skip("the CPU default model is not built: run `make setup`")
     nb = next(n for n in NOTEBOOKS if _axis(n) == "concurrency")
-    root, df = _measure(nb, tmp_path, concurrency=[1, 2], workloads=["copy"])
+    default_args = notebook_parameters(Path(nb))["server_args"]
+    assert "machine" in default_args  # the notebook's own default: this CPU's dtype, resolved at launch
+    root, df = _measure(nb, tmp_path, concurrency=[1, 2], workloads=["copy"], server_args=default_args)
     assert len(df) == 2 * 2  # 2 arms x 2 levels x 1 repeat x 1 workload
     assert (df.status == "ok").all(), df[["point_id", "status", "flags"]]
+    for path in df.path:  # served, and recorded, in the dtype this CPU has a oneDNN kernel for
+        argv = read_ledger(path).server.argv
+        assert argv[argv.index("--dtype") + 1] == machine_dtype() and "machine" not in argv
     spec = df[df.arm == "ngram-k4"]
     assert (spec.num_drafts > 0).all()  # speculation really ran
     assert set(df.condition) == {"default"} and set(df.study) == {"cpu"}
@@ -82,7 +90,7 @@ def test_drafter_notebook_measures_ngram_and_a_draft_model(tmp_path):
 @pytest.mark.integration
 def test_quantization_notebook_records_what_the_build_cannot_serve_and_measures_the_rest(tmp_path, monkeypatch):
     """`make measure-quantization` on an AVX2-only machine: W4A16 refused with its reason (no server
-    started for it), bf16 measured, the figures drawn. Emulated on a CPU with AVX-512 (the probe then
+    started for it), the unquantized model measured, the figures drawn. Emulated on a CPU with AVX-512 (the probe then
     answers from the AVX2 extension); the real thing on an AVX2-only one."""
     from specnb.ledger.provenance import EMULATE_ENV
 
@@ -91,11 +99,11 @@ def test_quantization_notebook_records_what_the_build_cannot_serve_and_measures_
         pytest.skip("the CPU models are not built: run `make setup`")
     monkeypatch.setenv(EMULATE_ENV, "avx2")
     nb = next(n for n in NOTEBOOKS if _axis(n) == "quantization")
-    conditions = {"bf16": {"label": "bf16"}, "w4a16": {"model": str(w4), "label": "INT4 W4A16 g64"}}
+    conditions = {"plain": {"label": DTYPE}, "w4a16": {"model": str(w4), "label": "INT4 W4A16 g64"}}
     root, df = _measure(nb, tmp_path, concurrency=[1], panel_size=2, max_tokens=16, workloads=["copy"],
                         conditions=conditions)
     ok, refused = df[df.status == "ok"], df[df.error_type == "Unservable"]
-    assert set(ok.condition) == {"bf16"} and len(ok) == 2
+    assert set(ok.condition) == {"plain"} and len(ok) == 2
     assert set(refused.condition) == {"w4a16"} and set(refused.arm) == {"baseline", "ngram-k4"}
     assert refused.error_message.str.contains("cpu_gemm_wna16").all()
     assert not list((root / "quantization").rglob("w4a16/logs/*"))  # nothing started for it

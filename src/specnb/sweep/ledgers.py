@@ -14,7 +14,7 @@ from typing import Any
 from specnb import paths
 from specnb.analysis.point import spec_decode_by_category, summarize_point
 from specnb.analysis.schedule import k_at
-from specnb.engine import loadgen, metrics
+from specnb.engine import kernels, loadgen, metrics
 from specnb.engine.hostload import host_busy_cores
 from specnb.engine.server import engine_cause
 from specnb.ledger import (
@@ -141,8 +141,14 @@ def timing_record(sweep: str, ended: str, started_at: str, phases: dict[str, flo
 
 
 def sweep_record(out_dir: Path, spec: SweepSpec, wls: dict[str, Workload]) -> None:
-    """``sweep.json``: the sweep as asked, written once; a folder holding another sweep is refused."""
+    """``sweep.json``: the sweep as asked, written once; a folder holding another sweep is refused.
+    ``--dtype machine`` counts as the dtype it resolves to here, so a run begun on one CPU family is
+    not resumed on the other (which would serve another dtype), and runs from before the value
+    resume where it names their dtype."""
     ident = spec.identity()
+    ident["server_args"] = kernels.resolve_dtype(ident["server_args"])
+    for arm in ident["arms"]:
+        arm["server_args"] = kernels.resolve_dtype(arm.get("server_args") or [])
     ident["workload_hashes"] = {k: w.content_hash for k, w in wls.items()}
     digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
     path = out_dir / "sweep.json"

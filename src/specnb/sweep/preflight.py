@@ -233,7 +233,7 @@ def check_kernels(spec: SweepSpec, model: str | None,
         arm_kp = kp if kp is not None else kernels.probe(_launch_env(spec, arm))  # the arm's own environment
         if arm_kp is None:  # not the CPU build: nothing to ask
             continue
-        args = [*spec.server_args, *arm.server_args]
+        args = kernels.resolve_dtype([*spec.server_args, *arm.server_args], arm_kp)
         dtype = flag_value(args, "--dtype")
         checkpoints = [(model, "model")]
         cfg = arm.speculative_config or {}

@@ -62,7 +62,7 @@ import aiohttp
 import pandas as pd
 
 from specnb import paths
-from specnb.engine import clients, loadgen, metrics
+from specnb.engine import clients, kernels, loadgen, metrics
 from specnb.engine.decisions import startup_decisions
 from specnb.engine.hostload import HostLoad, wait_for_quiet
 from specnb.engine.kernels import FALLBACK_LOG_LINE, Unservable
@@ -164,9 +164,10 @@ PER_REQUEST_SPEC_FLAG = "--per-request-spec-decode-metrics"
 
 
 def server_args_for(spec: SweepSpec, arm: Arm) -> list[str]:
-    """The launched server's arguments: the sweep's, the arm's, and the per-request acceptance
-    flag for a speculative arm when the engine has it and nobody set it already."""
-    args = [*spec.server_args, *arm.server_args]
+    """The launched server's arguments: the sweep's, the arm's (``--dtype machine`` resolved for
+    this CPU: :func:`specnb.engine.kernels.resolve_dtype`), and the per-request acceptance flag for
+    a speculative arm when the engine has it and nobody set it already."""
+    args = kernels.resolve_dtype([*spec.server_args, *arm.server_args])
     already = any(a == PER_REQUEST_SPEC_FLAG or a.startswith(PER_REQUEST_SPEC_FLAG + "=") for a in args)
     if (arm.speculative and spec.per_request_spec_metrics and not already
             and engine_supports_flag(PER_REQUEST_SPEC_FLAG)):

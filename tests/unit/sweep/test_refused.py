@@ -172,3 +172,20 @@ def test_a_probe_that_answers_nothing_readable_refuses_nothing(monkeypatch):
         kernels._probe.cache_clear()
     if kp is not None:  # None: not the CPU build of vLLM, nothing asked
         assert kp.error and "nothing readable" in kp.error
+
+
+def test_dtype_machine_is_assessed_and_launched_as_this_cpus_dtype(fake_vllm, avx2, tmp_path):
+    """The notebooks' default `--dtype machine` on an AVX2-only CPU: fp32, which has a oneDNN kernel
+    there (no fallback note), and fp32 is what the server is started with."""
+    from specnb.sweep.preflight import check_kernels
+    from specnb.sweep.runner import server_args_for
+
+    cfg = json.loads((fake_vllm.model / "config.json").read_text())
+    (fake_vllm.model / "config.json").write_text(json.dumps({**cfg, "torch_dtype": "bfloat16"}))
+    spec = SweepSpec.parse(dict(name="d", model=str(fake_vllm.model), workloads=["copy"], concurrency=[1],
+                                server_args=["--enforce-eager", "--dtype", "machine"],
+                                arms=[{"name": "baseline"}, {"name": "bf16", "server_args": ["--dtype", "bfloat16"]}]))
+    _, fallback, _ = check_kernels(spec, str(fake_vllm.model))
+    assert set(fallback) == {"bf16"}  # asked for bf16 by name: served on the fallback, and said
+    assert server_args_for(spec, spec.arms[0]) == ["--enforce-eager", "--dtype", "float32"]
+    assert server_args_for(spec, spec.arms[1])[-2:] == ["--dtype", "bfloat16"]

@@ -107,6 +107,20 @@ def test_resuming_with_other_settings_is_refused(tmp_path, monkeypatch):
         run_sweep(spec(sampling={"max_tokens": 7}), tmp_path, progress=False)
 
 
+def test_dtype_machine_resumes_a_run_of_the_dtype_it_names_here_and_no_other(tmp_path, monkeypatch):
+    import specnb.sweep.runner as runner
+    from specnb.engine import kernels
+    from tests.unit.engine.test_kernels import AVX2_PROBE, AVX512_PROBE
+
+    monkeypatch.setattr(runner, "blocks", lambda s: iter(()))  # record the sweep, run nothing
+    run_sweep(spec(server_args=["--dtype", "bfloat16"]), tmp_path, progress=False)  # a run from before the value
+    monkeypatch.setattr(kernels, "probe", lambda env=None: AVX512_PROBE)
+    run_sweep(spec(server_args=["--dtype", "machine"]), tmp_path, progress=False)  # bf16 here: the same run
+    monkeypatch.setattr(kernels, "probe", lambda env=None: AVX2_PROBE)  # the other family serves fp32
+    with pytest.raises(SweepError, match="different settings"):
+        run_sweep(spec(server_args=["--dtype", "machine"]), tmp_path, progress=False)
+
+
 def test_cli_bad_config_is_one_line_exit_2(tmp_path):
     cfg = tmp_path / "s.toml"
     cfg.write_text('name = "x"\nmodel = "m"\nconcurrency = [1]\n[[arms]]\nname = "a b"\n')
