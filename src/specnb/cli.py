@@ -181,7 +181,13 @@ def _layout_lines(df: Any) -> list[str]:
 def _condition_lines(df: Any, n_boot: int, seed: int) -> list[str]:
     """A study's conditions against the first one it ran (a serving lever paired like an arm);
     none where there is one condition or the conditions change the sampling (not a serving lever)."""
-    from specnb.analysis.conditions import condition_effects, condition_lines
+    from specnb.analysis.conditions import (
+        condition_effects,
+        condition_lines,
+        serving_gains,
+        serving_verdicts,
+        verdict_lines,
+    )
     from specnb.analysis.pairing import AnalysisError, usable
 
     if "condition" not in df.columns or df["condition"].nunique() < 2:
@@ -196,9 +202,17 @@ def _condition_lines(df: Any, n_boot: int, seed: int) -> list[str]:
         return [f"conditions not compared with each other: {exc}"]
     if eff.empty:
         return []
-    return ["", f"conditions against {ref} (the first one run): each arm's tok/s under the condition over "
-                "its tok/s under the reference, paired per repeat, bootstrap over starts and prompts:",
-            *condition_lines(eff)]
+    out = ["", f"conditions against {ref} (the first one run): each arm's tok/s under the condition over "
+               "its tok/s under the reference, paired per repeat, bootstrap over starts and prompts:",
+           *condition_lines(eff)]
+    try:
+        verdicts = serving_verdicts(serving_gains(df, ref, n_boot=n_boot, seed=seed), ref)
+    except AnalysisError:  # no single baseline arm, or none under the reference: nothing to weigh
+        return out
+    if len(verdicts):
+        out += ["", f"the serving config against the drafter (seed 000: fix the serving config first; every "
+                    f"condition and arm over {ref}'s baseline, paired per repeat):", *verdict_lines(verdicts, ref)]
+    return out
 
 
 def _predicted_lines(folder: Path, df: Any) -> list[str]:

@@ -24,7 +24,8 @@ __all__ = ["AXES", "RunError", "new_run_name", "run_folder", "latest_run", "find
 # that failed, so `make measure-<axis>` exits non-zero although the notebook itself finished.
 OUTCOME_FILE_ENV = "SPECNB_OUTCOME_FILE"
 
-AXES = ("concurrency", "quantization", "drafter", "temperature", "kv", "parallelism", "proposal", "policy", "tune")
+AXES = ("concurrency", "quantization", "drafter", "temperature", "kv", "parallelism", "proposal", "policy", "tune",
+        "serving")
 
 
 class RunError(SpecnbError):

@@ -64,9 +64,55 @@ def test_the_report_names_a_non_default_layout_and_compares_conditions(tmp_path)
     assert cli._layout_lines(df) == []  # vLLM's own layout: nothing to say
     lines = cli._condition_lines(df, n_boot=200, seed=0)
     assert lines[1].startswith("conditions against ref (the first one run)") and any("two 1.5" in x for x in lines)
+    # and the serving option weighed against the drafter, on the reference's baseline
+    at = lines.index(next(x for x in lines if x.startswith("the serving config against the drafter")))
+    assert len(lines) - at - 1 == 2  # one line per level
+    assert "fixing the serving config (two) gives the baseline 1.53x [" in lines[at + 1]  # 1.5 and 1.4/0.9
+    assert "ngram-k4 under ref gives 1.20x" in lines[at + 1]
     led = ledger("baseline", sweep="s-two")
     led.server.env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     write_ledger(tmp_path / "zz.json", led)
     df2 = load_ledgers(tmp_path)
     (line,) = cli._layout_lines(df2)
     assert line.startswith("serving layout: some launched server ran vLLM-CPU's worker inside its engine core")
+
+
+def test_serving_gains_put_every_condition_and_arm_on_the_reference_baseline(tmp_path):
+    from specnb.analysis.conditions import serving_gains, serving_verdicts, verdict_lines
+
+    # n-gram is 1.2x its own baseline everywhere; "fp32" serves 2x the reference, "same" as much
+    df = _study(tmp_path, {"ref": [1.0, 0.8, 1.2], "fp32": [2.0, 1.6, 2.4], "same": [1.01, 0.8, 1.19]})
+    gains = serving_gains(df, "ref", n_boot=400)
+    assert len(gains) == (3 * 2 - 1) * 2  # every (condition, arm) but the anchor, at two levels
+    assert not ((gains["condition"] == "ref") & (gains["arm"] == "baseline")).any()
+    got = gains.set_index(["condition", "arm", "concurrency"])["gain"]
+    assert got[("fp32", "baseline", 1)] == pytest.approx(2.0)
+    assert got[("ref", "ngram-k4", 4)] == pytest.approx(1.2)
+    assert got[("fp32", "ngram-k4", 4)] == pytest.approx(2.4)
+    v = serving_verdicts(gains, "ref")
+    assert len(v) == 2 and set(v["serving_condition"]) == {"fp32"} and set(v["both_condition"]) == {"fp32"}
+    assert (v["larger"] == "serving").all() and v["decided"].all()
+    text = "\n".join(verdict_lines(v, "ref", {"fp32": "eager fp32", "ref": "eager bf16"}))
+    assert "fixing the serving config (eager fp32) gives the baseline 2.00x [" in text
+    assert "its tok/s under eager bf16; ngram-k4 under eager bf16 gives 1.20x" in text
+    assert "the serving fix is larger (intervals apart)" in text and "ngram-k4 under eager fp32, 2.40x" in text
+
+
+def test_a_drafter_that_beats_a_neutral_serving_option_is_the_larger_gain(tmp_path):
+    from specnb.analysis.conditions import serving_gains, serving_verdicts
+
+    df = _study(tmp_path, {"ref": [1.0, 0.8, 1.2], "same": [1.01, 0.8, 1.19]})
+    v = serving_verdicts(serving_gains(df, "ref", n_boot=400), "ref")
+    assert (v["larger"] == "drafter").all()
+    assert serving_verdicts(serving_gains(df[df["condition"] == "ref"], "ref", n_boot=50), "ref").empty
+    with pytest.raises(AnalysisError, match="no usable 'baseline' point under the reference condition 'x'"):
+        serving_gains(df, "x")
+
+
+def test_a_serving_option_slower_than_the_reference_is_not_called_a_fix(tmp_path):
+    from specnb.analysis.conditions import serving_gains, serving_verdicts, verdict_lines
+
+    df = _study(tmp_path, {"ref": [1.0, 0.8, 1.2], "slow": [0.7, 0.56, 0.84]})
+    (line, _) = verdict_lines(serving_verdicts(serving_gains(df, "ref", n_boot=200), "ref"), "ref")
+    assert "no serving option speeds the baseline up (the best, slow, gives 0.70x [" in line
+    assert "the drafter (ngram-k4) is larger (intervals apart)" in line
