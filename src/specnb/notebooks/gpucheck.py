@@ -178,7 +178,10 @@ def check_file(path: Path | str, rules: VllmRules | None, *, skip_models: bool =
             if cfg.get("method") and rules.methods and cfg["method"] not in rules.methods:
                 problems.append(f"{where} arm {arm.name}: vLLM {rules.version} knows no speculative method "
                                 f"{cfg['method']!r} (known: {', '.join(sorted(rules.methods))})")
-            bad = rules.parse_args(spec.model or "model", [*spec.server_args, *arm.server_args])
+            # as launched: the notebooks' `--dtype machine` becomes a dtype vLLM knows (auto on a GPU build)
+            from specnb.engine.kernels import resolve_dtype  # the engine side, as for vLLM's own rules
+
+            bad = rules.parse_args(spec.model or "model", resolve_dtype([*spec.server_args, *arm.server_args]))
             if bad:
                 problems.append(f"{where} arm {arm.name}: vllm serve refuses the server arguments: {bad}")
     if not skip_models:
