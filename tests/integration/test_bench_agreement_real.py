@@ -74,13 +74,13 @@ def _specnb_round(ep, prompts) -> dict:
             "output_tokens": s["output_tokens"], "duration_s": s["duration_s"]}
 
 
-def _bench_round(srv, ep, dataset: Path, out: Path, i: int) -> dict:
+def _bench_round(srv, ep, dataset: Path, out: Path, i: int, prompts: int = PROMPTS) -> dict:
     name = f"bench-{i}.json"
     argv = [
         str(_vllm_cli()), "bench", "serve", "--backend", "openai-chat", "--base-url", ep.base_url,
         "--endpoint", "/v1/chat/completions", "--model", SERVED, "--tokenizer", str(MODEL),
         "--dataset-name", "custom", "--dataset-path", str(dataset), "--skip-chat-template",
-        "--disable-shuffle", "--custom-output-len", str(MAX_TOKENS), "--num-prompts", str(PROMPTS),
+        "--disable-shuffle", "--custom-output-len", str(MAX_TOKENS), "--num-prompts", str(prompts),
         "--max-concurrency", str(CONCURRENCY), "--request-rate", "inf", "--ignore-eos",
         "--temperature", "0", "--num-warmups", "0", "--disable-tqdm",
         "--save-result", "--result-dir", str(out), "--result-filename", name,
@@ -96,7 +96,7 @@ def _bench_round(srv, ep, dataset: Path, out: Path, i: int) -> dict:
             proc.wait(timeout=10)
     assert proc.returncode == 0, text[-3000:]
     r = json.loads((out / name).read_text())
-    assert r["completed"] == PROMPTS and not r.get("failed"), text[-3000:]
+    assert r["completed"] == prompts and not r.get("failed"), text[-3000:]
     return {"output_tok_s": r["output_throughput"], "ttft_p50_ms": r["median_ttft_ms"],
             "output_tokens": r["total_output_tokens"], "duration_s": r["duration"]}
 
@@ -110,6 +110,10 @@ def test_specnb_agrees_with_vllm_bench_serve(server, tmp_path):
     # one warm-up pass, so neither client pays for the server's first requests
     asyncio.run(loadgen.run_load(ep.base_url, ep.model, prompts[:CONCURRENCY], CONCURRENCY, CONCURRENCY,
                                  {"max_tokens": 8, "temperature": 0.0}))
+    # and one unmeasured invocation of vLLM's client, as specnb's client had its warm-up above: in a
+    # fresh clone's venv (CI) its first two rounds ran at 0.66-0.70x of its third (TTFT 211-241 ms
+    # against 129 ms) while specnb's rounds around them held 166-172 tok/s, failing the test at 1.44x
+    _bench_round(srv, ep, dataset, tmp_path, -1, prompts=CONCURRENCY)
     rows = []
     for i in range(ROUNDS):
         order = ("specnb", "vllm-bench") if i % 2 == 0 else ("vllm-bench", "specnb")
