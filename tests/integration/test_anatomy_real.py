@@ -1,6 +1,7 @@
 """One real profiled CPU point: ``specnb anatomy`` starts an n-gram server with vLLM's torch
 profiler, profiles one window at c=2 and writes a step-anatomy record whose steps add up, whose
-streamed tokens are all placed on steps, and whose accepted drafts match the engine's counters."""
+streamed tokens are all placed on steps, whose accepted drafts match the engine's counters, and
+whose unprofiled twin gives the profiler's slowdown."""
 
 from __future__ import annotations
 
@@ -56,6 +57,13 @@ def test_one_profiled_ngram_point_on_the_real_server(tmp_path, capsys):
                                                            for r in rec["requests"]]
     df = anatomy_frame([rec])
     assert df.iloc[0]["share_forward_ms"] > 0.3  # the target's forward is most of a CPU step
+    # the unprofiled twin: the same requests on the same server, every one streamed, and the
+    # profiler slows the engine (a ratio of the two windows' client ms per token)
+    u = rec["unprofiled"]
+    assert u["requests"] == u["ok"] == 2 and u["tokens_after_first"] > 0
+    assert u["profiling_slowdown"] > 1.0, u
+    assert u["cycle_ms"] == pytest.approx(sm["cycle_ms"] / u["profiling_slowdown"])
+    assert df.iloc[0]["unprofiled_cycle_ms"] == pytest.approx(u["cycle_ms"])
     trace = out / "traces" / "ngram-k4-r00"
     assert list(trace.glob("rank*.pt.trace.json*"))
     # a rerun profiles nothing again

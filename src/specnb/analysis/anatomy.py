@@ -39,13 +39,16 @@ def load_anatomy(folder: str | Path) -> list[dict[str, Any]]:
 
 def anatomy_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per profiled window that worked: mean ms per decode step for every part, the
-    cycle, shares, tokens per step, the seed 004 numbers and the checks."""
+    cycle, shares, tokens per step, the seed 004 numbers and the checks; where the record has
+    an unprofiled twin, the profiler's slowdown and the decode cycle it implies unprofiled
+    (``unprofiled_cycle_ms``; NaN for older records)."""
     rows = []
     for d in records:
         if d.get("status") != "ok":
             continue
         s, c = d["summary"], d["checks"]
         eng = c.get("engine_counters") or {}
+        u = d.get("unprofiled") or {}  # records before the unprofiled twin have none
         rows.append({
             "arm": d["arm"], "workload": d["workload"], "concurrency": d["concurrency"], "repeat": d["repeat"],
             "decode_steps": s["decode_steps"], "cycle_ms": s["cycle_ms"],
@@ -56,6 +59,9 @@ def anatomy_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
             "accepted_tokens_per_step": s["accepted_tokens_per_step"],
             "draft_share_of_step": s["draft_share_of_step"], "drafter_share_of_output": s["drafter_share_of_output"],
             "coverage": s["coverage"], "emitted_tokens": c["emitted_tokens_in_steps"],
+            "profiling_slowdown": u.get("profiling_slowdown", np.nan),
+            "unprofiled_cycle_ms": u.get("cycle_ms", np.nan),
+            "unprofiled_client_ms_per_token": u.get("ms_per_token", np.nan),
             "output_tokens": c["output_tokens_of_requests"],
             "accepted_tokens": c["accepted_tokens_in_steps"], "engine_accepted_tokens": eng.get("num_accepted_tokens"),
             "drafted_tokens": c["drafted_tokens_in_steps"], "engine_draft_tokens": eng.get("num_draft_tokens"),
@@ -72,15 +78,19 @@ def format_anatomy(records: list[dict[str, Any]]) -> str:
         short = {"prepare_ms": "prep", "forward_ms": "fwd", "logits_ms": "logits", "sample_ms": "sample",
                  "draft_ms": "draft", "bookkeep_ms": "book", "unscoped_ms": "unsc", "between_ms": "core"}
         head = f"{'arm':22s} {'workload':10s} {'c':>3s} {'r':>2s} {'steps':>5s} {'cycle ms':>9s} " + " ".join(
-            f"{short[p]:>6s}" for p in PARTS) + "   draft/step  drafts/output"
+            f"{short[p]:>6s}" for p in PARTS) + "   draft/step  drafts/output  slowdown  unprof. ms"
         lines += ["decode steps of profiled windows (ms per step, profiled engine: read the shares)", head]
         for r in df.itertuples():
             out = "-" if r.drafter_share_of_output is None or pd.isna(r.drafter_share_of_output) else \
                 f"{r.drafter_share_of_output:.0%}"
             lines.append(f"{r.arm:22s} {r.workload:10s} {r.concurrency:3d} {r.repeat:2d} {r.decode_steps:5d} "
                          f"{r.cycle_ms:9.1f} " + " ".join(f"{getattr(r, p):6.1f}" for p in PARTS)
-                         + f"   {r.draft_share_of_step:10.1%}  {out:>13s}")
+                         + f"   {r.draft_share_of_step:10.1%}  {out:>13s}"
+                         + ("         -           -" if pd.isna(r.profiling_slowdown) else
+                            f"  {r.profiling_slowdown:7.2f}x  {r.unprofiled_cycle_ms:10.1f}"))
         lines.append("parts: " + "; ".join(f"{short[p]} = {PART_LABELS[p]}" for p in PARTS))
+        lines.append("slowdown: the profiled window's client ms per token over its unprofiled twin's (same requests, "
+                     "same server); unprof. ms: the decode cycle over it")
     done = {(d["arm"], d["workload"], d["concurrency"], d["repeat"]) for d in records if d.get("status") == "ok"}
     failed = [d for d in records if d.get("status") != "ok"
               and (d["arm"], d["workload"], d["concurrency"], d["repeat"]) not in done]  # not measured again since
@@ -98,12 +108,14 @@ def against_baseline(df: pd.DataFrame, baseline: str = "baseline") -> pd.DataFra
     if df.empty:
         return df
     cols = [*PARTS, "cycle_ms", "emitted_tokens_per_step", "accepted_tokens_per_step", "drafted_tokens_per_step",
-            "draft_share_of_step", "drafter_share_of_output"]
+            "draft_share_of_step", "drafter_share_of_output", "profiling_slowdown", "unprofiled_cycle_ms"]
+    df = df.assign(**{c: df[c] if c in df else np.nan for c in ("profiling_slowdown", "unprofiled_cycle_ms")})
     g = df.groupby(["arm", "workload", "concurrency"], as_index=False)[cols].mean()
     g["ms_per_token"] = g["cycle_ms"] / g["emitted_tokens_per_step"].where(g["emitted_tokens_per_step"] > 0)
     base = g[g["arm"] == baseline].set_index(["workload", "concurrency"])
     out = g[g["arm"] != baseline].copy()
     compared = ["baseline_cycle_ms", "baseline_ms_per_token", "step_cost_ratio", "anatomy_speedup",
+                "baseline_unprofiled_cycle_ms", "unprofiled_step_cost_ratio", "unprofiled_speedup",
                 *(f"extra_{p}" for p in ("forward_ms", "logits_ms", "sample_ms", "draft_ms", "between_ms")),
                 "draft_pays"]
     if base.empty or out.empty:
@@ -114,6 +126,11 @@ def against_baseline(df: pd.DataFrame, baseline: str = "baseline") -> pd.DataFra
     out["baseline_ms_per_token"] = b["ms_per_token"].to_numpy()
     out["step_cost_ratio"] = out["cycle_ms"] / out["baseline_cycle_ms"]
     out["anatomy_speedup"] = out["baseline_ms_per_token"] / out["ms_per_token"]
+    # the same on the unprofiled engine (each window's cycle over its own twin's slowdown)
+    out["baseline_unprofiled_cycle_ms"] = b["unprofiled_cycle_ms"].to_numpy()
+    out["unprofiled_step_cost_ratio"] = out["unprofiled_cycle_ms"] / out["baseline_unprofiled_cycle_ms"]
+    out["unprofiled_speedup"] = ((out["baseline_unprofiled_cycle_ms"] / b["emitted_tokens_per_step"].to_numpy())
+                                 / (out["unprofiled_cycle_ms"] / out["emitted_tokens_per_step"]))
     for p in ("forward_ms", "logits_ms", "sample_ms", "draft_ms", "between_ms"):
         out[f"extra_{p}"] = out[p] - b[p].to_numpy()
     out["draft_pays"] = out["draft_share_of_step"] < out["drafter_share_of_output"].fillna(0.0)

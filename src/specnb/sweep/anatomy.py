@@ -14,7 +14,12 @@ missing.
 
 Kept apart from measurements: these servers measure nothing else, and no point ledger is
 written here, so a profiled (slowed) window can never enter a pair or a speedup. The shares
-are what the record is for; its absolute milliseconds are those of a profiled engine.
+are what the record is for; its absolute milliseconds are those of a profiled engine. To put
+milliseconds back on the engine, each profiled window has an unprofiled twin run just before it
+on the same server (the same requests, the prefix cache emptied before each): the ratio of the
+two windows' client-side milliseconds per streamed token is the profiler's slowdown
+(``profiling_slowdown``), and a step's parts divided by it are the record's estimate of the
+unprofiled step (:func:`specnb.analysis.anatomy.anatomy_frame`'s ``unprofiled_*`` columns).
 """
 
 from __future__ import annotations
@@ -48,7 +53,8 @@ TRACE_WAIT_S = 120.0
 # clock (engine.anatomy.span_agreement): the stream's delivery jitter sits in between
 STEP_TOLERANCE = 0.05
 KEPT_APART = ("a server of its own per arm and repeat, started with the profiler configured; it measures no "
-              "point, and no point ledger is written from it")
+              "point, and no point ledger is written from it; each profiled window follows an unprofiled twin of "
+              "the same requests on that server, which gives the profiler's slowdown")
 
 
 class AnatomyError(SweepError):
@@ -114,6 +120,29 @@ def _wait_trace(trace_dir: Path, seen: set[str], timeout_s: float = TRACE_WAIT_S
     raise TimeoutError(f"no worker trace appeared in {trace_dir} within {timeout_s:.0f} s of /stop_profile")
 
 
+def client_pace(pl: loadgen.PointLoad) -> dict[str, Any]:
+    """A window's pace on the client's clock: each request's first-to-last chunk time over the
+    tokens it streamed after its first. The same requests on the same server with and without the
+    profiler give the profiler's slowdown as the ratio of the two (a step emits the same tokens
+    either way; merged chunks do not change a span)."""
+    ok = [r for r in pl.records if r.ok and len(r.chunk_times_s) >= 2]
+    span = sum(r.chunk_times_s[-1] - r.chunk_times_s[0] for r in ok)
+    after_first = sum(sum(r.chunk_tokens[1:]) for r in ok)
+    return {"requests": len(pl.records), "ok": sum(1 for r in pl.records if r.ok),
+            "output_tokens": sum(r.output_tokens for r in pl.records if r.ok),
+            "wall_s": (pl.wall_end_s - pl.wall_start_s) if pl.records else None,
+            "span_s": span, "tokens_after_first": after_first,
+            "ms_per_token": 1e3 * span / after_first if after_first else None}
+
+
+async def _twin(ep, spec: SweepSpec, prompts, level: int, n: int) -> loadgen.PointLoad:
+    """The profiled window's requests, unprofiled, on the same server (the profiler configured, not started)."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=spec.request_timeout_s),
+                                     headers=ep.headers) as session:
+        return await loadgen.run_load(ep.base_url, ep.model, prompts, level, n, spec.sampling.model_dump(),
+                                      session=session)
+
+
 async def _window(ep, spec: SweepSpec, prompts, level: int, n: int) -> tuple[loadgen.PointLoad, Any, Any, float]:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=spec.request_timeout_s),
                                      headers=ep.headers) as session:
@@ -131,9 +160,9 @@ async def _window(ep, spec: SweepSpec, prompts, level: int, n: int) -> tuple[loa
 
 
 def window_record(steps: list[anatomy.Step], pl: loadgen.PointLoad, offset: float,
-                  spec_delta: dict[str, Any] | None) -> dict[str, Any]:
+                  spec_delta: dict[str, Any] | None, twin: loadgen.PointLoad | None = None) -> dict[str, Any]:
     """Steps with their streamed tokens, the summary, and the checks against the client and the
-    engine's counters."""
+    engine's counters; with ``twin`` (the same requests unprofiled), the profiler's slowdown."""
     chunks = [anatomy.Chunk(r.index, offset + (pl.clock_zero_s or 0.0) + t, k)
               for r in pl.records for t, k in zip(r.chunk_times_s, r.chunk_tokens, strict=False)]
     placed = anatomy.attribute_chunks(steps, chunks)
@@ -163,10 +192,20 @@ def window_record(steps: list[anatomy.Step], pl: loadgen.PointLoad, offset: floa
     requests = [{"index": r.index, "ok": r.ok, "output_tokens": r.output_tokens, "error": r.error,
                  "chunks": [[round(c.t_s, 6), c.tokens, c.step] for c in chunks if c.request == r.index]}
                 for r in pl.records]
+    pace = client_pace(pl)
+    unprofiled = None
+    if twin is not None:
+        unprofiled = client_pace(twin)
+        slow = (pace["ms_per_token"] / unprofiled["ms_per_token"]
+                if pace["ms_per_token"] and unprofiled["ms_per_token"] else None)
+        unprofiled["profiling_slowdown"] = slow
+        # the decode step's estimate on the unprofiled engine: the profiled cycle over the slowdown
+        unprofiled["cycle_ms"] = summary.cycle_ms / slow if slow else None
     return {"steps": [s.as_dict() for s in steps], "summary": summary.as_dict(), "checks": checks,
             "requests": requests,
             "window": {"requests": len(pl.records), "ok": len(ok), "concurrency": pl.concurrency,
-                       "output_tokens": out_tokens, "wall_s": client_s}}
+                       "output_tokens": out_tokens, "wall_s": client_s, "ms_per_token": pace["ms_per_token"]},
+            "unprofiled": unprofiled}
 
 
 def window_problems(body: dict[str, Any], speculative: bool) -> list[str]:
@@ -177,6 +216,12 @@ def window_problems(body: dict[str, Any], speculative: bool) -> list[str]:
     out = []
     if w["ok"] < w["requests"]:
         out.append(f"{w['requests'] - w['ok']} of {w['requests']} requests failed")
+    u = body.get("unprofiled")
+    if u is not None:
+        if u["ok"] < u["requests"]:
+            out.append(f"{u['requests'] - u['ok']} of {u['requests']} requests of the unprofiled twin failed")
+        elif not u.get("profiling_slowdown"):
+            out.append("the unprofiled twin streamed too few tokens to give the profiler's slowdown")
     placed = c["chunks_placed"]
     if placed["before"] or placed["after"]:
         out.append(f"{placed['before'] + placed['after']} chunk(s) fall outside the trace's steps (clocks disagree, "
@@ -294,10 +339,13 @@ class _AnatomyRun:
         n = max(level, self.window_requests or level)
         panel = self.panels[workload]
         started = utcnow()
+        twin = _run_async(_twin(ep, self.spec, panel, level, n))  # unprofiled, the same requests
+        if self.spec.reset_prefix_cache:
+            ep.reset_prefix_cache()
         pl, before, after, offset = _run_async(_window(ep, self.spec, panel, level, n))
         trace = _wait_trace(trace_dir, seen)
         steps = anatomy.parse_trace(anatomy.read_trace(trace))
-        body = window_record(steps, pl, offset, metrics.spec_decode_delta(before, after))
+        body = window_record(steps, pl, offset, metrics.spec_decode_delta(before, after), twin)
         problems = window_problems(body, arm.speculative)
         doc = {
             "kind": KIND, "schema_version": SCHEMA, "status": "failed" if problems else "ok",
@@ -310,6 +358,8 @@ class _AnatomyRun:
             "server": {"argv": ep.argv, "env": ep.env, "engine_version": ep.engine_version, "pid": ep.pid},
             "sampling": self.spec.sampling.model_dump(mode="json"), "kept_apart": KEPT_APART,
             "units": {"*_ms": "milliseconds per step (profiled engine)", "start_s": "epoch seconds",
+                      "unprofiled.cycle_ms": "ms per decode step, estimated unprofiled (cycle / slowdown)",
+                      "*.ms_per_token": "client ms per streamed token after each request's first",
                       "shares": "fraction of the step cycle", "*_tokens": "tokens",
                       "requests[].chunks": "[arrival, epoch s; tokens; the step it was given to]"},
             "provenance": self.provenance, **body,
