@@ -40,8 +40,8 @@ nb_of      = $(filter %_$(1),$(NOTEBOOKS))
 axis_of    = $(word 2,$(subst _, ,$(1)))
 # which ledgers a notebook draws from (the calculator marks the concurrency run's acceptance; the
 # policy notebook measures the schedule derived from the newest proposal run; the drafter notebook
-# reads the newest step-anatomy run too)
-ledger_dirs = $(if $(filter calculator,$(1)),concurrency,$(if $(filter index,$(1)),.,$(if $(filter policy,$(1)),policy proposal tune,$(if $(filter drafter,$(1)),drafter anatomy,$(1)))))
+# reads the newest step-anatomy run too; the context notebook reads a draft model's KV pool from the kv run)
+ledger_dirs = $(if $(filter calculator,$(1)),concurrency,$(if $(filter index,$(1)),.,$(if $(filter policy,$(1)),policy proposal tune,$(if $(filter drafter,$(1)),drafter anatomy,$(if $(filter context,$(1)),context kv,$(1))))))
 ledgers_of  = $(shell find $(addprefix ledgers/,$(call ledger_dirs,$(1))) ledgers/published -type f \
                  ! -path '*/logs/*' ! -path '*/traces/*' 2>/dev/null | sed 's/ /\\ /g')
 

@@ -251,6 +251,13 @@ if SLIDERS:
 # between the two is what the roofline of the step does not explain on this engine: on the CPU
 # build speculation also turns off asynchronous scheduling, and each verified draft token costs
 # more than a decoded one. Bottom: paired measured speedups with their spread over repeats.
+#
+# These terms are effective, fitted in-sample to throughput. Checked out of sample against the
+# engine's own decode steps (the step anatomy with unprofiled twins, drafter notebook,
+# `docs/timing.md`): the preset's step is 47-97 % slower than the engine's decode step (the fixed
+# cost holds each request's prefill and turnaround, which the model books per step), its n-gram
+# terms refitted to the steps are 5.7 ms + 0.6 ms per proposed token, and the proposer itself
+# takes 0.15 ms: the "drafting" terms stand for a slower speculative engine, not for proposing.
 
 # %%
 if df is None:

@@ -49,8 +49,19 @@ def anatomy_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
         s, c = d["summary"], d["checks"]
         eng = c.get("engine_counters") or {}
         u = d.get("unprofiled") or {}  # records before the unprofiled twin have none
+        sc = d.get("speculative_config") or {}
+        steps = d.get("steps") or []
+        decode = [x for x in steps if not x.get("context_requests")]
+        n_req = (d.get("window") or {}).get("requests") or 0
         rows.append({
             "arm": d["arm"], "workload": d["workload"], "concurrency": d["concurrency"], "repeat": d["repeat"],
+            "method": None if not sc else ("draft_model" if sc.get("model") else sc.get("method")),
+            "k": int(sc.get("num_speculative_tokens") or 0),
+            # requests decoding in a decode step (the batch), and each request's prompt (every
+            # prompt token is prefilled inside the window: the prefix cache is emptied before it)
+            "decode_requests_per_step": (np.mean([x.get("generation_requests") or 0 for x in decode])
+                                         if decode else np.nan),
+            "prompt_tokens_mean": (sum(x.get("context_tokens") or 0 for x in steps) / n_req if n_req else np.nan),
             "decode_steps": s["decode_steps"], "cycle_ms": s["cycle_ms"],
             **{p: s["parts_ms"][p] for p in PARTS}, **{f"share_{p}": s["shares"][p] for p in PARTS},
             "scheduled_tokens_per_step": s["scheduled_tokens_per_step"],

@@ -25,7 +25,7 @@ __all__ = ["AXES", "RunError", "new_run_name", "run_folder", "latest_run", "find
 OUTCOME_FILE_ENV = "SPECNB_OUTCOME_FILE"
 
 AXES = ("concurrency", "quantization", "drafter", "temperature", "kv", "parallelism", "proposal", "policy", "tune",
-        "serving")
+        "serving", "context")
 
 
 class RunError(SpecnbError):

@@ -166,6 +166,19 @@ class TrafficImport(_Model):
     max_prompt_chars: int = Field(0, ge=0, description="longest kept prompt; prompts are never truncated")
 
 
+class ContextBuild(_Model):
+    """How a context-length workload was built (:mod:`specnb.prompts.context`)."""
+
+    base: str = Field(description="the base workload whose requests end every prompt")
+    base_hash: str = Field(description="content hash of the base workload")
+    tokens: int = Field(description="the length asked for: prompt tokens with the chat template")
+    tokenizer: str = Field(description="the tokenizer that counted them (the target's)")
+    corpus: list[str] = Field(description="where the reference material in front of each request came from")
+    prompt_tokens_min: int
+    prompt_tokens_mean: float
+    prompt_tokens_max: int
+
+
 class WorkloadRecord(_Model):
     name: str
     source: str
@@ -177,6 +190,7 @@ class WorkloadRecord(_Model):
     )
     parent_hash: str | None = Field(None, description="content hash of the set a category was cut from")
     imported: TrafficImport | None = Field(None, description="set when the prompts are imported traffic")
+    context: ContextBuild | None = Field(None, description="set when the prompts were grown to a context length")
     panel_ids: list[str] | None = Field(
         None, description="the prompts every point of the sweep sends, in order (a panel balanced over "
         "categories, cycled as often as a point needs); None = the whole workload (v1 ledgers)",

@@ -25,7 +25,8 @@ from specnb.models.optimize import fit_least_squares, uncertainty_factors
 from specnb.models.stepcost import NGRAM, Drafter, TargetModel, step_terms
 from specnb.models.theory import alpha_from_acceptance_length
 
-__all__ = ["FitQuality", "Calibration", "measured_points", "workload_acceptance", "calibrate"]
+__all__ = ["FitQuality", "Calibration", "measured_points", "workload_acceptance", "calibrate", "check_against_anatomy",
+           "refit_drafter_terms"]
 
 
 def measured_points(df: pd.DataFrame) -> pd.DataFrame:
@@ -246,3 +247,84 @@ def calibrate(df: pd.DataFrame, target: TargetModel, *, drafter: Drafter = NGRAM
             pts["predicted_tok_s"] = step_terms(hw, target, fitted, **arrays(pts)).tok_s
     base_q = FitQuality.of(step_terms(hw, target, drafter, **b_arr).tok_s, y_base)
     return Calibration(hw, fitted, base_q, spec_pred, spec_fit, uncertainty, fixed, pts)
+
+
+def check_against_anatomy(frame: pd.DataFrame, hw: Hardware, target: TargetModel, drafter: Drafter,
+                          *, baseline: str = "baseline", methods: Sequence[str] = ("ngram",)) -> pd.DataFrame:
+    """The step-cost model's step and drafter terms against profiled steps (issue 24 item 2).
+
+    ``frame`` is :func:`specnb.analysis.anatomy.anatomy_frame` of a run whose records carry the
+    unprofiled twin (``unprofiled_cycle_ms``: each window's decode cycle over the profiler's
+    slowdown). One row per window, baseline and the arms of ``methods`` (the drafter kind the
+    terms were fitted to), each at its own batch (``decode_requests_per_step``) and prompt:
+
+    - ``model_ms`` against ``measured_ms``: the whole decode step, model (``hw``'s overhead, the
+      target's roofline, and for a speculative arm ``drafter``'s terms at the window's proposed
+      tokens per step) against the engine, and ``rel_error``;
+    - for speculative rows, the step's excess over the baseline at the same batch (the baseline's
+      measured cycles, fitted linearly in the batch): ``measured_excess_ms`` against the model's
+      ``model_excess_ms`` = ``model_compute_ms`` (the proposed tokens' FLOPs) + ``model_drafting_ms``
+      (its fixed and per-token terms), and where the engine puts that excess: ``proposer_ms`` (the
+      proposer's own scope over the slowdown) and the rest (``beyond_proposer_ms``).
+    """
+    need = ["unprofiled_cycle_ms", "decode_requests_per_step", "prompt_tokens_mean", "drafted_tokens_per_step",
+            "emitted_tokens_per_step", "k", "method", "draft_ms", "profiling_slowdown"]
+    missing = [c for c in need if c not in frame.columns]
+    if missing:
+        raise StepCostError(f"anatomy frame lacks {missing}: pass anatomy_frame() of the records")
+    df = frame[frame["unprofiled_cycle_ms"].notna()].copy()
+    base = df[df["arm"] == baseline]
+    if len(base) < 2 or base["decode_requests_per_step"].nunique() < 2:
+        raise StepCostError(f"the check needs {baseline!r} windows with their unprofiled twin at two or more "
+                            "levels (records written before the twin have no unprofiled cycle)")
+    slope, icpt = np.polyfit(base["decode_requests_per_step"], base["unprofiled_cycle_ms"], 1)
+    rows = df[(df["arm"] == baseline) | df["method"].isin(list(methods))]
+    spec = rows["arm"] != baseline
+    batch = rows["decode_requests_per_step"].to_numpy(float)
+    # proposed tokens per decoding request per step: q * K
+    qk = np.where(spec, rows["drafted_tokens_per_step"].to_numpy(float) / np.maximum(batch, 1e-9), 0.0)
+    k = np.maximum(rows["k"].to_numpy(float), 1.0)
+    prompt = rows["prompt_tokens_mean"].fillna(0.0).to_numpy(float)
+    out_tok = 32.0 * np.ones_like(batch)  # context only: the memory term's KV reads (small here)
+    terms = dict(batch=batch, prompt=prompt, prefill=np.zeros_like(batch), output=out_tok, k=k, q=qk / k,
+                 sharpness=None)
+    base_model = step_terms(hw, target, drafter, **terms, tau=np.ones_like(batch), spec=np.zeros(batch.shape, bool))
+    model = step_terms(hw, target, drafter, **terms, tau=np.ones_like(batch), spec=spec.to_numpy())
+    out = rows[["arm", "workload", "concurrency", "repeat", "decode_requests_per_step", "emitted_tokens_per_step",
+                "drafted_tokens_per_step", "profiling_slowdown"]].copy()
+    out["proposed_per_request"] = qk
+    out["measured_ms"] = rows["unprofiled_cycle_ms"].to_numpy(float)
+    out["model_ms"] = 1e3 * model.step_s
+    out["rel_error"] = out["model_ms"] / out["measured_ms"] - 1.0
+    base_at = icpt + slope * batch
+    out["baseline_fit_ms"] = base_at
+    out["measured_excess_ms"] = np.where(spec, out["measured_ms"] - base_at, np.nan)
+    out["model_compute_ms"] = np.where(spec, 1e3 * (model.target_s - base_model.target_s), np.nan)
+    out["model_drafting_ms"] = np.where(spec, 1e3 * model.drafting_s, np.nan)
+    out["model_excess_ms"] = out["model_compute_ms"] + out["model_drafting_ms"]
+    out["proposer_ms"] = np.where(spec, rows["draft_ms"].to_numpy(float) / rows["profiling_slowdown"].to_numpy(float),
+                                  np.nan)
+    out["beyond_proposer_ms"] = out["measured_excess_ms"] - out["proposer_ms"]
+    return out.reset_index(drop=True)
+
+
+def refit_drafter_terms(check: pd.DataFrame) -> dict[str, Any]:
+    """The drafter's fixed and per-proposed-token terms refitted to profiled steps: least squares
+    of (measured excess - the proposed tokens' FLOPs) = a + b * (batch * proposed per request),
+    both terms kept >= 0, over the speculative rows of :func:`check_against_anatomy`; with the
+    fit's rms error in ms and the number of windows."""
+    s = check[check["measured_excess_ms"].notna()]
+    if len(s) < 3:
+        raise StepCostError(f"{len(s)} speculative window(s) cannot refit two terms; profile more levels")
+    y = (s["measured_excess_ms"] - s["model_compute_ms"]).to_numpy(float)
+    x = (s["decode_requests_per_step"] * s["proposed_per_request"]).to_numpy(float)
+    a_mat = np.column_stack([np.ones_like(x), x])
+    (a, b), *_ = np.linalg.lstsq(a_mat, y, rcond=None)
+    if b < 0:
+        a, b = float(y.mean()), 0.0
+    if a < 0:
+        a, b = 0.0, max(float((x @ y) / (x @ x)) if x @ x > 0 else 0.0, 0.0)
+    resid = y - (a + b * x)
+    return {"step_overhead_ms": float(a), "per_token_ms": float(b), "windows": int(len(s)),
+            "rms_error_ms": float(np.sqrt(np.mean(resid**2))),
+            "proposed_tokens_per_step": [float(x.min()), float(x.max())]}

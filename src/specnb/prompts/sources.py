@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from specnb.prompts.context import ContextSource, is_context, load_context
 from specnb.prompts.traffic import TrafficSource, load_source
 from specnb.prompts.workload import SETS, Workload, WorkloadError, bundled, load_jsonl
 
@@ -21,8 +22,12 @@ def resolve(spec: str | Mapping[str, Any] | Any) -> Workload:
     - ``"path/to/prompts.jsonl"``: a prompt file (:func:`load_jsonl`);
     - ``"<either of those>:<category>"``: only that category's prompts (``"copy:fix-json"``);
     - a mapping (or :class:`specnb.prompts.traffic.TrafficSource`) with a ``traffic`` path and optional
-      ``sample``, ``seed``, ``name``, ``category``: imported real traffic (:mod:`specnb.prompts.traffic`).
+      ``sample``, ``seed``, ``name``, ``category``: imported real traffic (:mod:`specnb.prompts.traffic`);
+    - a mapping (or :class:`specnb.prompts.context.ContextSource`) with a ``context`` base, ``tokens`` and
+      ``tokenizer``: the base's prompts grown to that length with real text (:mod:`specnb.prompts.context`).
     """
+    if is_context(spec):
+        return load_context(spec if isinstance(spec, ContextSource) else ContextSource.parse(spec), resolve)
     if not isinstance(spec, str):
         return load_source(spec if isinstance(spec, TrafficSource) else TrafficSource.parse(spec))
     if spec in SETS:

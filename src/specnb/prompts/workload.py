@@ -68,6 +68,7 @@ class Workload:
     category: str | None = None  # set when cut to one category by :meth:`select`
     parent_hash: str | None = None  # content hash of the set it was cut from
     imported: dict[str, Any] | None = None  # traffic import record (ledger.TrafficImport fields)
+    context: dict[str, Any] | None = None  # context-length build record (specnb.prompts.context)
 
     @property
     def content_hash(self) -> str:
@@ -128,6 +129,7 @@ class Workload:
             "category": self.category,
             "parent_hash": self.parent_hash,
             "imported": self.imported,
+            "context": self.context,
         }
 
 

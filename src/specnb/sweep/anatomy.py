@@ -16,7 +16,8 @@ Kept apart from measurements: these servers measure nothing else, and no point l
 written here, so a profiled (slowed) window can never enter a pair or a speedup. The shares
 are what the record is for; its absolute milliseconds are those of a profiled engine. To put
 milliseconds back on the engine, each profiled window has an unprofiled twin run just before it
-on the same server (the same requests, the prefix cache emptied before each): the ratio of the
+on the same server (the same requests, the prefix cache emptied before each, after one unrecorded
+pass of them that warms the level's batch shapes): the ratio of the
 two windows' client-side milliseconds per streamed token is the profiler's slowdown
 (``profiling_slowdown``), and a step's parts divided by it are the record's estimate of the
 unprofiled step (:func:`specnb.analysis.anatomy.anatomy_frame`'s ``unprofiled_*`` columns).
@@ -339,9 +340,15 @@ class _AnatomyRun:
         n = max(level, self.window_requests or level)
         panel = self.panels[workload]
         started = utcnow()
-        twin = _run_async(_twin(ep, self.spec, panel, level, n))  # unprofiled, the same requests
-        if self.spec.reset_prefix_cache:
-            ep.reset_prefix_cache()
+        # unprofiled: one pass that gives the engine this level's batch shapes (the first batch of a
+        # new size pays one-time kernel set-up, which the profiled window must not be compared
+        # with), then the twin, the profiled window's own requests; the prefix cache is emptied
+        # before each, as before the profiled one
+        twin = None
+        for _ in range(2):
+            twin = _run_async(_twin(ep, self.spec, panel, level, n))
+            if self.spec.reset_prefix_cache:
+                ep.reset_prefix_cache()
         pl, before, after, offset = _run_async(_window(ep, self.spec, panel, level, n))
         trace = _wait_trace(trace_dir, seen)
         steps = anatomy.parse_trace(anatomy.read_trace(trace))

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from specnb.errors import SpecnbError, first_error, plain_name, read_toml
 from specnb.ledger import Sampling
 from specnb.ledger.schema import check_response_format
+from specnb.prompts.context import ContextSource
 from specnb.prompts.traffic import TrafficSource
 from specnb.sweep.arm import Arm, check_server_args
 
@@ -69,10 +70,11 @@ class SweepSpec(BaseModel):
     server_args: list[str] = Field(default_factory=list, description="args for every launched arm")
     env: dict[str, str] = Field(default_factory=dict, description="environment for every launched arm")
     arms: list[Arm] = Field(min_length=1)
-    workloads: list[str | TrafficSource] = Field(
+    workloads: list[str | TrafficSource | ContextSource] = Field(
         default_factory=lambda: ["copy", "freeform"],
-        description="bundled sets ('copy'), '<set>:<category>', .jsonl paths, or traffic imports "
-        "({traffic = 'log.jsonl', sample = 200, seed = 0})",
+        description="bundled sets ('copy'), '<set>:<category>', .jsonl paths, traffic imports "
+        "({traffic = 'log.jsonl', sample = 200, seed = 0}), or a context length "
+        "({context = 'copy', tokens = 1024, tokenizer = 'models/SmolLM2-135M-Instruct'})",
     )
     load: Literal["concurrency", "rate"] = Field(
         "concurrency", description="closed loop at fixed concurrency, or open-loop arrivals at a rate")

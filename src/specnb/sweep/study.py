@@ -52,7 +52,28 @@ class Condition(BaseModel):
     max_tokens: int | None = Field(None, ge=1)
     drafters: list[str] | None = Field(None, description="subset of the study's drafters")
     concurrency: list[int] | None = None
-    workloads: list[str] | None = None
+    workloads: list[str | dict[str, Any]] | None = None
+
+
+CONTEXT_KEYS = {"context_tokens", "context_base", "context_corpus", "tokenizer"}
+
+
+def context_workloads(params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The context-length notebook's workloads (:mod:`specnb.prompts.context`): ``context_base``
+    grown to each of ``context_tokens``, counted by ``tokenizer`` (empty: the target's, ``model``),
+    with ``context_corpus`` files as more reference material."""
+    tokens = params.get("context_tokens")
+    if not isinstance(tokens, (list, tuple)) or not tokens or not all(
+            isinstance(n, int) and not isinstance(n, bool) for n in tokens):
+        raise SweepError(f"context_tokens must be a non-empty list of token counts, got {tokens!r}")
+    if len(set(tokens)) != len(tokens):
+        raise SweepError(f"context_tokens has a length twice: {list(tokens)}")
+    tok = params.get("tokenizer") or params.get("model")
+    if not tok:
+        raise SweepError("context_tokens needs a tokenizer to count them: give tokenizer or model")
+    corpus = list(params.get("context_corpus") or [])
+    return [{"context": params.get("context_base") or "copy", "tokens": n, "tokenizer": tok,
+             **({"corpus": corpus} if corpus else {})} for n in tokens]
 
 
 class Study(BaseModel):
@@ -69,7 +90,7 @@ class Study(BaseModel):
     env: dict[str, str]
     drafters: dict[str, dict[str, Any]] = Field(description="arm name -> vLLM speculative config")
     conditions: dict[str, Condition]
-    workloads: list[str]
+    workloads: list[str | dict[str, Any]] = Field(description="names, or tables (traffic imports, context lengths)")
     concurrency: list[int] = Field(default_factory=list, description="closed-loop levels")
     repeats: int = Field(ge=1)
     panel_size: int | None = Field(ge=1, description="prompts every point sends (None: the whole workload)")
@@ -114,7 +135,8 @@ class Study(BaseModel):
     @classmethod
     def from_namespace(cls, axis: str, namespace: dict[str, Any]) -> Study:
         """From a notebook's globals: picks the names that are study parameters."""
-        return cls.from_parameters(axis, **{k: v for k, v in namespace.items() if k in cls.model_fields})
+        keep = set(cls.model_fields) | (CONTEXT_KEYS if axis == "context" else set())
+        return cls.from_parameters(axis, **{k: v for k, v in namespace.items() if k in keep})
 
     @classmethod
     def from_parameters(cls, axis: str, **params: Any) -> Study:
@@ -122,6 +144,8 @@ class Study(BaseModel):
         fields = set(cls.model_fields)
         data = {k: v for k, v in params.items() if k in fields}
         data["axis"] = axis
+        if axis == "context":  # the context-length notebook: one workload per length
+            data["workloads"] = context_workloads(params)
         if data.get("endpoint") in ("", None):
             data.pop("endpoint", None)
         def misspelt() -> str | None:
