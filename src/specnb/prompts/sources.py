@@ -1,5 +1,5 @@
 """A workload from its name in a sweep: a bundled set, a prompt file, one category of either,
-or imported real traffic. The one place that knows every kind of source, so that
+imported real traffic, a context length or a conversation set. The one place that knows every kind of source, so that
 :mod:`specnb.prompts.workload` and :mod:`specnb.prompts.traffic` need not know each other
 (traffic builds on workload; nothing builds on both but this)."""
 
@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specnb.prompts.context import ContextSource, is_context, load_context
+from specnb.prompts.conversation import ConversationSource, is_conversations, load_conversation_source
 from specnb.prompts.traffic import TrafficSource, load_source
 from specnb.prompts.workload import SETS, Workload, WorkloadError, bundled, load_jsonl
 
@@ -24,8 +25,14 @@ def resolve(spec: str | Mapping[str, Any] | Any) -> Workload:
     - a mapping (or :class:`specnb.prompts.traffic.TrafficSource`) with a ``traffic`` path and optional
       ``sample``, ``seed``, ``name``, ``category``: imported real traffic (:mod:`specnb.prompts.traffic`);
     - a mapping (or :class:`specnb.prompts.context.ContextSource`) with a ``context`` base, ``tokens`` and
-      ``tokenizer``: the base's prompts grown to that length with real text (:mod:`specnb.prompts.context`).
+      ``tokenizer``: the base's prompts grown to that length with real text (:mod:`specnb.prompts.context`);
+    - a mapping (or :class:`specnb.prompts.conversation.ConversationSource`) with a ``conversations`` set
+      (``"edit-chat"`` or a JSONL path): whole conversations, replayed turn by turn
+      (:mod:`specnb.prompts.conversation`).
     """
+    if is_conversations(spec):
+        src = spec if isinstance(spec, ConversationSource) else ConversationSource.parse(spec)
+        return load_conversation_source(src)
     if is_context(spec):
         return load_context(spec if isinstance(spec, ContextSource) else ContextSource.parse(spec), resolve)
     if not isinstance(spec, str):

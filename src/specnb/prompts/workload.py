@@ -13,7 +13,8 @@ Bundled sets (written for specnb, no downloaded data):
 A JSONL file holds one object per line, either ``{"prompt": "..."}`` or
 ``{"messages": [{"role": ..., "content": ...}, ...]}``, with optional ``id`` and
 ``category``. Bad lines raise :class:`WorkloadError` naming the file and line. Messages are
-sent as given, multi-turn conversations whole. Real traffic logs, with the responses served
+sent as given, multi-turn conversations whole (replayed turn by turn instead:
+:mod:`specnb.prompts.conversation`). Real traffic logs, with the responses served
 and lines to drop, go through :mod:`specnb.prompts.traffic` instead.
 
 A sweep that should measure one kind of work at a time names a category:
@@ -35,7 +36,7 @@ from typing import Any
 from specnb.errors import SpecnbError
 
 __all__ = ["Prompt", "Workload", "WorkloadError", "load_jsonl", "bundled", "check_messages",
-           "prompts_hash", "text_lines", "BUNDLED", "UNCATEGORIZED"]
+           "prompts_hash", "canonical_hash", "text_lines", "BUNDLED", "UNCATEGORIZED"]
 
 BUNDLED = ("copy", "freeform")  # written by tools/make_workloads.py, five categories of 64 each
 # written by hand, small: the JSON set for structured output (field extraction, JSON repair)
@@ -69,9 +70,16 @@ class Workload:
     parent_hash: str | None = None  # content hash of the set it was cut from
     imported: dict[str, Any] | None = None  # traffic import record (ledger.TrafficImport fields)
     context: dict[str, Any] | None = None  # context-length build record (specnb.prompts.context)
+    # a conversation set (specnb.prompts.conversation): the whole conversations (``prompts`` are
+    # their first turns) and the set's record (turns per conversation, recorded answers or not)
+    conversations: list[Any] | None = None
+    conversation: dict[str, Any] | None = None
 
     @property
     def content_hash(self) -> str:
+        """The prompts' hash; a conversation set's covers every turn and recorded answer."""
+        if self.conversations is not None:
+            return canonical_hash([c.canonical() for c in self.conversations])
         return prompts_hash(self.prompts)
 
     @property
@@ -85,6 +93,9 @@ class Workload:
 
     def select(self, category: str) -> Workload:
         """The prompts of one category, in their order, as a workload named ``<name>:<category>``."""
+        if self.conversations is not None:
+            raise WorkloadError(f"workload {self.name!r} is a conversation set: give the conversations of one "
+                                "category a file of their own")
         prompts = [p for p in self.prompts if (p.category or UNCATEGORIZED) == category]
         if not prompts:
             raise WorkloadError(
@@ -130,15 +141,18 @@ class Workload:
             "parent_hash": self.parent_hash,
             "imported": self.imported,
             "context": self.context,
+            "conversation": self.conversation,
         }
 
 
 def prompts_hash(prompts: list[Prompt]) -> str:
     """sha256 over the canonical JSON of the prompts (ids, categories, messages), in order."""
-    canon = json.dumps(
-        [{"id": p.id, "category": p.category, "messages": p.messages} for p in prompts],
-        sort_keys=True, ensure_ascii=False, separators=(",", ":"),
-    )
+    return canonical_hash([{"id": p.id, "category": p.category, "messages": p.messages} for p in prompts])
+
+
+def canonical_hash(items: list[Any]) -> str:
+    """``sha256:<hex>`` of the canonical JSON of ``items`` (sorted keys, no spaces)."""
+    canon = json.dumps(items, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(canon.encode()).hexdigest()
 
 
