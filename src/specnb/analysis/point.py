@@ -1,6 +1,7 @@
 """One point's numbers from its request records: throughput in the steady window, latency
-percentiles, per-user decode rate, errors, open-loop lateness, and acceptance per prompt
-category. What the ledger's ``results`` and ``spec_decode_by_category`` hold.
+percentiles, per-user decode rate, errors, open-loop lateness, acceptance per prompt
+category, and a conversation replay's numbers per turn. What the ledger's ``results``,
+``spec_decode_by_category`` and ``by_turn`` hold.
 
 Analysis work on what the load driver observed (:class:`specnb.engine.loadgen.PointLoad` and its
 :class:`specnb.engine.records.RequestRecord` list, read by attribute: nothing here imports the
@@ -16,7 +17,7 @@ from typing import Any
 from specnb.analysis import stats
 from specnb.prompts.workload import UNCATEGORIZED
 
-__all__ = ["summarize_point", "spec_decode_by_category"]
+__all__ = ["summarize_point", "spec_decode_by_category", "by_turn"]
 
 
 def summarize_point(load: Any) -> dict[str, Any]:
@@ -76,7 +77,49 @@ def summarize_point(load: Any) -> dict[str, Any]:
             p99_send_lateness_ms=stats.percentile(late, 99),
             max_send_lateness_ms=max(late) if late else None,
         )
+    if getattr(load, "conversations", None) is not None:
+        # conversation replay: what was sent, and what the server said it served from its cache
+        convs: dict[int, list[Any]] = {}
+        for r in load.records:
+            convs.setdefault(r.conversation, []).append(r)
+        cached = [r.cached_prompt_tokens for r in ok if r.cached_prompt_tokens is not None]
+        summary.update(
+            conversations=load.conversations,
+            conversations_all_ok=sum(all(r.ok for r in rs) for rs in convs.values()),
+            turns_skipped=load.turns_skipped,
+            cached_prompt_tokens_reported=sum(cached) if cached else None,
+            requests_reporting_cached_tokens=len(cached),
+        )
     return summary
+
+
+def by_turn(records: Sequence[Any]) -> list[dict[str, Any]] | None:
+    """A conversation point's requests pooled per turn position (turn 1: every conversation's
+    first user turn): requests, prompt tokens, cached and computed prompt tokens (the server's
+    per-request count; None when no ok request of the turn reported it), output tokens, mean
+    TTFT and per-user decode rate. None when the records carry no turn (not a conversation)."""
+    turns: dict[int, list[Any]] = {}
+    for r in records:
+        if getattr(r, "turn", None) is not None:
+            turns.setdefault(r.turn, []).append(r)
+    if not turns:
+        return None
+    out = []
+    for t in sorted(turns):
+        rs = turns[t]
+        ok = [r for r in rs if r.ok]
+        prompt = sum(r.prompt_tokens or 0 for r in ok)
+        reported = [r for r in ok if r.cached_prompt_tokens is not None]
+        cached = sum(r.cached_prompt_tokens for r in reported) if reported else None
+        computed = (sum((r.prompt_tokens or 0) - r.cached_prompt_tokens for r in reported)
+                    if reported and len(reported) == len(ok) else None)
+        ttft = [r.ttft_s * 1e3 for r in ok if r.ttft_s is not None]
+        per_user = [1.0 / r.tpot_s for r in ok if r.tpot_s]
+        out.append({"turn": t, "requests": len(rs), "num_ok": len(ok), "prompt_tokens": prompt,
+                    "cached_prompt_tokens": cached, "computed_prompt_tokens": computed,
+                    "output_tokens": sum(r.output_tokens for r in ok), "mean_ttft_ms": stats.mean(ttft),
+                    "per_user_decode_tok_s_mean": stats.mean(per_user)})
+    return out
 
 
 def spec_decode_by_category(records: Sequence[Any]) -> dict[str, dict[str, Any]] | None:

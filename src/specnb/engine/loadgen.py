@@ -12,8 +12,15 @@ Both share what makes a measurement trustworthy, written once: the slots' connec
 opened and every request's bytes built before the clock starts (:class:`SlotPool`,
 :class:`RequestBuilder`), a connection the server closed is reopened inside the request that
 needs it, and the client's own CPU share and event-loop busy share are measured while the
-requests run, with the garbage collector paused (:class:`ClientMeter`). A new arrival policy
-(a conversation replay) is a new way of choosing *when* to call :meth:`SlotPool.send`.
+requests run, with the garbage collector paused (:class:`ClientMeter`).
+
+- **Conversation replay** (:func:`run_conversation_load`): a third arrival policy. N *users*
+  (one slot each) take the next conversation of the point's panel, send its turns one after
+  another with the whole history in front of each, wait for every answer (and an optional
+  think time) before the next turn, then take the next conversation, until the point's
+  conversations are spent. The history's assistant turns are the set's recorded answers (every
+  request's bytes built before the clock) or the model's own (each answer parsed as soon as it
+  ended, :func:`specnb.engine.records.response_text`, and the next turn's bytes built then).
 
 The requests go over raw keep-alive connections (:mod:`specnb.engine.wire`): every socket read
 is timed as it arrives and the streams are parsed after the point
@@ -29,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,7 +47,7 @@ import numpy as np
 
 from specnb.analysis.window import steady_window
 from specnb.engine import wire
-from specnb.engine.records import RequestRecord, parse_streams
+from specnb.engine.records import RequestRecord, parse_streams, response_text
 
 __all__ = [
     "PointLoad",
@@ -51,6 +59,7 @@ __all__ = [
     "point_load",
     "run_load",
     "run_rate_load",
+    "run_conversation_load",
     "arrival_times",
     "chat_body",
     "request_settings",
@@ -90,6 +99,10 @@ class PointLoad:
     # the wire.clock() instant the records' times count from (one client process; None otherwise):
     # what lines a point's chunks up with another clock (the engine profiler's, engine.anatomy)
     clock_zero_s: float | None = None
+    # conversation replay: conversations sent, and turns never sent because an earlier turn of
+    # their conversation failed (history = "model": there was no answer to carry on with)
+    conversations: int | None = None
+    turns_skipped: int | None = None
 
 
 def chat_body(
@@ -443,3 +456,115 @@ async def run_rate_load(
         client_cpu_util=meter.cpu_util, offered_rate_rps=rate_rps, peak_in_flight=peak, parse_s=parse_s,
         client_loop_busy=meter.loop_busy,
     )
+
+
+async def run_conversation_load(
+    base_url: str,
+    model: str,
+    conversations: Sequence[Any],
+    users: int,
+    num_conversations: int,
+    sampling: dict[str, Any],
+    *,
+    history: str = "recorded",
+    think_time_s: float = 0.0,
+    request_timeout_s: float = 600.0,
+    session: aiohttp.ClientSession | None = None,
+    on_done: Callable[[RequestRecord], None] | None = None,
+    return_token_ids: bool = False,
+    headers: Mapping[str, str] | None = None,
+) -> PointLoad:
+    """Conversation replay: ``users`` users, each taking the next of ``num_conversations``
+    conversations (conversation k is ``conversations[k % len(conversations)]``, objects with
+    ``id``, ``category``, ``turns``, ``recorded`` and ``messages(turn, answers)``, as
+    :class:`specnb.prompts.conversation.Conversation`) and sending its turns in order, each with
+    the whole history, the next only once the previous one's answer is complete and
+    ``think_time_s`` has passed. A user never has two requests in flight.
+
+    ``history = "recorded"``: the history holds the recorded answers (every conversation must
+    have them), so every arm sends the same bytes; a failed turn does not stop its conversation.
+    ``history = "model"``: the history holds the model's own answers; a turn that failed ends
+    its conversation (its later turns are counted in ``turns_skipped``, never sent). The seed of
+    a request follows its place in a pass over the conversations (the same in every arm). Each
+    record carries its conversation (``k``) and turn (1 = the first); its slot is its user. The
+    steady window is the span every user was inside its conversations (from the last user's
+    first send to the first user's last answer). ``session``, ``headers``, ``on_done``: as
+    :func:`run_load`.
+    """
+    if users < 1 or num_conversations < 1:
+        raise ValueError("users and num_conversations must be >= 1")
+    if not conversations:
+        raise ValueError("no conversations")
+    if history not in ("recorded", "model"):
+        raise ValueError(f"history must be 'recorded' or 'model', got {history!r}")
+    if history == "recorded" and not all(c.recorded for c in conversations):
+        raise ValueError("history = 'recorded' needs a recorded answer after every turn but the last of every "
+                         "conversation; use history = 'model'")
+    if think_time_s < 0:
+        raise ValueError("think_time_s must be >= 0")
+    hdrs, timeout_s = request_settings(session, headers, request_timeout_s)
+    target = wire.Target(base_url, CHAT_PATH, hdrs)
+    offsets = [0, *itertools.accumulate(len(c.turns) for c in conversations)]
+
+    def build(cidx: int, turn: int, answers: list[str] | None) -> bytes:
+        params = dict(sampling)
+        if params.get("seed") is not None:
+            params["seed"] = int(params["seed"]) + offsets[cidx] + turn
+        body = chat_body(model, conversations[cidx].messages(turn, answers), params, return_token_ids)
+        return target.request(body)
+
+    prebuilt: dict[tuple[int, int], bytes] = {}
+    if history == "recorded":  # the same bytes in every arm: built before the clock, as a closed loop's
+        for cidx in range(min(len(conversations), num_conversations)):
+            for turn in range(len(conversations[cidx].turns)):
+                prebuilt[cidx, turn] = build(cidx, turn, None)
+    n_users = min(users, num_conversations)
+    pool = SlotPool(target, timeout_s, n_users)
+    await pool.open()
+    loop = asyncio.get_running_loop()
+    records: list[RequestRecord] = []
+    taken = iter(range(num_conversations))  # shared by the users: each takes the next conversation
+    index = itertools.count()
+    skipped = 0
+    t0 = wire.clock()
+
+    async def send(conn: wire.Connection, rec: RequestRecord, data: bytes) -> None:
+        ended: asyncio.Future[None] = loop.create_future()
+        pool.send(conn, rec, data, t0, lambda _c, _r: ended.set_result(None))
+        await ended
+        if on_done is not None:
+            on_done(rec)
+
+    async def user(slot: int, conn: wire.Connection) -> None:
+        nonlocal skipped
+        for k in taken:
+            cidx = k % len(conversations)
+            conv = conversations[cidx]
+            answers: list[str] = []
+            for turn in range(len(conv.turns)):
+                if turn and think_time_s > 0:
+                    await asyncio.sleep(think_time_s)
+                data = prebuilt.get((cidx, turn)) or build(cidx, turn, answers)
+                rec = RequestRecord(index=next(index), slot=slot, prompt_id=conv.id, category=conv.category,
+                                    start_s=wire.clock() - t0, conversation=k, turn=turn + 1)
+                records.append(rec)
+                await send(conn, rec, data)
+                if history == "model" and turn + 1 < len(conv.turns):
+                    text, err = (("", rec.error) if rec.error is not None
+                                 else response_text(pool.raw.get(rec.index, ([], [], False)), t0))
+                    if err is not None or not text:
+                        skipped += len(conv.turns) - turn - 1
+                        break
+                    answers.append(text)
+
+    try:
+        with ClientMeter() as meter:
+            await asyncio.gather(*(user(s, c) for s, c in enumerate(pool.conns)))
+    finally:
+        pool.close()
+    parse_s = parse_streams(records, pool.raw, t0)
+    pl = point_load(users, records, meter.cpu_util, parse_s, loop_busy=meter.loop_busy)
+    pl.clock_zero_s = t0
+    pl.conversations = num_conversations
+    pl.turns_skipped = skipped
+    return pl

@@ -11,6 +11,10 @@ tokens, so inter-token latency is computed per token (chunk gap / tokens in the 
 chunk. When a server does not report usage per chunk, each content chunk counts as one token
 and the record says so (``token_count_source``).
 
+A conversation replayed with the model's own answers needs each answer's text before the next
+turn: :func:`response_text` parses that one response as soon as it ended (into a throwaway
+record; the timing fields are parsed after the point as for every request).
+
 A server started with ``--per-request-spec-decode-metrics summary`` (vLLM >= 0.32) puts each
 request's own acceptance counts under ``metrics.speculative_decoding`` in the final usage-only
 chunk of the stream (``choices: []``); the parser copies them into the record (``spec_*``
@@ -33,7 +37,7 @@ from typing import Any
 
 from specnb.engine import wire
 
-__all__ = ["RequestRecord", "StreamParser", "parse_streams"]
+__all__ = ["RequestRecord", "StreamParser", "parse_streams", "response_text"]
 
 try:  # orjson parses a chunk about 3x faster than json (the parse after a point: benchmarks/README.md)
     from orjson import loads as _loads
@@ -85,6 +89,10 @@ class RequestRecord:
     output_sha: str | None = None
     # open loop: when the request was due (its arrival time); start_s is when it was sent
     scheduled_s: float | None = None
+    # conversation replay: the conversation's position in the point (0, 1, ...: the n-th one any
+    # user took) and the turn (1 = its first user turn); slot is the user
+    conversation: int | None = None
+    turn: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -129,6 +137,11 @@ class StreamParser:
         self._last_completion = 0
         self._text: list[str] = []
         self.done = False
+
+    @property
+    def text(self) -> str:
+        """The response's text as streamed so far (content, or reasoning where there was none)."""
+        return "".join(self._text)
 
     def finish(self) -> None:
         """The response's digest, once the stream ended: sha256 of the token ids when the server
@@ -284,6 +297,19 @@ def parse_workers(raw: dict[int, wire.Raw]) -> int:
     except AttributeError:  # pragma: no cover - not Linux
         cores = os.cpu_count() or 1
     return max(1, min(cores, PARSE_WORKERS_MAX))
+
+
+def response_text(raw: wire.Raw, t0: float = 0.0) -> tuple[str, str | None]:
+    """The text of one finished response and its error (None when it is a clean answer), parsed
+    into a throwaway record: a conversation replayed with the model's own answers needs each
+    answer before its next turn. The request's own record is still filled by
+    :func:`parse_streams` after the point, so its timing fields are parsed as for every request."""
+    rec = RequestRecord(index=-1, slot=-1, prompt_id="", category=None, start_s=0.0)
+    parser = StreamParser(rec)
+    err = wire.parse_response(parser, raw, t0) or rec.error
+    if err is None and rec.output_tokens == 0:
+        err = "stream ended without output tokens"
+    return parser.text, err
 
 
 def _parse_serial(records: Sequence[RequestRecord], raw: dict[int, wire.Raw], t0: float) -> None:

@@ -78,17 +78,20 @@ def engine_supports_flag(flag: str) -> bool:
     Read from its argument definitions without importing vLLM (seconds, and a broken import
     must not stop a sweep that does not need the flag): the literal flag, or the engine
     argument it maps to (``EngineArgs`` fields become ``--dashed-names``), in
-    ``vllm/engine/arg_utils.py``. False when vLLM is not installed or the file is unreadable,
-    so an unknown engine is never handed a flag it would refuse.
+    ``vllm/engine/arg_utils.py``, or the OpenAI server's own arguments (``cli_args.py`` under
+    ``vllm/entrypoints``: ``--enable-prompt-tokens-details``). False when vLLM is not installed
+    or the files are unreadable, so an unknown engine is never handed a flag it would refuse.
     """
     field = flag.lstrip("-").replace("-", "_")
     for root in vllm_package_dirs():
-        try:
-            text = (Path(root) / "engine" / "arg_utils.py").read_text(errors="replace")
-        except OSError:
-            continue
-        if f'"{flag}"' in text or re.search(rf"^\s+{re.escape(field)}\s*:", text, re.M):
-            return True
+        files = [Path(root) / "engine" / "arg_utils.py", *sorted((Path(root) / "entrypoints").rglob("cli_args.py"))]
+        for f in files:
+            try:
+                text = f.read_text(errors="replace")
+            except OSError:
+                continue
+            if f'"{flag}"' in text or re.search(rf"^\s+{re.escape(field)}\s*:", text, re.M):
+                return True
     return False
 
 
