@@ -16,6 +16,10 @@ environment (a sweep's ``env``):
 - ``FAKE_VLLM_FALLBACK=1``: the start-up log says a linear layer fell back to torch's;
 - ``VLLM_API_KEY`` or ``--api-key``: ``/v1`` routes need ``Authorization: Bearer <key>``
   (as vLLM 0.32 guards them; ``/metrics`` and ``/health`` stay open).
+
+Prompt tokens are 5 per message; every message before the last counts as a prefix-cache hit
+(``vllm:prefix_cache_*`` counters), and with ``--enable-prompt-tokens-details`` each response
+says so in ``usage.prompt_tokens_details.cached_tokens``, as vLLM's does.
 """
 
 from __future__ import annotations
@@ -93,7 +97,8 @@ def main(args: list[str]) -> None:  # pragma: no cover - runs in the server's pr
     if env.get("FAKE_VLLM_FALLBACK") == "1":
         print(FALLBACK_LINE, flush=True)
     engine_dead = env.get("FAKE_VLLM_ENGINE_DEAD") == "1"
-    count = {"chat": 0, "tokens": 0}
+    count = {"chat": 0, "tokens": 0, "queries": 0, "hits": 0}
+    details = "--enable-prompt-tokens-details" in args
 
     @web.middleware
     async def auth(request, handler):
@@ -116,9 +121,13 @@ def main(args: list[str]) -> None:  # pragma: no cover - runs in the server's pr
             await asyncio.sleep(slow_s)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        prompt, cached = 5 * len(body["messages"]), 5 * (len(body["messages"]) - 1)
+        count["queries"] += prompt
+        count["hits"] += cached
+        usage = {"prompt_tokens": prompt, **({"prompt_tokens_details": {"cached_tokens": cached}} if details else {})}
         for i in range(1, min(int(body.get("max_tokens") or 8), 8) + 1):
             chunk = {"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}],
-                     "usage": {"prompt_tokens": 5, "completion_tokens": i}}
+                     "usage": {**usage, "completion_tokens": i}}
             await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
             count["tokens"] += 1
             if die_after and n >= die_after and i == 2:
@@ -133,6 +142,10 @@ def main(args: list[str]) -> None:  # pragma: no cover - runs in the server's pr
             f'vllm:num_requests_running{{engine="0",model_name="{name}"}} 0.0\n'
             "# TYPE vllm:generation_tokens counter\n"
             f'vllm:generation_tokens_total{{engine="0",model_name="{name}"}} {count["tokens"]}.0\n'
+            "# TYPE vllm:prefix_cache_queries counter\n"
+            f'vllm:prefix_cache_queries_total{{engine="0",model_name="{name}"}} {count["queries"]}.0\n'
+            "# TYPE vllm:prefix_cache_hits counter\n"
+            f'vllm:prefix_cache_hits_total{{engine="0",model_name="{name}"}} {count["hits"]}.0\n'
             "# TYPE vllm:cache_config_info gauge\n"
             'vllm:cache_config_info{block_size="128",kv_cache_size_tokens="46592"} 1.0\n'
         )

@@ -14,7 +14,7 @@ It imports nothing from either.
 
 from __future__ import annotations
 
-from specnb.ledger.frame import ledger_files, load_ledgers, load_requests, load_spec_by_category
+from specnb.ledger.frame import ledger_files, load_ledgers, load_requests, load_spec_by_category, load_turns
 from specnb.ledger.names import (
     BASELINE,
     PLAIN_CONDITION,
@@ -30,6 +30,7 @@ from specnb.ledger.schema import (
     SCHEMA_VERSION,
     ArmRecord,
     CategorySpecDecode,
+    ConversationSet,
     Failure,
     LoadShape,
     PointLedger,
@@ -40,6 +41,7 @@ from specnb.ledger.schema import (
     Sizing,
     SpecDecode,
     TrafficImport,
+    TurnStats,
     WorkloadRecord,
     schema_json,
     utcnow,
@@ -56,6 +58,8 @@ __all__ = [
     "PLAIN_CONDITION",
     "ArmRecord",
     "CategorySpecDecode",
+    "ConversationSet",
+    "TurnStats",
     "Failure",
     "Flag",
     "LoadShape",
@@ -74,6 +78,7 @@ __all__ = [
     "load_ledgers",
     "load_requests",
     "load_spec_by_category",
+    "load_turns",
     "read_ledger",
     "schema_json",
     "utcnow",

@@ -23,7 +23,7 @@ from specnb.ledger.names import PLAIN_CONDITION
 from specnb.ledger.schema import PointLedger, drafter_method, synthetic_rates
 from specnb.ledger.store import LedgerError, read_ledger
 
-__all__ = ["load_ledgers", "load_requests", "load_spec_by_category", "ledger_files", "machine_label",
+__all__ = ["load_ledgers", "load_requests", "load_spec_by_category", "load_turns", "ledger_files", "machine_label",
            "SkippedLedgersWarning"]
 
 
@@ -137,6 +137,13 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
         "concurrency": led.concurrency,
         "load_mode": led.load.mode if led.load else "closed",
         "rate_rps": led.load.rate_rps if led.load else None,
+        # conversation replay (load_mode "conversation"): users = concurrency; the set's turns
+        "users": led.load.users if led.load else None,
+        "history": led.load.history if led.load else None,
+        "think_time_s": led.load.think_time_s if led.load else None,
+        "conversations": led.load.conversations if led.load else None,
+        "turns_min": led.workload.conversation.turns_min if led.workload.conversation else None,
+        "turns_max": led.workload.conversation.turns_max if led.workload.conversation else None,
         "repeat": led.repeat,
         "arm_position": led.arm_position,
         "temperature": led.sampling.temperature,
@@ -246,6 +253,27 @@ def load_spec_by_category(sources: Iterable[Path | str] | Path | str, *, skip_ba
     if len(df):
         df = df.sort_values(["sweep", "arm", "workload", "concurrency", "repeat", "category"])
         df = df.reset_index(drop=True)
+    return df
+
+
+def load_turns(sources: Iterable[Path | str] | Path | str, *, skip_bad: bool = False) -> pd.DataFrame:
+    """Conversation points per turn: one row per point, repeat and turn position (``by_turn``),
+    with the point's load mode, users and history. Empty when no ledger is a conversation point."""
+    def each(led: PointLedger, p: Path) -> list[dict[str, Any]]:
+        load = led.load
+        return [{
+            "sweep": led.sweep, "arm": led.arm.name, "speculative": led.arm.speculative,
+            "workload": led.workload.name, "workload_hash": led.workload.content_hash,
+            "concurrency": led.concurrency, "repeat": led.repeat, "status": led.status, "flags": ",".join(led.flags),
+            "load_mode": load.mode if load else "closed", "users": load.users if load else None,
+            "history": load.history if load else None, "think_time_s": load.think_time_s if load else None,
+            **t.model_dump(), "path": str(p),
+        } for t in (led.by_turn or [])]
+
+    rows, _ = _read_all(ledger_files(sources), skip_bad, each)
+    df = pd.DataFrame(rows)
+    if len(df):
+        df = df.sort_values(["sweep", "arm", "workload", "concurrency", "repeat", "turn"]).reset_index(drop=True)
     return df
 
 

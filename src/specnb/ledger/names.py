@@ -23,16 +23,18 @@ class Status(StrEnum):
 
 
 class LoadMode(StrEnum):
-    """How a point's requests arrive: a closed loop at fixed concurrency, or open-loop arrivals
-    at a rate. A sweep says ``load = "concurrency"``; a ledger's load shape says which loop ran
-    (:attr:`shape`: ``"closed"`` or ``"rate"``, as ledgers have always written it)."""
+    """How a point's requests arrive: a closed loop at fixed concurrency, open-loop arrivals at
+    a rate, or users replaying conversations turn by turn. A sweep says ``load = "concurrency"``;
+    a ledger's load shape says which loop ran (:attr:`shape`: ``"closed"``, ``"rate"`` or
+    ``"conversation"``, as ledgers have always written the first two)."""
 
     CONCURRENCY = "concurrency"
     RATE = "rate"
+    CONVERSATION = "conversation"
 
     @property
     def shape(self) -> str:
-        return "closed" if self is LoadMode.CONCURRENCY else "rate"
+        return "closed" if self is LoadMode.CONCURRENCY else self.value
 
 
 class Flag(StrEnum):

@@ -31,6 +31,8 @@ __all__ = [
     "Failure",
     "WorkloadRecord",
     "TrafficImport",
+    "ConversationSet",
+    "TurnStats",
     "LoadShape",
     "Sizing",
     "SearchInfo",
@@ -179,6 +181,18 @@ class ContextBuild(_Model):
     prompt_tokens_max: int
 
 
+class ConversationSet(_Model):
+    """A conversation set's shape (:mod:`specnb.prompts.conversation`), known before any request."""
+
+    conversations: int = Field(ge=1, description="conversations in the set")
+    turns_min: int = Field(ge=1, description="user turns of the shortest conversation")
+    turns_max: int = Field(ge=1, description="user turns of the longest conversation")
+    turns_total: int = Field(ge=1, description="user turns of all conversations (one request each)")
+    recorded_answers: bool = Field(description="every conversation carries the answer of every turn but its "
+                                   "last, so it can be replayed with history = 'recorded'")
+    with_recorded_answers: int = Field(ge=0, description="conversations that carry them")
+
+
 class WorkloadRecord(_Model):
     name: str
     source: str
@@ -191,6 +205,9 @@ class WorkloadRecord(_Model):
     parent_hash: str | None = Field(None, description="content hash of the set a category was cut from")
     imported: TrafficImport | None = Field(None, description="set when the prompts are imported traffic")
     context: ContextBuild | None = Field(None, description="set when the prompts were grown to a context length")
+    conversation: ConversationSet | None = Field(
+        None, description="set when the workload is a conversation set, replayed turn by turn (load mode "
+        "'conversation'); its prompts are then the conversations' first turns, its content hash covers every turn")
     panel_ids: list[str] | None = Field(
         None, description="the prompts every point of the sweep sends, in order (a panel balanced over "
         "categories, cycled as often as a point needs); None = the whole workload (v1 ledgers)",
@@ -199,9 +216,11 @@ class WorkloadRecord(_Model):
 
 
 class LoadShape(_Model):
-    """How requests arrived: a closed loop at fixed concurrency, or open-loop arrivals at a rate."""
+    """How requests arrived: a closed loop at fixed concurrency, open-loop arrivals at a rate, or
+    users replaying conversations (each sends a conversation's turns one after another, with the
+    history, waiting for each answer)."""
 
-    mode: Literal["closed", "rate"] = "closed"
+    mode: Literal["closed", "rate", "conversation"] = "closed"
     concurrency: int | None = Field(None, ge=1, description="closed loop: requests in flight")
     rate_rps: float | None = Field(None, gt=0, description="open loop: offered requests per second")
     burstiness: float | None = Field(
@@ -211,6 +230,15 @@ class LoadShape(_Model):
     arrival_seed: int | None = Field(None, description="open loop: seed of the arrival times (same for every arm)")
     client_workers: int | None = Field(
         None, ge=2, description="closed loop: load-generator processes the requests were split over (None: one)")
+    users: int | None = Field(None, ge=1, description="conversation: users, each with one request in flight "
+                              "at most (the point's concurrency)")
+    history: Literal["recorded", "model"] | None = Field(
+        None, description="conversation: the assistant turns in each request's history: the set's recorded "
+        "answers (identical prompts in every arm) or the model's own answers to the earlier turns")
+    think_time_s: float | None = Field(None, ge=0, description="conversation: a user's pause between an answer "
+                                       "and its next turn")
+    conversations: int | None = Field(None, ge=1, description="conversation: conversations the point sent "
+                                      "(whole passes over the panel)")
 
 
 class Sizing(_Model):
@@ -300,6 +328,23 @@ class CategorySpecDecode(_Model):
     )
 
 
+class TurnStats(_Model):
+    """One turn position of a conversation point: its requests pooled (turn 1 is every
+    conversation's first user turn). Cached tokens are the server's own count per request
+    (``usage.prompt_tokens_details.cached_tokens``; vLLM sends it with
+    ``--enable-prompt-tokens-details``): None when no request of the turn reported it."""
+
+    turn: int = Field(ge=1, description="1 = the first user turn")
+    requests: int = Field(ge=0)
+    num_ok: int = Field(ge=0)
+    prompt_tokens: int = Field(ge=0, description="over the ok requests")
+    cached_prompt_tokens: int | None = Field(None, ge=0, description="prompt tokens served from the prefix cache")
+    computed_prompt_tokens: int | None = Field(None, ge=0, description="prompt tokens the engine computed")
+    output_tokens: int = Field(ge=0)
+    mean_ttft_ms: float | None = None
+    per_user_decode_tok_s_mean: float | None = None
+
+
 class Failure(_Model):
     error_type: str
     message: str
@@ -311,7 +356,8 @@ class PointLedger(_Model):
     kind: Literal["measured"] = "measured"
     status: Literal["ok", "failed"]
     sweep: str = Field(description="sweep name")
-    point_id: str = Field(description="<arm>/<workload>/c<concurrency>-r<repeat> (rate<r> for open-loop points)")
+    point_id: str = Field(description="<arm>/<workload>/c<concurrency>-r<repeat> (rate<r> for open-loop points, "
+                          "u<users> for conversation points)")
     arm: ArmRecord
     workload: WorkloadRecord
     concurrency: int = Field(ge=1)
@@ -319,7 +365,8 @@ class PointLedger(_Model):
     arm_position: int = Field(ge=0, description="order of this arm within its repeat (ABBA)")
     num_requests: int = Field(ge=1)
     warmup_requests: int = Field(ge=0)
-    load: LoadShape | None = Field(None, description="closed loop or open-loop arrivals (None in v1: closed)")
+    load: LoadShape | None = Field(None, description="closed loop, open-loop arrivals or a conversation replay "
+                                   "(None in v1: closed)")
     sizing: Sizing | None = Field(None, description="panel passes and work floor (None in v1: requests_per_user)")
     search: SearchInfo | None = Field(None, description="set when the adaptive search measured this level")
     sampling: Sampling
@@ -334,6 +381,9 @@ class PointLedger(_Model):
         None, description="per prompt category, from each response's metrics.speculative_decoding "
         "(vLLM --per-request-spec-decode-metrics); None when no request reported it",
     )
+    by_turn: list[TurnStats] | None = Field(
+        None, description="conversation points: requests, prompt tokens (cached and computed) and output tokens "
+        "per turn position")
     server_samples: dict[str, Any] | None = None
     cache: dict[str, float] | None = Field(None, description="preemptions, prefix-cache deltas")
     flags: list[str] = Field(default_factory=list)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from specnb import paths
-from specnb.analysis.point import spec_decode_by_category, summarize_point
+from specnb.analysis.point import by_turn, spec_decode_by_category, summarize_point
 from specnb.analysis.schedule import k_at
 from specnb.engine import kernels, loadgen, metrics
 from specnb.engine.hostload import host_busy_cores
@@ -35,6 +35,7 @@ from specnb.ledger import (
 )
 from specnb.ledger.store import read_json
 from specnb.ledger.timing import MEASURING, TIMING_KIND, overhead_line
+from specnb.prompts.conversation import Conversation, conversations_hash
 from specnb.prompts.workload import Prompt, Workload, prompts_hash
 from specnb.sweep.arm import Arm
 from specnb.sweep.spec import SweepError, SweepSpec
@@ -48,23 +49,32 @@ CLIENT_BUSY = loadgen.CLIENT_BUSY  # share of one core above which the client it
 def point_fields(spec: SweepSpec, *, point_id: str, arm: Arm, workload: Workload, panel: list[Prompt], level: float,
                  load: str, in_flight: int, repeat: int, position: int, num_requests: int,
                  tokens_per_request: float | None, search_round: int, search_reason: str,
-                 provenance: Provenance, notes: list[str] | None) -> dict[str, Any]:
-    """Ledger fields every record of a point carries, measured or failed."""
+                 provenance: Provenance, notes: list[str] | None, passes: int | None = None,
+                 conversations: list[Conversation] | None = None,
+                 num_conversations: int | None = None) -> dict[str, Any]:
+    """Ledger fields every record of a point carries, measured or failed. A conversation point
+    names its panel's ``conversations`` (their hash covers every turn) and how many it sends."""
     params = dict(spec.parameters)
     if notes:
         params["notes"] = notes
     workers = spec.client_workers if spec.client_workers > 1 else None  # one process: as before
-    shape = (LoadShape(mode=LoadMode.CONCURRENCY.shape, concurrency=int(level), client_workers=workers)
-             if load == LoadMode.CONCURRENCY else
-             LoadShape(mode=LoadMode.RATE.shape, rate_rps=level, burstiness=spec.burstiness,
-                       max_in_flight=spec.max_in_flight, arrival_seed=spec.arrival_seed))
+    if load == LoadMode.CONCURRENCY:
+        shape = LoadShape(mode=LoadMode.CONCURRENCY.shape, concurrency=int(level), client_workers=workers)
+    elif load == LoadMode.CONVERSATION:
+        shape = LoadShape(mode=LoadMode.CONVERSATION.shape, concurrency=int(level), users=int(level),
+                          history=spec.history_for(workload.conversation), think_time_s=spec.think_time_s,
+                          conversations=num_conversations)
+    else:
+        shape = LoadShape(mode=LoadMode.RATE.shape, rate_rps=level, burstiness=spec.burstiness,
+                          max_in_flight=spec.max_in_flight, arrival_seed=spec.arrival_seed)
+    panel_hash = conversations_hash(conversations) if conversations is not None else prompts_hash(panel)
     return dict(
         sweep=spec.name, point_id=point_id, arm=arm.record(),
-        workload=workload_record(workload, panel_ids=[p.id for p in panel], panel_hash=prompts_hash(panel)),
+        workload=workload_record(workload, panel_ids=[p.id for p in panel], panel_hash=panel_hash),
         concurrency=in_flight, repeat=repeat, arm_position=position, num_requests=num_requests,
         warmup_requests=spec.warmup_requests, sampling=spec.sampling, load=shape,
-        sizing=Sizing(panel_size=len(panel), passes=num_requests // len(panel), work_floor_tokens=spec.work_floor_tokens,
-                      tokens_per_request=tokens_per_request),
+        sizing=Sizing(panel_size=len(panel), passes=passes if passes is not None else num_requests // len(panel),
+                      work_floor_tokens=spec.work_floor_tokens, tokens_per_request=tokens_per_request),
         search=SearchInfo(round=search_round, reason=search_reason) if spec.search is not None else None,
         provenance=provenance, parameters=params, max_error_share=spec.max_error_share,
     )
@@ -100,6 +110,8 @@ def measured_ledger(spec: SweepSpec, arm: Arm, in_flight: int, fields: dict[str,
     if sd is not None and results["output_tokens"]:
         sd["accepted_output_share"] = sd["num_accepted_tokens"] / results["output_tokens"]
     cache = metrics.cache_delta(before, after)
+    if cache["prefix_cache_queries"] > 0:  # the engine's own counters: share of prompt tokens found cached
+        results["prefix_cache_hit_rate"] = cache["prefix_cache_hits"] / cache["prefix_cache_queries"]
     if results["duration_s"] > 0:
         # seed 002: count computed tokens only (uncached prompt + output)
         computed = results["prompt_tokens"] - cache["prompt_tokens_cached"] + results["output_tokens"]
@@ -123,6 +135,7 @@ def measured_ledger(spec: SweepSpec, arm: Arm, in_flight: int, fields: dict[str,
         results=results, server_samples=sampler.summary(), cache=cache,
         spec_decode=SpecDecode(**sd) if sd and (arm.speculative or sd["num_drafts"]) else None,
         spec_decode_by_category=spec_decode_by_category(pl.records),
+        by_turn=by_turn(pl.records),
         flags=flags, failure=failure, **fields,
     )
 

@@ -274,6 +274,7 @@ def prepare(spec: SweepSpec, out_dir: Path | str | None = None) -> Prepared:
             wls[wl.name] = wl
     except WorkloadError as exc:
         raise SweepError(str(exc)) from None
+    _check_histories(spec, wls)
     _check_baseline(spec)
     notes = _check_drafts(spec, model)
     for name, note in _check_ceilings(spec).items():
@@ -288,6 +289,18 @@ def prepare(spec: SweepSpec, out_dir: Path | str | None = None) -> Prepared:
     if out_dir is not None:  # last: it creates the folder, and a refused sweep leaves none
         _check_out_dir(Path(out_dir))
     return Prepared(model, wls, notes, refused, fallback, kp.summary() if kp is not None else None)
+
+
+def _check_histories(spec: SweepSpec, wls: dict[str, Workload]) -> None:
+    """``history = "recorded"`` needs every conversation's answers (all but its last turn's)."""
+    if spec.load != "conversation" or spec.history != "recorded":
+        return
+    for wl in wls.values():
+        rec = wl.conversation or {}
+        if not rec.get("recorded_answers"):
+            raise SweepError(f"history = 'recorded': conversation set {wl.name!r} ({paths.portable(wl.source)}) has "
+                             f"recorded answers in {rec.get('with_recorded_answers', 0)} of "
+                             f"{rec.get('conversations', 0)} conversations; use history = 'model'")
 
 
 # vLLM's dynamic speculation (num_speculative_tokens_per_batch_size) came in 0.24.0, but the

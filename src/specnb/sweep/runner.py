@@ -12,7 +12,8 @@ a noisy neighbour) cancels instead of favouring one arm. On these CPU machines t
 server measures up to 1.5x apart between two starts, so repeats are restarts, not reruns.
 
 Every point starts with an emptied prefix cache (``/reset_prefix_cache``) and ledgers say
-whether that worked. A speculative arm whose draft counter did not move is flagged
+whether that worked; a conversation point empties it once, before its first turn, never between
+turns, so later turns find their history cached as a chat service's would. A speculative arm whose draft counter did not move is flagged
 (``spec_no_drafts``): some stacks silently turn speculation off. A ceiling arm (synthetic
 acceptance) is flagged ``synthetic_acceptance`` on every point, so its acceptance is never
 averaged with a real drafter's; on the CPU build it needs specnb's vLLM plugin, and
@@ -86,6 +87,7 @@ from specnb.ledger import (
 from specnb.ledger.frame import machine_label
 from specnb.ledger.store import LedgerError, LedgerWriteError
 from specnb.ledger.timing import MEASURING, TIMINGS_DIR, Phase, format_duration, overhead_line, total_phases
+from specnb.prompts.conversation import panel_conversations
 from specnb.prompts.workload import Prompt, Workload
 from specnb.sweep.arm import Arm
 from specnb.sweep.clock import PhaseClock
@@ -102,7 +104,8 @@ from specnb.sweep.preflight import prepare
 from specnb.sweep.progress import progress_bar
 from specnb.sweep.spec import SweepSpec, blocks, level_tag, point_path
 
-__all__ = ["SweepOutcome", "run_sweep", "server_args_for", "PER_REQUEST_SPEC_FLAG", "CLIENT_BUSY"]
+__all__ = ["SweepOutcome", "run_sweep", "server_args_for", "PER_REQUEST_SPEC_FLAG", "PROMPT_DETAILS_FLAG",
+           "CLIENT_BUSY"]
 
 
 
@@ -161,17 +164,24 @@ class SweepOutcome:
 
 
 PER_REQUEST_SPEC_FLAG = "--per-request-spec-decode-metrics"
+PROMPT_DETAILS_FLAG = "--enable-prompt-tokens-details"
 
 
 def server_args_for(spec: SweepSpec, arm: Arm) -> list[str]:
     """The launched server's arguments: the sweep's, the arm's (``--dtype machine`` resolved for
-    this CPU: :func:`specnb.engine.kernels.resolve_dtype`), and the per-request acceptance flag for
-    a speculative arm when the engine has it and nobody set it already."""
+    this CPU: :func:`specnb.engine.kernels.resolve_dtype`), the per-request acceptance flag for
+    a speculative arm when the engine has it and nobody set it already, and, in a conversation
+    sweep, ``--enable-prompt-tokens-details`` for every arm alike (each response then says how
+    many of its prompt tokens came from the prefix cache: the ledger's ``by_turn``; it changes
+    what the usage block reports, not what the engine computes)."""
     args = kernels.resolve_dtype([*spec.server_args, *arm.server_args])
     already = any(a == PER_REQUEST_SPEC_FLAG or a.startswith(PER_REQUEST_SPEC_FLAG + "=") for a in args)
     if (arm.speculative and spec.per_request_spec_metrics and not already
             and engine_supports_flag(PER_REQUEST_SPEC_FLAG)):
         args += [PER_REQUEST_SPEC_FLAG, "summary"]
+    if (spec.load == LoadMode.CONVERSATION and PROMPT_DETAILS_FLAG not in args
+            and engine_supports_flag(PROMPT_DETAILS_FLAG)):
+        args.append(PROMPT_DETAILS_FLAG)
     return args
 
 
@@ -209,9 +219,11 @@ def _open_endpoint(spec: SweepSpec, arm: Arm, model: str | None, log_path: Path,
 
 
 async def _measure(
-    ep: Endpoint, spec: SweepSpec, panel: list[Prompt], pt: _Point, n: int,
+    ep: Endpoint, spec: SweepSpec, panel: list[Any], pt: _Point, n: int,
     on_done: Callable[[RequestRecord], None] | None,
 ) -> tuple[loadgen.PointLoad, metrics.Snapshot, metrics.Snapshot, metrics.GaugeSampler]:
+    """One point's load and the ``/metrics`` around it; ``panel``: prompts, or conversations (``n``
+    is then the conversations to send)."""
     async with _session(ep, spec) as session:
         before = await metrics.scrape(session, ep.base_url)
         sampler = metrics.GaugeSampler(session, ep.base_url, spec.metrics_interval_s)
@@ -223,6 +235,12 @@ async def _measure(
                 pl = await clients.run_load(
                     ep.base_url, ep.model, panel, int(pt.level), n, sampling, session=session, on_done=on_done,
                     return_token_ids=spec.return_token_ids, processes=spec.client_workers,
+                )
+            elif pt.load == LoadMode.CONVERSATION:
+                pl = await loadgen.run_conversation_load(
+                    ep.base_url, ep.model, panel, int(pt.level), n, sampling,
+                    history=spec.history_for(pt.workload.conversation), think_time_s=spec.think_time_s,
+                    session=session, on_done=on_done, return_token_ids=spec.return_token_ids,
                 )
             else:
                 pl = await loadgen.run_rate_load(
@@ -318,6 +336,9 @@ class _SweepRun:
         self.outcome = SweepOutcome(out_dir=out_dir)
         self.planned: list[_Point] = []  # every point of every round, for the failed-points summary
         self.panels = {name: wl.panel(spec.panel_size) for name, wl in self.workloads.items()}
+        # a conversation set's panel, as conversations (self.panels holds their first turns)
+        self.conv_panels = {name: panel_conversations(wl, self.panels[name]) for name, wl in self.workloads.items()
+                            if wl.conversations is not None}
         self.tokens_per_request: dict[str, float] = {}
         for name in self.workloads:
             f = _sizing_path(out_dir, name)
@@ -338,13 +359,25 @@ class _SweepRun:
         return point_path(self.out_dir, pt.arm.name, pt.workload.name, pt.level, pt.repeat, pt.load)
 
     def in_flight(self, pt: _Point) -> int:
-        return int(pt.level) if pt.load == "concurrency" else self.spec.max_in_flight
+        return self.spec.max_in_flight if pt.load == "rate" else int(pt.level)
+
+    def pass_requests(self, pt: _Point) -> int:
+        """Requests in one pass over the workload's panel: its prompts, or its conversations' turns."""
+        convs = self.conv_panels.get(pt.workload.name)
+        return sum(len(c.turns) for c in convs) if convs is not None else len(self.panels[pt.workload.name])
+
+    def passes(self, pt: _Point) -> int:
+        """Whole passes over the workload's panel, enough for the work floor (spec.passes)."""
+        tpr = self.tokens_per_request.get(pt.workload.name, float(self.spec.sampling.max_tokens))
+        return self.spec.passes(self.pass_requests(pt), self.in_flight(pt), tpr)
 
     def num_requests(self, pt: _Point) -> int:
-        """Whole passes over the workload's panel, enough for the work floor (spec.passes)."""
-        panel = len(self.panels[pt.workload.name])
-        tpr = self.tokens_per_request.get(pt.workload.name, float(self.spec.sampling.max_tokens))
-        return panel * self.spec.passes(panel, self.in_flight(pt), tpr)
+        return self.pass_requests(pt) * self.passes(pt)
+
+    def num_conversations(self, pt: _Point) -> int | None:
+        """Conversations a conversation point sends (None for any other point)."""
+        convs = self.conv_panels.get(pt.workload.name)
+        return None if convs is None else len(convs) * self.passes(pt)
 
     def points(self, levels: dict[str, list[tuple[float, str]]], round_: int) -> list[list[_Point]]:
         """The blocks of one round: per (repeat, arm) in ABBA order, its points at the given
@@ -632,8 +665,10 @@ class _SweepRun:
             reset = ep.reset_prefix_cache() if spec.reset_prefix_cache else None
             host = HostLoad(server.pid if server is not None else None)
             since = len(server.start_log()) if server is not None else 0  # a cause must be this point's
+            conv = pt.load == LoadMode.CONVERSATION
+            panel = self.conv_panels[pt.workload.name] if conv else self.panels[pt.workload.name]
             pl, before, after, sampler = _run_async(
-                _measure(ep, spec, self.panels[pt.workload.name], pt, n, tick))
+                _measure(ep, spec, panel, pt, self.num_conversations(pt) if conv else n, tick))
             pl.host_other_cpu_cores = host.other_cores()
             self.clock.move(pl.parse_s, MEASURING, Phase.PARSING)  # the server was idle by then
             log = server.start_log() if server is not None else ""
@@ -673,7 +708,8 @@ class _SweepRun:
             self.spec, point_id=pt.point_id, arm=pt.arm, workload=pt.workload, panel=self.panels[pt.workload.name],
             level=pt.level, load=pt.load, in_flight=self.in_flight(pt), repeat=pt.repeat, position=pt.position,
             num_requests=self.num_requests(pt), tokens_per_request=self.tokens_per_request.get(pt.workload.name),
-            search_round=pt.round, search_reason=pt.reason, provenance=self.provenance,
+            passes=self.passes(pt), conversations=self.conv_panels.get(pt.workload.name),
+            num_conversations=self.num_conversations(pt), search_round=pt.round, search_reason=pt.reason, provenance=self.provenance,
             notes=self.notes.get(pt.arm.name))
 
     def record_failure(self, pt: _Point, exc: BaseException, server_rec: ServerRecord | None,

@@ -5,8 +5,13 @@ it is checked here, in one line per mistake, before any file is written or serve
 :mod:`specnb.sweep.preflight` then resolves models, workloads and drafters.
 
 **Levels.** A closed loop at fixed concurrency (``load = "concurrency"``, the default: exactly
-N requests in flight) or open-loop arrivals at a request rate (``load = "rate"``: gamma-
-distributed gaps, Poisson at ``burstiness = 1``, a recorded cap on requests in flight).
+N requests in flight), open-loop arrivals at a request rate (``load = "rate"``: gamma-
+distributed gaps, Poisson at ``burstiness = 1``, a recorded cap on requests in flight), or a
+conversation replay (``load = "conversation"``: ``concurrency`` levels are users, each sending a
+conversation's turns one after another with the whole history; the workloads must be
+conversation sets, ``{conversations = "edit-chat"}``; ``history`` and ``think_time_s`` say what
+goes into the history and how long a user pauses between turns; no adaptive search, one
+client process).
 
 **Points are sized in work, over one prompt panel.** Every point of a workload sends the same
 *panel* of prompts (``panel_size`` of them, balanced over categories), in whole passes, until
@@ -14,7 +19,8 @@ its steady window holds at least ``work_floor_tokens`` output tokens: with L out
 request (measured on the panel at the run's first server start) and N in flight, a point sends
 ``panel x passes`` requests, ``passes = max(min_passes, ceil((floor / L + N) / panel))``. Low
 concurrency points are then not the noisiest, and every level sees the same prompts, so a
-curve's shape is concurrency, not prompt mix.
+curve's shape is concurrency, not prompt mix. A conversation point's panel is of conversations,
+and a pass sends every turn of every one of them (``panel`` counts their turns in the formula).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from specnb.errors import SpecnbError, first_error, plain_name, read_toml
 from specnb.ledger import Sampling
 from specnb.ledger.schema import check_response_format
 from specnb.prompts.context import ContextSource
+from specnb.prompts.conversation import ConversationSource
 from specnb.prompts.traffic import TrafficSource
 from specnb.sweep.arm import Arm, check_server_args
 
@@ -70,15 +77,23 @@ class SweepSpec(BaseModel):
     server_args: list[str] = Field(default_factory=list, description="args for every launched arm")
     env: dict[str, str] = Field(default_factory=dict, description="environment for every launched arm")
     arms: list[Arm] = Field(min_length=1)
-    workloads: list[str | TrafficSource | ContextSource] = Field(
+    workloads: list[str | TrafficSource | ContextSource | ConversationSource] = Field(
         default_factory=lambda: ["copy", "freeform"],
         description="bundled sets ('copy'), '<set>:<category>', .jsonl paths, traffic imports "
-        "({traffic = 'log.jsonl', sample = 200, seed = 0}), or a context length "
-        "({context = 'copy', tokens = 1024, tokenizer = 'models/SmolLM2-135M-Instruct'})",
+        "({traffic = 'log.jsonl', sample = 200, seed = 0}), a context length "
+        "({context = 'copy', tokens = 1024, tokenizer = 'models/SmolLM2-135M-Instruct'}), or a conversation "
+        "set for load = 'conversation' ({conversations = 'edit-chat'} or a .jsonl path)",
     )
-    load: Literal["concurrency", "rate"] = Field(
-        "concurrency", description="closed loop at fixed concurrency, or open-loop arrivals at a rate")
-    concurrency: list[int] = Field(default_factory=list, description="closed-loop levels (requests in flight)")
+    load: Literal["concurrency", "rate", "conversation"] = Field(
+        "concurrency", description="closed loop at fixed concurrency, open-loop arrivals at a rate, or users "
+        "replaying conversations turn by turn")
+    concurrency: list[int] = Field(default_factory=list, description="closed-loop levels (requests in flight); "
+                                   "with load = 'conversation', users")
+    history: Literal["recorded", "model"] | None = Field(
+        None, description="conversation: the assistant turns of each request's history, the set's recorded "
+        "answers or the model's own; None: 'recorded' when every conversation has them, else 'model'")
+    think_time_s: float = Field(0.0, ge=0, description="conversation: a user's pause between an answer and "
+                                "its next turn (seconds)")
     rates: list[float] = Field(default_factory=list, description="open-loop levels (requests per second)")
     burstiness: float = Field(1.0, gt=0, description="open loop: gamma shape of the gaps (1 = Poisson)")
     max_in_flight: int = Field(64, ge=1, description="open loop: cap on requests in flight (recorded)")
@@ -163,6 +178,15 @@ class SweepSpec(BaseModel):
             raise ValueError("workloads must be a non-empty list of distinct names")
         if self.load == "concurrency" and not self.concurrency:
             raise ValueError("a closed-loop sweep needs concurrency levels (concurrency = [1, 2, 4, 8])")
+        conv = [w for w in self.workloads if isinstance(w, ConversationSource)]
+        if self.load == "conversation":
+            self._check_conversation(len(conv))
+        else:
+            if conv:
+                raise ValueError(f"workload {{conversations = {conv[0].conversations!r}}} is a conversation set: "
+                                 "set load = 'conversation' to replay it")
+            if self.history is not None or self.think_time_s:
+                raise ValueError("history and think_time_s are conversation settings: set load = 'conversation'")
         if self.load == "rate":
             if not self.rates:
                 raise ValueError("an open-loop sweep (load = 'rate') needs request rates (rates = [0.5, 1, 2])")
@@ -174,18 +198,37 @@ class SweepSpec(BaseModel):
             raise ValueError("rates are open-loop levels: set load = 'rate' to use them")
         return self
 
+    def _check_conversation(self, n_conv: int) -> None:
+        if not self.concurrency:
+            raise ValueError("a conversation sweep (load = 'conversation') needs users: concurrency = [1, 4] "
+                             "(each level is that many users)")
+        if self.rates:
+            raise ValueError("load = 'conversation' sends whole conversations per user: give concurrency levels "
+                             "(users), not rates")
+        if n_conv < len(self.workloads):
+            other = next(w for w in self.workloads if not isinstance(w, ConversationSource))
+            raise ValueError(f"load = 'conversation' replays conversation sets only: workload {other!r} is not one "
+                             "(name it as {conversations = 'edit-chat'} or {conversations = 'chats.jsonl'})")
+        if self.search is not None:
+            raise ValueError("the adaptive search looks for a closed-loop concurrency crossing: it needs "
+                             "load = 'concurrency', not 'conversation'")
+        if self.client_workers > 1:
+            raise ValueError("client_workers splits a closed loop over processes; a conversation replay runs in "
+                             "one client process (client_workers = 1)")
+
     def levels(self) -> list[float]:
-        """The levels asked for: concurrency levels, or request rates."""
-        return list(self.concurrency) if self.load == "concurrency" else list(self.rates)
+        """The levels asked for: concurrency levels (users of a conversation replay), or request rates."""
+        return list(self.rates) if self.load == "rate" else list(self.concurrency)
 
     def passes(self, panel: int, in_flight: int, tokens_per_request: float | None) -> int:
         """Whole passes over a panel of ``panel`` prompts a point sends so that its steady window
         holds ``work_floor_tokens`` output tokens at ``tokens_per_request`` (the window covers
         about the requests sent minus those in flight at its ends)."""
+        closed = self.load != "rate"  # a conversation replay keeps its users busy as a closed loop its slots
         if not self.work_floor_tokens or not tokens_per_request:
-            need = 2 * in_flight if self.load == "concurrency" else panel
+            need = 2 * in_flight if closed else panel
         else:
-            need = self.work_floor_tokens / tokens_per_request + (in_flight if self.load == "concurrency" else 0)
+            need = self.work_floor_tokens / tokens_per_request + (in_flight if closed else 0)
         if self.load == "rate":
             need = max(need, MIN_ARRIVALS)  # percentiles of latency need arrivals, not only tokens
         return max(self.min_passes, math.ceil(need / panel))
@@ -201,7 +244,16 @@ class SweepSpec(BaseModel):
         )
         if ident["sampling"].get("response_format") is None:  # free text, as before the field: old runs resume
             ident["sampling"].pop("response_format", None)
+        if self.load == "conversation":  # only there: sweeps from before these fields resume
+            ident.update(history=self.history, think_time_s=self.think_time_s)
         return ident
+
+    def history_for(self, conversation: dict[str, Any] | None) -> str:
+        """The history a conversation set is replayed with (its workload's ``conversation`` record):
+        as asked, else 'recorded' when every conversation has its answers, else 'model'."""
+        if self.history is not None:
+            return self.history
+        return "recorded" if conversation and conversation.get("recorded_answers") else "model"
 
     @classmethod
     def from_toml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> SweepSpec:
@@ -218,8 +270,11 @@ class SweepSpec(BaseModel):
 
 
 def level_tag(level: float, load: str = "concurrency") -> str:
-    """A level in a file name: ``c008`` (8 in flight) or ``rate0.50`` (0.5 requests per second)."""
-    return f"c{int(level):03d}" if load == "concurrency" else f"rate{level:g}"
+    """A level in a file name: ``c008`` (8 in flight), ``rate0.50`` (0.5 requests per second) or
+    ``u004`` (4 users replaying conversations)."""
+    if load == "rate":
+        return f"rate{level:g}"
+    return f"{'u' if load == 'conversation' else 'c'}{int(level):03d}"
 
 
 def point_path(out_dir: Path, arm: str, workload: str, level: float, repeat: int, load: str = "concurrency") -> Path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from itertools import pairwise
 
 import pytest
 from aiohttp import web
@@ -102,7 +103,7 @@ def test_recorded_history_sends_every_turn_in_order_with_the_whole_history():
         assert [r.turn for r in recs] == list(range(1, len(c.turns) + 1))  # in order, each once
         assert all(r.prompt_id == c.id and r.category == "edit" for r in recs)
         assert len({r.slot for r in recs}) == 1  # one user sends a whole conversation
-        for a, b in zip(recs, recs[1:]):
+        for a, b in pairwise(recs):
             assert b.start_s >= a.end_s  # the next turn waits for the answer
         for t in range(len(c.turns)):
             assert tuple(m["content"] for m in c.messages(t)) in sent
@@ -125,7 +126,7 @@ def test_users_never_have_two_requests_in_flight_and_think_time_is_kept():
     assert srv.peak <= 3 and sorted({r.slot for r in pl.records}) == [0, 1, 2]
     for slot in range(3):
         recs = sorted((r for r in pl.records if r.slot == slot), key=lambda r: r.start_s)
-        for a, b in zip(recs, recs[1:]):
+        for a, b in pairwise(recs):
             assert b.start_s >= a.end_s + 0.1 - 1e-3  # never overlapping; the pause after each answer
     assert pl.steady_start_s is not None and pl.steady_start_s < pl.steady_end_s
 

@@ -1,0 +1,113 @@
+"""Conversation sweeps (load = "conversation"): every bad combination refused in one line before
+anything starts, and a whole sweep against the fake vLLM: the users' point files, the load shape,
+the per-turn ledger fields, the prefix-cache hit rate and the frames a notebook reads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specnb.ledger import load_ledgers, load_turns, read_ledger
+from specnb.sweep import SweepError, SweepSpec, run_sweep
+from specnb.sweep.runner import PROMPT_DETAILS_FLAG, server_args_for
+from specnb.sweep.spec import level_tag, point_path
+
+CONV = {"conversations": "edit-chat"}
+QUIET = lambda s: None  # noqa: E731
+
+
+def spec(**kw) -> SweepSpec:
+    base = dict(name="t", model="some/hub-id", load="conversation", workloads=[CONV], concurrency=[1, 4],
+                arms=[{"name": "baseline"}])
+    base.update(kw)
+    return SweepSpec.parse(base)
+
+
+def test_a_conversation_sweep_parses_with_users_history_and_think_time():
+    s = spec(history="model", think_time_s=0.5)
+    assert s.levels() == [1, 4] and s.history == "model" and s.think_time_s == 0.5
+    assert level_tag(4, "conversation") == "u004"
+    assert point_path("o", "b", "edit-chat", 4, 1, "conversation").name == "u004-r01.json"
+    assert s.identity()["history"] == "model" and "history" not in spec(load="concurrency", workloads=["copy"]).identity()
+    assert s.history_for({"recorded_answers": False}) == "model"
+    assert spec().history_for({"recorded_answers": True}) == "recorded"
+    assert spec().history_for({"recorded_answers": False}) == "model"
+
+
+@pytest.mark.parametrize("kw, why", [
+    ({"concurrency": []}, "needs users: concurrency = [1, 4]"),
+    ({"rates": [1.0]}, "give concurrency levels (users), not rates"),
+    ({"workloads": [CONV, "copy"]}, "replays conversation sets only: workload 'copy' is not one"),
+    ({"search": {}}, "it needs load = 'concurrency', not 'conversation'"),
+    ({"client_workers": 2}, "runs in one client process"),
+    ({"load": "concurrency"}, "is a conversation set: set load = 'conversation'"),
+    ({"load": "concurrency", "workloads": ["copy"], "history": "model"}, "history and think_time_s are conversation"),
+    ({"load": "concurrency", "workloads": ["copy"], "think_time_s": 1.0}, "history and think_time_s are conversation"),
+    ({"history": "mine"}, "history"),
+    ({"think_time_s": -1}, "think_time_s"),
+    ({"workloads": [{"conversations": "edit-chat", "turns": 2}]}, "workloads"),
+])
+def test_bad_combinations_are_refused_in_one_line(kw, why):
+    with pytest.raises(SweepError) as exc:
+        spec(**kw)
+    assert why in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_recorded_history_on_a_set_without_answers_is_refused_before_any_server(tmp_path):
+    from specnb.sweep import prepare
+
+    with pytest.raises(SweepError, match=r"history = 'recorded': conversation set 'edit-chat' .* 0 of 20"):
+        prepare(spec(history="recorded"))
+
+
+def test_every_launched_arm_of_a_conversation_sweep_reports_cached_tokens(monkeypatch):
+    import specnb.sweep.runner as runner
+
+    monkeypatch.setattr(runner, "engine_supports_flag", lambda flag: True)
+    s = spec(arms=[{"name": "baseline"}, {"name": "ngram", "speculative_config": {"method": "ngram",
+                                                                               "num_speculative_tokens": 4}}])
+    assert all(PROMPT_DETAILS_FLAG in server_args_for(s, arm) for arm in s.arms)
+    closed = SweepSpec.parse({**s.model_dump(exclude={"load", "workloads"}), "workloads": ["copy"]})
+    assert not any(PROMPT_DETAILS_FLAG in server_args_for(closed, arm) for arm in closed.arms)
+    monkeypatch.setattr(runner, "engine_supports_flag", lambda flag: False)  # an engine without it: left out
+    assert PROMPT_DETAILS_FLAG not in server_args_for(s, s.arms[0])
+
+
+def test_a_conversation_sweep_against_the_fake_engine(fake_vllm, tmp_path):
+    convs = tmp_path / "chats.jsonl"
+    convs.write_text("".join(json.dumps(c) + "\n" for c in [
+        {"id": "a", "category": "code", "messages": [{"role": "user", "content": "one"},
+                                                     {"role": "assistant", "content": "1"},
+                                                     {"role": "user", "content": "two"},
+                                                     {"role": "assistant", "content": "2"},
+                                                     {"role": "user", "content": "three"}]},
+        {"id": "b", "category": "json", "messages": [{"role": "user", "content": "uno"},
+                                                     {"role": "assistant", "content": "1"},
+                                                     {"role": "user", "content": "dos"}]},
+    ]))
+    s = SweepSpec.parse(dict(
+        name="conv", model=str(fake_vllm.model), served_model_name="fake", load="conversation",
+        workloads=[{"conversations": str(convs), "name": "chats"}], concurrency=[1, 2], repeats=1, panel_size=None,
+        work_floor_tokens=0, warmup_requests=0, request_timeout_s=5, metrics_interval_s=0.05, ready_timeout_s=30,
+        sampling={"max_tokens": 4}, env={"FAKE_VLLM_STATE": str(fake_vllm.state)}, arms=[{"name": "baseline"}]))
+    out = run_sweep(s, tmp_path / "out", progress=False, echo=QUIET)
+    assert out.ok and [p.name for p in out.written] == ["u001-r00.json", "u002-r00.json"]
+    led = read_ledger(out.written[1])
+    assert led.load.mode == "conversation" and led.load.users == 2 and led.concurrency == 2
+    assert led.load.history == "recorded" and led.load.think_time_s == 0.0
+    # u=2: 2 x 2 = 4 requests in flight over a pass would be sent twice; whole passes of 2 conversations
+    assert led.load.conversations == 2 * led.sizing.passes and led.num_requests == 5 * led.sizing.passes
+    assert led.results["num_requests"] == led.num_requests and led.results["num_errors"] == 0
+    assert led.workload.conversation.turns_max == 3 and led.workload.conversation.recorded_answers
+    assert [t.turn for t in led.by_turn] == [1, 2, 3]
+    assert [t.requests for t in led.by_turn] == [2 * led.sizing.passes, 2 * led.sizing.passes, led.sizing.passes]
+    assert led.by_turn[0].cached_prompt_tokens == 0 and led.by_turn[1].cached_prompt_tokens > 0  # the flag was added
+    assert PROMPT_DETAILS_FLAG in led.server.argv
+    assert 0 < led.results["prefix_cache_hit_rate"] < 1
+    df = load_ledgers(tmp_path / "out")
+    assert set(df["load_mode"]) == {"conversation"} and list(df["users"]) == [1, 2]
+    assert set(df["history"]) == {"recorded"} and set(df["turns_max"]) == {3}
+    turns = load_turns(tmp_path / "out")
+    assert len(turns) == 6 and set(turns["turn"]) == {1, 2, 3} and set(turns["load_mode"]) == {"conversation"}
+    assert (turns["computed_prompt_tokens"] == turns["prompt_tokens"] - turns["cached_prompt_tokens"]).all()
