@@ -254,10 +254,11 @@ if SLIDERS:
 #
 # These terms are effective, fitted in-sample to throughput. Checked out of sample against the
 # engine's own decode steps (the step anatomy with unprofiled twins, drafter notebook,
-# `docs/timing.md`): the preset's step is 47-97 % slower than the engine's decode step (the fixed
-# cost holds each request's prefill and turnaround, which the model books per step), its n-gram
-# terms refitted to the steps are 5.7 ms + 0.6 ms per proposed token, and the proposer itself
-# takes 0.15 ms: the "drafting" terms stand for a slower speculative engine, not for proposing.
+# `docs/timing.md`): the preset's step is 47-87 % (baseline) and 73-97 % (n-gram) slower than the
+# engine's decode step (the fixed cost holds each request's prefill and turnaround, which the model
+# books per step), its n-gram terms refitted to the steps are 5.7 ms + 0.6 ms per proposed token,
+# and the proposer itself takes 0.13-0.19 ms: the "drafting" terms stand for a slower speculative
+# engine, not for proposing.
 
 # %%
 if df is None:

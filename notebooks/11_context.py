@@ -54,8 +54,8 @@ context_corpus = []  # JSONL prompt files of your own documents: more reference 
 concurrency = [1, 4]  # concurrency levels (requests in flight)
 search = None  # adaptive search for each curve's crossing (SearchSpec settings such as budget_s), or None: the levels only
 repeats = 2  # server restarts per arm; arm order alternates
-panel_size = 8  # prompts every point sends, balanced over categories, in whole passes
-work_floor_tokens = 300  # output tokens a point's steady window holds at least (sizes the passes)
+panel_size = 10  # prompts every point sends, balanced over categories, in whole passes
+work_floor_tokens = 400  # output tokens a point's steady window holds at least (sizes the passes)
 warmup_requests = 2  # per server start, not measured
 max_tokens = 64  # output tokens per request
 temperature = 0.0  # sampling temperature (0 is greedy)
@@ -130,12 +130,37 @@ ax.set_xlabel("prompt tokens")
 ax.set_ylabel("draft acceptance rate")
 ax.set_title("what the drafter found")
 ax.legend(fontsize=7)
+for ax in axes[0]:  # the measured lengths, in tokens
+    ax.set_xticks(sorted(length), [f"{v:,.0f}" for v in sorted(length)])
+    ax.minorticks_off()
 nb.save(fig, "context-length", caption="Speedup, per-user decode speed and acceptance against the prompt's length "
         "(the engine's count), per concurrency; 95 % bootstrap intervals over server starts and prompts.")
 
 # %%
 table[["arm", "workload", "prompt_tokens", "concurrency", "n_repeats", "speedup", "speedup_lo", "speedup_hi",
        "per_user_speedup", "acceptance_rate", "acceptance_length"]].round(3)
+
+# %% [markdown]
+# ## Prefill against decode
+#
+# A request's time is its prefill (time to first token, which grows with the prompt) and its
+# decode (which the drafter speeds up). Per length and level, each arm's mean time to first token
+# and per-user decode speed (means over server starts), and their ratios drafter / baseline: the
+# speedup above is what remains of the decode gain once the prefill is paid.
+
+# %%
+parts = ok.groupby(["workload", "concurrency", "arm"], as_index=False).agg(
+    prompt_tokens=("prompt_tokens_mean", "mean"), ttft_ms=("mean_ttft_ms", "mean"),
+    decode_tok_s=("per_user_decode_tok_s_mean", "mean"))
+base = parts[parts.arm == nb.df.loc[~nb.df.speculative.astype(bool), "arm"].iloc[0]].set_index(
+    ["workload", "concurrency"])
+spec = parts[parts.arm.isin(list(drafters))].copy()
+key = list(zip(spec.workload, spec.concurrency, strict=True))
+spec["baseline_ttft_ms"] = base.reindex(key).ttft_ms.to_numpy()
+spec["ttft_ratio"] = spec.ttft_ms / spec.baseline_ttft_ms
+spec["decode_ratio"] = spec.decode_tok_s / base.reindex(key).decode_tok_s.to_numpy()
+spec.sort_values(["arm", "concurrency", "prompt_tokens"])[
+    ["arm", "concurrency", "prompt_tokens", "baseline_ttft_ms", "ttft_ms", "ttft_ratio", "decode_ratio"]].round(2)
 
 # %% [markdown]
 # ## Where the crossing sits in context
@@ -151,8 +176,10 @@ for (arm, c), t in table.groupby(["arm", "concurrency"]):
     kind, at = crossing(list(t.prompt_tokens), list(t.speedup))
     lo, hi = t.iloc[0], t.iloc[-1]
     told = [f"{r.speedup:.2f}x [{r.speedup_lo:.2f}, {r.speedup_hi:.2f}] at {r.prompt_tokens:.0f}" for r in (lo, hi)]
-    where = {"crosses": f"crosses 1.0 near **{at:.0f}** prompt tokens", "rises": f"rises through 1.0 near {at:.0f}",
-             "above": "stays above 1.0", "below": "stays below 1.0"}[kind]
+    if kind in ("crosses", "rises"):
+        where = f"{'crosses' if kind == 'crosses' else 'rises through'} 1.0 near **{at:.0f}** prompt tokens"
+    else:
+        where = f"stays {kind} 1.0 at every length measured"
     lines.append(f"- {arm}, c={c}: {where} ({told[0]}; {told[1]})")
 show("\n".join(lines) or "- nothing measured")
 

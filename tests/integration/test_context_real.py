@@ -34,5 +34,5 @@ def test_the_engine_counts_the_prompt_tokens_the_builder_measured(baseline_serve
         assert ctx.prompt_tokens_min <= per <= ctx.prompt_tokens_max, (per, ctx)
         assert ctx.tokens - 16 <= per <= ctx.tokens
     df = load_ledgers(tmp_path / "out")
-    assert sorted(df.workload.unique()) == [f"copy:fix-json@{n}" for n in lengths]
+    assert set(df.workload.unique()) == {f"copy:fix-json@{n}" for n in lengths}
     assert (df.groupby("workload").arm.nunique() == 2).all()  # both arms at every length: a pair per length

@@ -28,9 +28,18 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from specnb.errors import SpecnbError, first_error, plain_name, read_toml
 from specnb.ledger import Sampling
@@ -41,6 +50,24 @@ from specnb.prompts.traffic import TrafficSource
 from specnb.sweep.arm import Arm, check_server_args
 
 __all__ = ["SweepError", "SweepSpec", "SearchSpec", "point_path", "level_tag", "blocks"]
+
+
+def _workload_kind(v: Any) -> str:
+    """Which kind of workload a sweep's entry is, by its key: only that member is validated, so a
+    bad traffic table is told about its own fields, not that 'traffic' is unknown to another kind."""
+    if isinstance(v, str):
+        return "str"
+    if isinstance(v, ContextSource) or (isinstance(v, dict) and "context" in v):
+        return "ContextSource"
+    if isinstance(v, ConversationSource) or (isinstance(v, dict) and "conversations" in v):
+        return "ConversationSource"
+    return "TrafficSource"
+
+
+# the tags are the members' names, as pydantic's own union errors name them (specnb.errors reads them)
+WorkloadEntry = Annotated[Annotated[str, Tag("str")] | Annotated[TrafficSource, Tag("TrafficSource")]
+                          | Annotated[ContextSource, Tag("ContextSource")]
+                          | Annotated[ConversationSource, Tag("ConversationSource")], Discriminator(_workload_kind)]
 
 
 class SweepError(SpecnbError):
@@ -77,7 +104,7 @@ class SweepSpec(BaseModel):
     server_args: list[str] = Field(default_factory=list, description="args for every launched arm")
     env: dict[str, str] = Field(default_factory=dict, description="environment for every launched arm")
     arms: list[Arm] = Field(min_length=1)
-    workloads: list[str | TrafficSource | ContextSource | ConversationSource] = Field(
+    workloads: list[WorkloadEntry] = Field(
         default_factory=lambda: ["copy", "freeform"],
         description="bundled sets ('copy'), '<set>:<category>', .jsonl paths, traffic imports "
         "({traffic = 'log.jsonl', sample = 200, seed = 0}), a context length "

@@ -114,7 +114,9 @@ def test_notebooks_have_one_literal_parameters_cell(nb):
     if Path(nb).stem.split("_", 1)[1] in ("index", "calculator"):
         return
     assert params["measure"] is False  # analysis by default: figures rebuild without a server
-    assert {"model", "drafters", "concurrency", "workloads", "repeats", "max_tokens", "temperature"} <= set(params)
+    # the context notebook's workloads are its lengths (context_base x context_tokens)
+    workloads = "context_tokens" if Path(nb).stem.endswith("_context") else "workloads"
+    assert {"model", "drafters", "concurrency", workloads, "repeats", "max_tokens", "temperature"} <= set(params)
 
 
 @pytest.mark.parametrize("pf", PARAM_FILES, ids=lambda p: "/".join(Path(p).parts[-2:]))
