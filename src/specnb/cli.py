@@ -120,7 +120,7 @@ def _print_table(out_dir: Path, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAUL
     if flags:
         print("flags: " + ", ".join(f"{k} x{v}" for k, v in sorted(flags.items()))
               + f"  (see the ledgers; {Flag.SPEC_NO_DRAFTS} and {Flag.INVALID} points are left out of the pairs)")
-    for line in _structured_lines(df):
+    for line in _structured_lines(df) + _conversation_lines(out_dir, df, skip_bad):
         print(line)
     for line in (_layout_lines(df) + search_lines(out_dir) + timing_lines(out_dir) + _predicted_lines(out_dir, df)
                  + _condition_lines(df, n_boot, seed)):
@@ -155,6 +155,17 @@ def _structured_lines(df: Any) -> list[str]:
             drafts = int(pd.to_numeric(spec["num_drafts"], errors="coerce").fillna(0).sum())
             out.append(f"the drafter drafted under the grammar: {drafts:,} drafts over {len(spec)} speculative point(s)")
     return out
+
+
+def _conversation_lines(out_dir: Path, df: Any, skip_bad: bool) -> list[str]:
+    """Conversation points: what the prefix cache served turn by turn, and the speedup on total
+    and on computed tokens beside the output one (specnb.analysis.conversation)."""
+    if "load_mode" not in df.columns or not (df["load_mode"] == "conversation").any():
+        return []
+    from specnb.analysis.conversation import conversation_lines
+    from specnb.ledger import load_turns
+
+    return conversation_lines(df, load_turns(out_dir, skip_bad=skip_bad))
 
 
 def _layout_lines(df: Any) -> list[str]:

@@ -104,7 +104,8 @@ def paired(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
     spec = ok[ok["arm"] != base_name]
     keys = pair_keys(ok)
     cols = keys + MUST_MATCH + ["output_tok_s", "per_user_decode_tok_s_mean", "computed_tok_s_wall",
-                                "p50_tpot_ms", "p50_ttft_ms", "path", "startup_decisions"]
+                                "total_tok_s_wall", "prefix_cache_hit_rate", "p50_tpot_ms", "p50_ttft_ms", "path",
+                                "startup_decisions"]
     cols = [c for c in cols if c in ok.columns]
     # pandas matches null keys with each other: a condition that is None in both arms still pairs
     merged = spec.merge(base[cols], on=keys, suffixes=("", "_base"), how="inner")
@@ -126,6 +127,8 @@ def paired(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
                                       / merged["per_user_decode_tok_s_mean_base"])
     if "computed_tok_s_wall" in merged.columns:
         merged["computed_speedup"] = merged["computed_tok_s_wall"] / merged["computed_tok_s_wall_base"]
+    if "total_tok_s_wall" in merged.columns:  # prompt + output tokens over the wall time (seed 002's "total")
+        merged["total_speedup"] = merged["total_tok_s_wall"] / merged["total_tok_s_wall_base"]
     return merged
 
 

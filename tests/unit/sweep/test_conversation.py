@@ -111,3 +111,48 @@ def test_a_conversation_sweep_against_the_fake_engine(fake_vllm, tmp_path):
     turns = load_turns(tmp_path / "out")
     assert len(turns) == 6 and set(turns["turn"]) == {1, 2, 3} and set(turns["load_mode"]) == {"conversation"}
     assert (turns["computed_prompt_tokens"] == turns["prompt_tokens"] - turns["cached_prompt_tokens"]).all()
+
+
+def test_the_report_reads_a_conversation_run_turn_by_turn_with_three_speedups(fake_vllm, tmp_path, capsys):
+    from specnb import cli
+
+    s = SweepSpec.parse(dict(
+        name="conv", model=str(fake_vllm.model), served_model_name="fake", load="conversation",
+        workloads=[{"conversations": "edit-chat"}], concurrency=[2], repeats=1, panel_size=2,
+        work_floor_tokens=0, warmup_requests=0, request_timeout_s=5, metrics_interval_s=0.05, ready_timeout_s=30,
+        sampling={"max_tokens": 4}, env={"FAKE_VLLM_STATE": str(fake_vllm.state)},
+        arms=[{"name": "baseline"}, {"name": "ngram-k4", "speculative_config": {"method": "ngram",
+                                                                                "num_speculative_tokens": 4}}]))
+    out = run_sweep(s, tmp_path / "out", progress=False, echo=QUIET)
+    assert out.ok and len(out.written) == 2, out.summary()
+    assert cli.main(["report", str(tmp_path / "out")]) == 0
+    text = capsys.readouterr().out
+    assert "conversation replay: 2 point(s)" in text and "(model answers)" in text
+    for arm in ("baseline", "ngram-k4"):  # later turns served partly from the cache
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"  {arm}, 2 user(s): turn 1"))
+        assert "turn 1" in line and "turn 2" in line and "0% cached" in line.split(";")[0]
+        assert not line.split(";")[1].strip().endswith(" 0% cached")
+    # the fake engine drafts nothing (spec_no_drafts): the speedups are tested on ledgers below
+    assert "spec_no_drafts" in text
+
+
+def test_three_speedups_and_the_hit_rates_from_paired_conversation_points(tmp_path):
+    from specnb.analysis.conversation import conversation_gains
+    from specnb.ledger import LoadShape, write_ledger
+    from tests.unit.factories import ledger
+
+    for r in (0, 1):
+        for arm, out_tok, total, computed, hit in (("baseline", 100.0, 400.0, 150.0, 0.6),
+                                                    ("ngram-k4", 130.0 + 10 * r, 460.0, 190.0, 0.55)):
+            led = ledger(arm=arm, workload="edit-chat", c=2, r=r, tok_s=out_tok, mal=3.0, computed_tok_s=computed)
+            led = led.model_copy(update={
+                "load": LoadShape(mode="conversation", concurrency=2, users=2, history="model", think_time_s=0.0,
+                                  conversations=4),
+                "results": {**led.results, "total_tok_s_wall": total, "prefix_cache_hit_rate": hit}})
+            write_ledger(tmp_path / f"{arm}-{r}.json", led)
+    g = conversation_gains(load_ledgers(tmp_path))
+    (row,) = g.itertuples()
+    assert row.arm == "ngram-k4" and row.users == 2 and row.repeats == 2
+    assert row.output_mean == pytest.approx((1.3 + 1.4) / 2) and (row.output_min, row.output_max) == (1.3, 1.4)
+    assert row.total_mean == pytest.approx(460 / 400) and row.computed_mean == pytest.approx(190 / 150)
+    assert row.hit_rate == pytest.approx(0.55) and row.hit_rate_base == pytest.approx(0.6)
