@@ -12,7 +12,7 @@
 # ---
 
 # %% [markdown]
-# # 11 · Context length: does the crossing move when the prompt grows?
+# # 11 · Context length and conversations: does the crossing move with the traffic's shape?
 #
 # Every other notebook sends prompts of a few hundred tokens. Seed 000's caveat: its edge-budget
 # numbers used a fixed 8k prompt, "how the drafter behaves on a real 256k prompt is still
@@ -62,6 +62,7 @@ temperature = 0.0  # sampling temperature (0 is greedy)
 seed = 0  # sampling seed (per request: seed + prompt index)
 kv_study = "cpu"  # ledgers/kv/<this>/: a draft model's KV pool for the sessions table (empty: this run's arms only)
 kv_condition = "pool"  # the condition of that run whose pool matches this run's (CPU: 1 GiB)
+conversation_runs = "ledgers/conversation/cpu"  # folder of conversation-replay runs (specnb sweep configs/cpu-conversation.toml): the newest is drawn (empty: skip)
 
 # %%
 import numpy as np
@@ -225,3 +226,64 @@ sessions.pivot(index="prompt_tokens", columns="arm", values="sessions").round(1)
 # %%
 show(f"run `{paths.portable(str(nb.folder))}`: {len(ok)} usable points, lengths "
      + ", ".join(f"{v:.0f}" for v in sorted(length)) + f" prompt tokens; {np.unique(ok.repeat).size} server starts per arm")
+
+# %% [markdown]
+# ## Conversations with a warm prefix cache
+#
+# Seed 002's crossover replayed long agentic conversations whose history the prefix cache served,
+# and reported the speedup on total tokens *and* on computed tokens (uncached prompt + output),
+# because cached history changes the apparent effect. `specnb sweep configs/cpu-conversation.toml`
+# replays the bundled `edit-chat-recorded` set (multi-step editing, later turns refer to and repeat
+# earlier versions): each user sends a conversation's turns one after another with the whole
+# history, the prefix cache emptied once per point and never between turns. Left: the share of
+# each turn's prompt the cache served, per arm and users. Right: the drafter's speedup on output,
+# total and computed tokens per level (paired per server start, bars: the range over starts).
+
+# %%
+from IPython.display import display
+
+from specnb.analysis.conversation import conversation_gains, turn_table
+from specnb.ledger import load_turns
+
+conv_root = paths.resolve(conversation_runs) if conversation_runs else None
+conv_runs = sorted(p for p in conv_root.iterdir() if p.is_dir()) if conv_root and conv_root.is_dir() else []
+if not conv_runs:
+    show(f"- no conversation run under {conversation_runs}: this section is skipped")
+else:
+    conv_folder = conv_runs[-1]
+    conv_df = load_ledgers(conv_folder)
+    turns = turn_table(load_turns(conv_folder))
+    gains = conversation_gains(conv_df)
+    fig, axes = panels.new_figure(ncols=2, width=4.8, height=3.2)
+    ax = axes[0][0]
+    colors = arm_colors(turns["arm"])
+    for (arm, users), t in turns.groupby(["arm", "users"]):
+        ax.plot(t.turn, t.cached_share, marker="o", color=colors[arm], ls="-" if users == turns.users.min() else "--",
+                label=f"{arm}, {users} user(s)")
+    ax.set_ylim(0, 1)
+    ax.set_xticks(sorted(turns.turn.unique()))
+    ax.set_xlabel("turn of the conversation")
+    ax.set_ylabel("share of the prompt served from the prefix cache")
+    ax.set_title("what the cache served, turn by turn")
+    ax.legend(fontsize=7)
+    ax = axes[0][1]
+    kinds = [("output", "output tokens"), ("total", "total (prompt + output)"), ("computed", "computed (uncached)")]
+    width = 0.8 / len(kinds)
+    for i, (users, g) in enumerate(gains.groupby("users")):
+        for j, (k, label) in enumerate(kinds):
+            r = g.iloc[0]
+            x = i + (j - 1) * width
+            ax.bar(x, r[f"{k}_mean"], width, color=f"C{j}", label=label if i == 0 else None)
+            ax.errorbar(x, r[f"{k}_mean"], yerr=[[r[f"{k}_mean"] - r[f"{k}_min"]], [r[f"{k}_max"] - r[f"{k}_mean"]]],
+                        color="0.2", capsize=3, lw=1)
+    ax.axhline(1.0, color="0.3", lw=0.9, ls=":")
+    ax.set_xticks(range(gains.users.nunique()), [f"{u} user(s)" for u in sorted(gains.users.unique())])
+    ax.set_ylabel("speedup (n-gram / baseline)")
+    ax.set_title("the drafter's gain, three ways")
+    ax.legend(fontsize=7)
+    nb.save(fig, "conversation-replay", sources=[conv_folder],
+            caption="Conversation replay: the share of each turn's prompt the prefix cache served (left) and the "
+                    "drafter's speedup on output, total and computed tokens (right; bars: range over server starts).")
+    show(f"run `{paths.portable(str(conv_folder))}`")
+    display_cols = [c for c in gains.columns if c != "workload"]
+    display(gains[display_cols].round(3))

