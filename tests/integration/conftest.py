@@ -24,6 +24,7 @@ from specnb.engine.kernels import machine_dtype
 from specnb.engine.server import VllmServer
 from specnb.prompts.workload import bundled
 from specnb.sweep import SweepSpec, run_sweep
+from specnb.sweep.runner import PROMPT_DETAILS_FLAG
 
 MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
 K = 4
@@ -80,7 +81,9 @@ def _shared(tmp_path_factory, name: str, speculative_config: dict | None,
             env: dict[str, str] | None = None) -> Iterator[Shared]:
     if not (MODEL / "config.json").exists():
         pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
-    srv = VllmServer(str(MODEL), args=SERVER_ARGS, speculative_config=speculative_config, served_model_name="smol",
+    # per-request cached prompt tokens in the usage (the conversation replay's per-turn counts)
+    srv = VllmServer(str(MODEL), args=[*SERVER_ARGS, PROMPT_DETAILS_FLAG], speculative_config=speculative_config,
+                     served_model_name="smol",
                      env={"VLLM_CPU_KVCACHE_SPACE": "1", **(env or {})}, log_path=tmp_path_factory.mktemp(f"shared-{name}") / "server.log",
                      ready_timeout_s=300)
     with srv as ep:  # stopped (its whole process group) on any error too

@@ -44,11 +44,14 @@ def _outputs(path: str) -> pd.DataFrame:
     if req.empty or "output_sha" not in req.columns:
         return pd.DataFrame()
     in_flight = _in_flight_at(req)
+    req = req.assign(in_flight=[in_flight.get(int(i)) for i in req["index"]])
+    if {"conversation", "turn"} <= set(req.columns) and len(req) and req["conversation"].notna().all():
+        # a conversation replay's users interleave their turns by timing: a request is its
+        # (conversation, turn), the same in both arms whatever order they were sent in
+        req = req.sort_values(["conversation", "turn"]).assign(index=np.arange(len(req)))
     req = req[req["error"].isna()] if "error" in req.columns else req
-    cols = ["index", "output_sha"] + [c for c in ("output_token_ids", "prompt_id") if c in req.columns]
-    out = req[cols].set_index("index")
-    out["in_flight"] = [in_flight.get(i) for i in out.index]
-    return out
+    cols = ["index", "output_sha", "in_flight"] + [c for c in ("output_token_ids", "prompt_id") if c in req.columns]
+    return req[cols].set_index("index")
 
 
 def _in_flight_at(req: pd.DataFrame) -> dict[int, Any]:

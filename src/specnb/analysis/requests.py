@@ -41,7 +41,16 @@ def request_terms(req: pd.DataFrame, concurrency: int) -> RequestTerms | None:
     need = {"index", slot_column(req), "start_s", "end_s", "chunk_times_s", "chunk_tokens", "output_tokens"}
     if req.empty or not need <= set(req.columns):
         return None
-    req = req.sort_values("index")
+    conversation = ("conversation" in req.columns and "turn" in req.columns
+                    and req["conversation"].notna().all() and len(req))
+    if conversation:
+        # a conversation replay's users interleave their turns by timing, so the order they were
+        # sent in differs between arms: a request is its (conversation, turn), and the unit the
+        # prompt level resamples is the whole conversation (its prompt id)
+        req = req.sort_values(["conversation", "turn"]).reset_index(drop=True)
+        req = req.assign(index=np.arange(len(req)))
+    else:
+        req = req.sort_values("index")
     err = req["error"] if "error" in req.columns else pd.Series([None] * len(req), index=req.index)
     ok = (err.isna() & (req["output_tokens"] > 0)).to_numpy()
     start, end = req["start_s"].to_numpy(float), req["end_s"].to_numpy(float)

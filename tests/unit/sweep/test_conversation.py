@@ -156,3 +156,33 @@ def test_three_speedups_and_the_hit_rates_from_paired_conversation_points(tmp_pa
     assert row.output_mean == pytest.approx((1.3 + 1.4) / 2) and (row.output_min, row.output_max) == (1.3, 1.4)
     assert row.total_mean == pytest.approx(460 / 400) and row.computed_mean == pytest.approx(190 / 150)
     assert row.hit_rate == pytest.approx(0.55) and row.hit_rate_base == pytest.approx(0.6)
+
+
+def test_two_arms_whose_users_interleaved_differently_still_pair_request_by_request(tmp_path, monkeypatch):
+    """Users send their turns in an order set by timing: the bootstrap's request terms and the
+    lossless check match a request by its (conversation, turn), not by the order it was sent in."""
+    import pandas as pd
+
+    from specnb.analysis.lossless import _outputs
+    from specnb.analysis.requests import request_terms
+
+    def frame(order):
+        rows = []
+        for i, (k, turn) in enumerate(order):
+            rows.append({"index": i, "slot": k % 2, "prompt_id": f"c{k}", "conversation": k, "turn": turn,
+                         "start_s": float(i), "end_s": float(i) + 1.0, "chunk_times_s": [float(i) + 0.5],
+                         "chunk_tokens": [4], "output_tokens": 4, "tpot_s": 0.1, "error": None,
+                         "output_sha": f"{k}-{turn}", "prompt_tokens": 10 * turn})
+        return pd.DataFrame(rows)
+
+    a = frame([(0, 1), (1, 1), (0, 2), (1, 2), (0, 3)])
+    b = frame([(0, 1), (1, 1), (1, 2), (0, 2), (0, 3)])  # the other arm's users took turns differently
+    ta, tb = request_terms(a, 2), request_terms(b, 2)
+    assert list(ta.index) == list(tb.index) and list(ta.prompt_id) == list(tb.prompt_id)
+    for name, f in (("a", a), ("b", b)):
+        f.to_parquet(tmp_path / f"{name}.parquet")
+    import sys
+
+    monkeypatch.setattr(sys.modules["specnb.analysis.lossless"], "load_requests", pd.read_parquet)
+    oa, ob = _outputs(str(tmp_path / "a.parquet")), _outputs(str(tmp_path / "b.parquet"))
+    assert list(oa["output_sha"]) == list(ob["output_sha"])  # the same request on every row
