@@ -31,7 +31,7 @@
 # | `08_proposal` | Which K at which concurrency, how sure is that choice, and the schedule to deploy (vLLM's K per batch size)? | 002, 004 |
 # | `09_policy` | Does the derived schedule reach the better of always-on and always-off at every concurrency? And the loop closed (`make tune`): the config re-derived round after round until it is verified to win. | 002 |
 # | `10_serving` | Run it first: which serving config (compiled or eager, bf16 or fp32, the process layout; CUDA-graph and compile modes on a GPU) serves fastest here, and is fixing it worth more than the drafter? | 000 |
-# | `11_context` | Does the crossing move with the prompt's length? Speedup, decode speed and acceptance against context (prompts grown with real text to a length in the target's tokens), and the KV sessions each length leaves with and without a drafter. | 000, 002 |
+# | `11_context` | Does the crossing move with the traffic's shape? Speedup, prefill, decode and acceptance against the prompt's length (prompts grown with real text to a length in the target's tokens), the KV sessions each length leaves with and without a drafter, and conversations replayed turn by turn with a warm prefix cache (speedup on output, total and computed tokens). | 000, 002 |
 #
 # Every axis notebook has one `parameters` cell. `measure = False` (the default) reads the
 # newest committed run under `ledgers/<axis>/<study>/`; `make measure-<axis>` runs it with
