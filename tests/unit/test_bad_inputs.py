@@ -72,6 +72,16 @@ def traffic(tmp: Path, data: bytes, extra: str = "") -> list[str]:
     return sweep(tmp, workloads=f'workloads = [{{traffic = "{tmp / "log.jsonl"}"{extra}}}]')
 
 
+def conversations(tmp: Path, data: bytes, extra: str = "") -> list[str]:
+    (tmp / "chats.jsonl").write_bytes(data)
+    return sweep(tmp, 'load = "conversation"\n' + extra,
+                 workloads=f'workloads = [{{conversations = "{tmp / "chats.jsonl"}"}}]')
+
+
+def context(tmp: Path, table: str) -> list[str]:
+    return sweep(tmp, workloads=f"workloads = [{table}]")
+
+
 def report(tmp: Path, mutate: Callable[[dict], object] | None = None, raw: bytes | None = None) -> list[str]:
     run = tmp / "run" / "baseline" / "copy"
     run.mkdir(parents=True)
@@ -234,6 +244,18 @@ CASES = [
          "workloads.0.sample: Input should be greater than or equal to 1"),
     Case("traffic-misspelt-key", lambda t: traffic(t, GOOD_LINE, ", sampel = 3"),
          "workloads.0: unknown key 'sampel' (did you mean 'sample'?)"),
+    # ---------------------------------------------------------------- conversation files and context lengths
+    Case("conversation-not-json", lambda t: conversations(t, b"not json\n"), "chats.jsonl:1: not valid JSON"),
+    Case("conversation-assistant-first", lambda t: conversations(
+        t, b'{"id": "a", "messages": [{"role": "assistant", "content": "hi"}, {"role": "user", "content": "x"}]}\n'),
+         "chats.jsonl:1:"),
+    Case("conversation-recorded-without-answers", lambda t: conversations(
+        t, b'{"id": "a", "turns": ["one", "two"]}\n', 'history = "recorded"\n'), "recorded"),
+    Case("conversation-on-a-prompt-set", lambda t: sweep(t, 'load = "conversation"\n'), "conversation"),
+    Case("context-tokens-too-few", lambda t: context(t, '{context = "copy", tokens = 8, tokenizer = "m"}'),
+         "tokens"),
+    Case("context-no-tokenizer", lambda t: context(t, '{context = "copy", tokens = 1024, tokenizer = "no/such"}'),
+         "no tokenizer"),
     Case("mix-traffic-missing", lambda t: ["specnb", "mix", str(t / "none.jsonl")], "none.jsonl: no such traffic file"),
     # ---------------------------------------------------------------- notebook parameters
     Case("nb-misspelt-parameter", lambda t: notebook(t, "concurency=[1]"),
