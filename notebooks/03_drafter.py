@@ -352,6 +352,7 @@ if adf is not None and len(adf):
 # %%
 from specnb.models import calibration as _cal
 from specnb.models import hardware as _hw
+from specnb.models.hardware import StepCostError as _StepCostError
 from specnb.models.stepcost import Drafter as _Drafter
 from specnb.models.stepcost import TargetModel as _Target
 
@@ -365,8 +366,13 @@ else:
     _t, _fit = _rec["target"], _rec["fit"]["ngram_drafting"]
     _terms = _Drafter("ngram", step_overhead_s=_fit["step_overhead_s"], per_token_s=_fit["per_token_s"])
     _target = _Target(_t["name"], _t["params"], _t["weight_bytes"], _t["kv_bytes_per_token"])
-    stepcost_check = _cal.check_against_anatomy(adf, _hw.load_hardware(stepcost_preset), _target, _terms)
-    stepcost_refit = _cal.refit_drafter_terms(stepcost_check)
+    try:
+        stepcost_check = _cal.check_against_anatomy(adf, _hw.load_hardware(stepcost_preset), _target, _terms)
+        stepcost_refit = _cal.refit_drafter_terms(stepcost_check)
+    except _StepCostError as exc:  # too few levels or windows in this run: say so, draw the rest
+        stepcost_check = None
+        display(Markdown(f"No step-cost check on this run: {exc}."))
+if stepcost_check is not None:
     _by = stepcost_check.groupby(["arm", "concurrency"], as_index=False)[
         ["decode_requests_per_step", "proposed_per_request", "profiling_slowdown", "measured_ms", "model_ms",
          "rel_error", "measured_excess_ms", "model_compute_ms", "model_drafting_ms", "model_excess_ms",
@@ -386,7 +392,7 @@ else:
 # %% [markdown]
 # ### Reading the step
 #
-# In the committed run (`ledgers/anatomy/cpu-anatomy/20261202T153021Z`: copy-style, c = 1/4/8, 2
+# In the committed run (`ledgers/anatomy/cpu-anatomy/20261202T153020Z`: copy-style, c = 1/4/8, 2
 # starts per arm, an AMD EPYC with AVX-512 BF16, the machine family of the paired runs above; each
 # window with its unprofiled twin, the profiler's slowdown 0.80-1.20x) the engine's own profile
 # explains the results above:

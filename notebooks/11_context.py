@@ -247,19 +247,20 @@ from specnb.ledger import load_turns
 
 conv_root = paths.resolve(conversation_runs) if conversation_runs else None
 conv_runs = sorted(p for p in conv_root.iterdir() if p.is_dir()) if conv_root and conv_root.is_dir() else []
-if not conv_runs:
-    show(f"- no conversation run under {conversation_runs}: this section is skipped")
-else:
-    conv_folder = conv_runs[-1]
-    conv_df = load_ledgers(conv_folder)
+conv_folder = conv_runs[-1] if conv_runs else None
+turns = gains = pd.DataFrame()
+if conv_folder is not None:
     turns = turn_table(load_turns(conv_folder))
-    gains = conversation_gains(conv_df)
+    gains = conversation_gains(load_ledgers(conv_folder))
+if turns.empty or gains.empty:
+    show(f"- no usable conversation run under {conversation_runs or '(none named)'}: this section is skipped")
+else:
     fig, axes = panels.new_figure(ncols=2, width=4.8, height=3.2)
     ax = axes[0][0]
     colors = arm_colors(turns["arm"])
-    for (arm, users), t in turns.groupby(["arm", "users"]):
+    for (arm, wl, users), t in turns.groupby(["arm", "workload", "users"]):
         ax.plot(t.turn, t.cached_share, marker="o", color=colors[arm], ls="-" if users == turns.users.min() else "--",
-                label=f"{arm}, {users} user(s)")
+                label=f"{arm}, {wl}, {users} user(s)")
     ax.set_ylim(0, 1)
     ax.set_xticks(sorted(turns.turn.unique()))
     ax.set_xlabel("turn of the conversation")
@@ -267,23 +268,24 @@ else:
     ax.set_title("what the cache served, turn by turn")
     ax.legend(fontsize=7)
     ax = axes[0][1]
-    kinds = [("output", "output tokens"), ("total", "total (prompt + output)"), ("computed", "computed (uncached)")]
+    kinds = [("output", "output tokens (steady window)"), ("total", "total: prompt + output (wall)"),
+             ("computed", "computed: uncached prompt + output (wall)")]
+    groups = list(gains.groupby(["users", "arm", "workload"]))
     width = 0.8 / len(kinds)
-    for i, (users, g) in enumerate(gains.groupby("users")):
+    for i, (_, g) in enumerate(groups):
+        r = g.iloc[0]
         for j, (k, label) in enumerate(kinds):
-            r = g.iloc[0]
             x = i + (j - 1) * width
             ax.bar(x, r[f"{k}_mean"], width, color=f"C{j}", label=label if i == 0 else None)
             ax.errorbar(x, r[f"{k}_mean"], yerr=[[r[f"{k}_mean"] - r[f"{k}_min"]], [r[f"{k}_max"] - r[f"{k}_mean"]]],
                         color="0.2", capsize=3, lw=1)
     ax.axhline(1.0, color="0.3", lw=0.9, ls=":")
-    ax.set_xticks(range(gains.users.nunique()), [f"{u} user(s)" for u in sorted(gains.users.unique())])
-    ax.set_ylabel("speedup (n-gram / baseline)")
+    ax.set_xticks(range(len(groups)), [f"{arm}\n{users} user(s)" for (users, arm, _), _ in groups], fontsize=7)
+    ax.set_ylabel("speedup (drafter / baseline)")
     ax.set_title("the drafter's gain, three ways")
     ax.legend(fontsize=7)
     nb.save(fig, "conversation-replay", sources=[conv_folder],
             caption="Conversation replay: the share of each turn's prompt the prefix cache served (left) and the "
                     "drafter's speedup on output, total and computed tokens (right; bars: range over server starts).")
     show(f"run `{paths.portable(str(conv_folder))}`")
-    display_cols = [c for c in gains.columns if c != "workload"]
-    display(gains[display_cols].round(3))
+    display(gains.round(3))

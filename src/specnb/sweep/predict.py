@@ -142,6 +142,10 @@ def _jobs(folder: Path, outcome: PredictOutcome) -> tuple[list[_Job], list[_Marg
         if base is None:
             outcome.skipped.append(f"{cond.name}: no arm without a drafter (nothing to replay)")
             continue
+        if spec.load == "conversation":  # a turn's prompt is its whole history, not a panel prompt
+            outcome.skipped.append(f"{cond.name}: a conversation replay (the prediction replays single prompts; "
+                                   "a turn's prompt is its conversation's history)")
+            continue
         if spec.sampling.structured_output:  # the grammar picks tokens the plain logprobs know nothing of
             outcome.skipped.append(f"{cond.name}: structured output ({spec.sampling.structured_output}): the "
                                    "prediction models no grammar")

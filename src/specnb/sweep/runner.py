@@ -50,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -367,9 +368,15 @@ class _SweepRun:
         return sum(len(c.turns) for c in convs) if convs is not None else len(self.panels[pt.workload.name])
 
     def passes(self, pt: _Point) -> int:
-        """Whole passes over the workload's panel, enough for the work floor (spec.passes)."""
+        """Whole passes over the workload's panel, enough for the work floor (spec.passes); a
+        conversation point also sends at least two conversations per user, so that every user
+        is busy (the level is what the ledger says) and the steady window has room."""
         tpr = self.tokens_per_request.get(pt.workload.name, float(self.spec.sampling.max_tokens))
-        return self.spec.passes(self.pass_requests(pt), self.in_flight(pt), tpr)
+        n = self.spec.passes(self.pass_requests(pt), self.in_flight(pt), tpr)
+        convs = self.conv_panels.get(pt.workload.name)
+        if convs:
+            n = max(n, math.ceil(2 * int(pt.level) / len(convs)))
+        return n
 
     def num_requests(self, pt: _Point) -> int:
         return self.pass_requests(pt) * self.passes(pt)

@@ -98,6 +98,7 @@ def test_a_conversation_sweep_against_the_fake_engine(fake_vllm, tmp_path):
     assert led.load.history == "recorded" and led.load.think_time_s == 0.0
     # u=2: 2 x 2 = 4 requests in flight over a pass would be sent twice; whole passes of 2 conversations
     assert led.load.conversations == 2 * led.sizing.passes and led.num_requests == 5 * led.sizing.passes
+    assert led.load.conversations >= 2 * led.load.users  # every user busy: two conversations each at least
     assert led.results["num_requests"] == led.num_requests and led.results["num_errors"] == 0
     assert led.workload.conversation.turns_max == 3 and led.workload.conversation.recorded_answers
     assert [t.turn for t in led.by_turn] == [1, 2, 3]
@@ -129,7 +130,7 @@ def test_the_report_reads_a_conversation_run_turn_by_turn_with_three_speedups(fa
     text = capsys.readouterr().out
     assert "conversation replay: 2 point(s)" in text and "(model answers)" in text
     for arm in ("baseline", "ngram-k4"):  # later turns served partly from the cache
-        line = next(ln for ln in text.splitlines() if ln.startswith(f"  {arm}, 2 user(s): turn 1"))
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"  {arm} / edit-chat, 2 user(s): turn 1"))
         assert "turn 1" in line and "turn 2" in line and "0% cached" in line.split(";")[0]
         assert not line.split(";")[1].strip().endswith(" 0% cached")
     # the fake engine drafts nothing (spec_no_drafts): the speedups are tested on ledgers below
@@ -186,3 +187,31 @@ def test_two_arms_whose_users_interleaved_differently_still_pair_request_by_requ
     monkeypatch.setattr(sys.modules["specnb.analysis.lossless"], "load_requests", pd.read_parquet)
     oa, ob = _outputs(str(tmp_path / "a.parquet")), _outputs(str(tmp_path / "b.parquet"))
     assert list(oa["output_sha"]) == list(ob["output_sha"])  # the same request on every row
+
+
+def test_a_conversation_cut_short_in_one_arm_pairs_on_the_turns_both_sent():
+    """history = "model": a failed turn ends its conversation, so one arm may lack later turns;
+    the pair is the requests both arms sent, matched by (conversation, turn)."""
+    import pandas as pd
+
+    from specnb.analysis.requests import TURN_KEY, pair_terms, request_terms
+
+    def frame(order):
+        return pd.DataFrame([{"index": i, "slot": k % 2, "prompt_id": f"c{k}", "conversation": k, "turn": turn,
+                              "start_s": float(i), "end_s": float(i) + 1.0, "chunk_times_s": [float(i) + 0.5],
+                              "chunk_tokens": [4], "output_tokens": 4, "tpot_s": 0.1, "error": None}
+                             for i, (k, turn) in enumerate(order)])
+
+    full = request_terms(frame([(0, 1), (1, 1), (0, 2), (1, 2), (0, 3)]), 2)
+    short = request_terms(frame([(0, 1), (1, 1), (1, 2), (0, 2)]), 2)  # conversation 0's turn 3 never sent
+
+    class Side:
+        def terms(self, path, concurrency):  # noqa: ARG002
+            return {"a": full, "b": short}[path]
+
+    row = pd.Series({"path": "a", "path_base": "b", "concurrency": 2, "arm": "ngram", "baseline_arm": "baseline",
+                     "workload": "chats", "repeat": 0})
+    spec, base = pair_terms(row, Side())
+    assert list(spec.index) == list(base.index)
+    assert sorted(spec.index) == sorted(base.index) == sorted([1, 2, TURN_KEY + 1, TURN_KEY + 2])
+    assert list(spec.prompt_id) == list(base.prompt_id)
