@@ -206,6 +206,45 @@ def load_conversations(path: str | Path, name: str | None = None) -> Workload:
     return as_workload(convs, name or path.stem, str(path))
 
 
+def from_traffic(wl: Workload) -> Workload:
+    """An imported traffic log (:func:`specnb.prompts.traffic.load_traffic`, already sampled and
+    with its drops counted) as a conversation set: per line, an optional leading system message,
+    each user message a turn, the assistant message after it that turn's recorded answer, the
+    served response the last turn's. Lines with tool or developer turns are dropped and counted
+    in the import record (``dropped["tool_turns"]``)."""
+    convs: list[Conversation] = []
+    dropped = 0
+    for p in wl.prompts:
+        system, turns, answers, ok = None, [], [], True
+        for j, m in enumerate(p.messages):
+            role, text = m["role"], m.get("content")
+            if role == "system" and j == 0 and isinstance(text, str):
+                system = text
+            elif role == "user" and isinstance(text, str):
+                turns.append(text)
+                answers.append(None)
+            elif role == "assistant" and turns and answers[-1] is None and isinstance(text, str) and text.strip():
+                answers[-1] = text
+            else:  # tool, developer, a late system turn, tool calls, two answers in a row
+                ok = False
+                break
+        if not ok or not turns:
+            dropped += 1
+            continue
+        if p.response:
+            answers[-1] = p.response
+        convs.append(Conversation(p.id, p.category, system, tuple(turns), tuple(answers)))
+    imported = dict(wl.imported or {})
+    if dropped:
+        imported["dropped"] = {**imported.get("dropped", {}), "tool_turns": dropped}
+        imported["kept"] = imported.get("kept", len(wl.prompts)) - dropped
+    if not convs:
+        raise WorkloadError(f"{wl.source}: no conversation in the log can be replayed turn by turn "
+                            f"({dropped} with tool or developer turns)")
+    out = as_workload(convs, wl.name, wl.source)
+    return replace(out, imported=imported or None)
+
+
 def as_workload(convs: Sequence[Conversation], name: str, source: str) -> Workload:
     prompts = [Prompt(id=c.id, category=c.category, messages=c.messages(0)) for c in convs]
     turns = [len(c.turns) for c in convs]

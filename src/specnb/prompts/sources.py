@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specnb.prompts.context import ContextSource, is_context, load_context
-from specnb.prompts.conversation import ConversationSource, is_conversations, load_conversation_source
+from specnb.prompts.conversation import ConversationSource, from_traffic, is_conversations, load_conversation_source
 from specnb.prompts.traffic import TrafficSource, load_source
 from specnb.prompts.workload import SETS, Workload, WorkloadError, bundled, load_jsonl
 
@@ -23,20 +23,22 @@ def resolve(spec: str | Mapping[str, Any] | Any) -> Workload:
     - ``"path/to/prompts.jsonl"``: a prompt file (:func:`load_jsonl`);
     - ``"<either of those>:<category>"``: only that category's prompts (``"copy:fix-json"``);
     - a mapping (or :class:`specnb.prompts.traffic.TrafficSource`) with a ``traffic`` path and optional
-      ``sample``, ``seed``, ``name``, ``category``: imported real traffic (:mod:`specnb.prompts.traffic`);
+      ``sample``, ``seed``, ``name``, ``category``: imported real traffic (:mod:`specnb.prompts.traffic`),
+      with ``conversations = true`` as a conversation set to replay turn by turn;
     - a mapping (or :class:`specnb.prompts.context.ContextSource`) with a ``context`` base, ``tokens`` and
       ``tokenizer``: the base's prompts grown to that length with real text (:mod:`specnb.prompts.context`);
     - a mapping (or :class:`specnb.prompts.conversation.ConversationSource`) with a ``conversations`` set
       (``"edit-chat"`` or a JSONL path): whole conversations, replayed turn by turn
       (:mod:`specnb.prompts.conversation`).
     """
-    if is_conversations(spec):
+    if is_conversations(spec) and not (isinstance(spec, dict) and "traffic" in spec):
         src = spec if isinstance(spec, ConversationSource) else ConversationSource.parse(spec)
         return load_conversation_source(src)
     if is_context(spec):
         return load_context(spec if isinstance(spec, ContextSource) else ContextSource.parse(spec), resolve)
     if not isinstance(spec, str):
-        return load_source(spec if isinstance(spec, TrafficSource) else TrafficSource.parse(spec))
+        src = spec if isinstance(spec, TrafficSource) else TrafficSource.parse(spec)
+        return from_traffic(load_source(src)) if src.conversations else load_source(src)
     if spec in SETS:
         return bundled(spec)
     base, sep, category = spec.rpartition(":")

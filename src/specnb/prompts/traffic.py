@@ -29,6 +29,13 @@ fails there, visibly, rather than being measured as a shorter prompt it never wa
 
 ``sample=N`` draws N prompts with a seeded RNG and keeps them in drawn order: a sweep sends
 the first requests of a workload, so the drawn order makes every prefix a random sample too.
+
+``conversations = true`` imports the same log for a conversation replay (``load =
+"conversation"``, :mod:`specnb.prompts.conversation`): each kept line becomes a conversation
+whose turns are its user messages and whose recorded answers are the log's assistant messages
+(the served response answers the last turn); a line with tool or developer turns, or an
+assistant turn that only calls tools, cannot be replayed turn by turn and is dropped
+(``tool_turns``), counted like the other drops.
 """
 
 from __future__ import annotations
@@ -64,6 +71,8 @@ class TrafficSource(BaseModel):
     seed: int = Field(0, description="seed of the draw")
     name: str | None = Field(None, description="workload name; default: the file's stem")
     category: str | None = Field(None, description="keep only this category's prompts")
+    conversations: bool = Field(False, description="replay each multi-turn line turn by turn (load = "
+                                "'conversation'): its user turns, the log's assistant turns as recorded answers")
 
     @classmethod
     def parse(cls, data: Mapping[str, Any] | Any) -> TrafficSource:

@@ -59,9 +59,15 @@ def _workload_kind(v: Any) -> str:
         return "str"
     if isinstance(v, ContextSource) or (isinstance(v, dict) and "context" in v):
         return "ContextSource"
+    if isinstance(v, dict) and "traffic" in v:  # a log, also when imported as conversations
+        return "TrafficSource"
     if isinstance(v, ConversationSource) or (isinstance(v, dict) and "conversations" in v):
         return "ConversationSource"
     return "TrafficSource"
+
+
+def _replays_conversations(w: Any) -> bool:
+    return isinstance(w, ConversationSource) or (isinstance(w, TrafficSource) and w.conversations)
 
 
 # the tags are the members' names, as pydantic's own union errors name them (specnb.errors reads them)
@@ -205,13 +211,14 @@ class SweepSpec(BaseModel):
             raise ValueError("workloads must be a non-empty list of distinct names")
         if self.load == "concurrency" and not self.concurrency:
             raise ValueError("a closed-loop sweep needs concurrency levels (concurrency = [1, 2, 4, 8])")
-        conv = [w for w in self.workloads if isinstance(w, ConversationSource)]
+        conv = [w for w in self.workloads if _replays_conversations(w)]
         if self.load == "conversation":
             self._check_conversation(len(conv))
         else:
             if conv:
-                raise ValueError(f"workload {{conversations = {conv[0].conversations!r}}} is a conversation set: "
-                                 "set load = 'conversation' to replay it")
+                what = (f"{{conversations = {conv[0].conversations!r}}}" if isinstance(conv[0], ConversationSource)
+                        else f"{{traffic = {conv[0].traffic!r}, conversations = true}}")
+                raise ValueError(f"workload {what} is a conversation set: set load = 'conversation' to replay it")
             if self.history is not None or self.think_time_s:
                 raise ValueError("history and think_time_s are conversation settings: set load = 'conversation'")
         if self.load == "rate":
@@ -233,7 +240,7 @@ class SweepSpec(BaseModel):
             raise ValueError("load = 'conversation' sends whole conversations per user: give concurrency levels "
                              "(users), not rates")
         if n_conv < len(self.workloads):
-            other = next(w for w in self.workloads if not isinstance(w, ConversationSource))
+            other = next(w for w in self.workloads if not _replays_conversations(w))
             raise ValueError(f"load = 'conversation' replays conversation sets only: workload {other!r} is not one "
                              "(name it as {conversations = 'edit-chat'} or {conversations = 'chats.jsonl'})")
         if self.search is not None:

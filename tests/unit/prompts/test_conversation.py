@@ -145,3 +145,41 @@ def test_a_panel_of_first_turns_maps_back_to_its_conversations():
     assert [c.id for c in convs] == [p.id for p in panel] and len({c.category for c in convs}) == 5
     with pytest.raises(WorkloadError, match="holds prompts, not conversations"):
         panel_conversations(resolve("copy"), panel)
+
+
+def test_a_real_multi_turn_log_is_imported_through_the_traffic_importer(tmp_path):
+    """{traffic = ..., conversations = true}: the traffic importer's drops and sampling, then each
+    line a conversation (user turns; the log's assistant turns and served response as recorded
+    answers); lines with tool turns cannot be replayed turn by turn and are counted."""
+    import json as _json
+
+    from specnb.prompts import resolve
+    from specnb.sweep.spec import SweepSpec
+
+    log = tmp_path / "chats.jsonl"
+    lines = [
+        {"id": "a", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"},
+                                 {"role": "assistant", "content": "hello"}, {"role": "user", "content": "again"},
+                                 {"role": "assistant", "content": "served"}]},
+        {"id": "b", "prompt": "one shot", "response": "ok"},
+        {"id": "c", "messages": [{"role": "user", "content": "weather?"},
+                                 {"role": "assistant", "content": None, "tool_calls": [{"id": "t"}]},
+                                 {"role": "tool", "content": "sunny"}, {"role": "user", "content": "thanks"}]},
+    ]
+    log.write_text("\n".join(_json.dumps(x) for x in lines) + "\n\n")
+    wl = resolve({"traffic": str(log), "conversations": True})
+    assert [c.id for c in wl.conversations] == ["a", "b"]
+    a = wl.conversations[0]
+    assert a.system == "be brief" and a.turns == ("hi", "again") and a.answers == ("hello", "served")
+    assert a.messages(1)[-3:] == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+                                  {"role": "user", "content": "again"}]
+    assert wl.conversation["recorded_answers"] and wl.imported["dropped"] == {"blank": 1, "tool_turns": 1}
+    assert wl.imported["kept"] == 2
+    spec = SweepSpec.parse({"name": "s", "model": "m", "arms": [{"name": "baseline"}], "concurrency": [1],
+                            "load": "conversation", "workloads": [{"traffic": str(log), "conversations": True}]})
+    assert spec.workloads[0].conversations is True
+    with pytest.raises(Exception, match="conversation set: set load = 'conversation'"):
+        SweepSpec.parse({"name": "s", "model": "m", "arms": [{"name": "baseline"}], "concurrency": [1],
+                         "workloads": [{"traffic": str(log), "conversations": True}]})
+    # the same log as single prompts: unchanged
+    assert len(resolve({"traffic": str(log)}).prompts) == 3
