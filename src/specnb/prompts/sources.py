@@ -9,7 +9,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from specnb.prompts.context import ContextSource, is_context, load_context
-from specnb.prompts.conversation import ConversationSource, from_traffic, is_conversations, load_conversation_source
+from specnb.prompts.conversation import (
+    ConversationSource,
+    from_traffic,
+    is_conversations,
+    load_conversation_source,
+)
 from specnb.prompts.traffic import TrafficSource, load_source
 from specnb.prompts.workload import SETS, Workload, WorkloadError, bundled, load_jsonl
 
