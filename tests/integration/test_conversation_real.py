@@ -46,5 +46,6 @@ def test_later_turns_hit_the_prefix_cache_and_the_report_gives_three_speedups(ba
     assert cli.main(["report", str(tmp_path / "out")]) == 0
     text = capsys.readouterr().out
     assert "conversation replay: 2 point(s)" in text and "(recorded answers)" in text
-    line = next(ln for ln in text.splitlines() if ln.startswith("  ngram-k4 / edit-chat-recorded, 2 user(s)"))
+    line = next(ln for ln in text.splitlines()
+                if ln.startswith("  ngram-k4 / edit-chat-recorded, 2 user(s): speedup on output"))
     assert "total" in line and "computed" in line and "prefix-cache hit rate" in line
