@@ -24,7 +24,7 @@ import pandas as pd
 
 from specnb.analysis.bootstrap import level_of
 from specnb.analysis.pairing import LOAD_KEYS, condition_column, condition_keys, paired, usable
-from specnb.analysis.requests import TURN_KEY
+from specnb.analysis.requests import by_conversation_turn
 from specnb.ledger import load_requests
 from specnb.ledger.names import PLAIN_CONDITION
 from specnb.ledger.store import read_records
@@ -46,11 +46,8 @@ def _outputs(path: str) -> pd.DataFrame:
         return pd.DataFrame()
     in_flight = _in_flight_at(req)
     req = req.assign(in_flight=[in_flight.get(int(i)) for i in req["index"]])
-    if {"conversation", "turn"} <= set(req.columns) and len(req) and req["conversation"].notna().all():
-        # a conversation replay's users interleave their turns by timing: a request is its
-        # (conversation, turn), the same in both arms whatever order they were sent in
-        req = req.sort_values(["conversation", "turn"]).assign(
-            index=lambda r: r["conversation"].astype(int) * TURN_KEY + r["turn"].astype(int))
+    keyed = by_conversation_turn(req)  # a conversation's request is its (conversation, turn) in both arms
+    req = keyed if keyed is not None else req
     req = req[req["error"].isna()] if "error" in req.columns else req
     cols = ["index", "output_sha", "in_flight"] + [c for c in ("output_token_ids", "prompt_id") if c in req.columns]
     return req[cols].set_index("index")

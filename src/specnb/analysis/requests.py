@@ -20,7 +20,8 @@ from specnb.analysis.pairing import PairingError
 from specnb.analysis.window import frame_window, slot_column
 from specnb.ledger import load_requests
 
-__all__ = ["RequestTerms", "request_terms", "weight_factors", "Sidecars", "pair_terms", "TURN_KEY"]
+__all__ = ["RequestTerms", "request_terms", "weight_factors", "Sidecars", "pair_terms", "TURN_KEY",
+           "by_conversation_turn"]
 
 TURN_KEY = 10_000  # a conversation request's key: conversation * TURN_KEY + turn
 
@@ -44,20 +45,24 @@ class RequestTerms:
                                                                 "user_ok", "comp_x", "comp_d")), keyed=self.keyed)
 
 
+def by_conversation_turn(req: pd.DataFrame) -> pd.DataFrame | None:
+    """A conversation point's requests keyed by (conversation, turn), in that order, as ``index``
+    (conversation * TURN_KEY + turn); None for any other point. A replay's users interleave their
+    turns by timing, so the order they were sent in differs between arms; the key does not."""
+    if not ({"conversation", "turn"} <= set(req.columns) and len(req) and req["conversation"].notna().all()):
+        return None
+    return req.sort_values(["conversation", "turn"]).assign(
+        index=lambda r: r["conversation"].astype(int) * TURN_KEY + r["turn"].astype(int))
+
+
 def request_terms(req: pd.DataFrame, concurrency: int) -> RequestTerms | None:
     need = {"index", slot_column(req), "start_s", "end_s", "chunk_times_s", "chunk_tokens", "output_tokens"}
     if req.empty or not need <= set(req.columns):
         return None
-    conversation = ("conversation" in req.columns and "turn" in req.columns
-                    and req["conversation"].notna().all() and len(req))
-    if conversation:
-        # a conversation replay's users interleave their turns by timing, so the order they were
-        # sent in differs between arms: a request is its (conversation, turn), and the unit the
-        # prompt level resamples is the whole conversation (its prompt id)
-        req = req.sort_values(["conversation", "turn"]).reset_index(drop=True)
-        req = req.assign(index=req["conversation"].astype(int) * TURN_KEY + req["turn"].astype(int))
-    else:
-        req = req.sort_values("index")
+    keyed = by_conversation_turn(req)
+    # the unit the prompt level resamples is the prompt: for a conversation, the whole conversation
+    req = keyed.reset_index(drop=True) if keyed is not None else req.sort_values("index")
+    conversation = keyed is not None
     err = req["error"] if "error" in req.columns else pd.Series([None] * len(req), index=req.index)
     ok = (err.isna() & (req["output_tokens"] > 0)).to_numpy()
     start, end = req["start_s"].to_numpy(float), req["end_s"].to_numpy(float)

@@ -21,12 +21,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from specnb import paths
-from specnb.errors import first_error
 from specnb.prompts.copyshare import MixError, load_tokenizer
-from specnb.prompts.workload import Prompt, Workload, WorkloadError, bundled, load_jsonl
+from specnb.prompts.workload import Prompt, Workload, WorkloadError, bundled, load_jsonl, parse_table
 
 __all__ = ["ContextSource", "build_context", "CORPUS", "HEADER", "REQUEST"]
 
@@ -52,11 +51,7 @@ class ContextSource(BaseModel):
 
     @classmethod
     def parse(cls, data: Any) -> ContextSource:
-        try:
-            return cls.model_validate(dict(data) if isinstance(data, dict) else data)
-        except (ValidationError, TypeError, ValueError) as exc:
-            why = first_error(exc, model=cls) if isinstance(exc, ValidationError) else str(exc)
-            raise WorkloadError(f"context workload {data!r}: {why}") from None
+        return parse_table(cls, data, "context")
 
     @property
     def workload_name(self) -> str:

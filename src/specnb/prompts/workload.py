@@ -33,9 +33,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specnb.errors import SpecnbError
+from pydantic import ValidationError
 
-__all__ = ["Prompt", "Workload", "WorkloadError", "load_jsonl", "bundled", "check_messages",
+from specnb.errors import SpecnbError, first_error
+
+__all__ = ["Prompt", "Workload", "WorkloadError", "load_jsonl", "json_lines", "parse_table", "bundled", "check_messages",
            "prompts_hash", "canonical_hash", "text_lines", "BUNDLED", "UNCATEGORIZED"]
 
 BUNDLED = ("copy", "freeform")  # written by tools/make_workloads.py, five categories of 64 each
@@ -205,20 +207,35 @@ def text_lines(path: Path, error: type[WorkloadError] = WorkloadError) -> Iterat
         raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
+def json_lines(path: Path) -> Iterator[tuple[int, str, Any]]:
+    """(line number, ``path:line``, parsed object) of each non-blank line of a JSONL file; a line
+    that is not JSON raises :class:`WorkloadError` naming the file and line."""
+    for n, raw in text_lines(path):
+        if not raw.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            yield n, where, json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise WorkloadError(f"{where}: not valid JSON ({exc.msg})") from None
+
+
+def parse_table(model: type[Any], data: Any, what: str) -> Any:
+    """A sweep's workload table validated as ``model`` (a pydantic model), or one line saying why."""
+    try:
+        return model.model_validate(dict(data) if isinstance(data, dict) else data)
+    except (ValidationError, TypeError, ValueError) as exc:
+        why = first_error(exc, model=model) if isinstance(exc, ValidationError) else str(exc)
+        raise WorkloadError(f"{what} workload {data!r}: {why}") from None
+
+
 def load_jsonl(path: str | Path, name: str | None = None, default_category: str | None = None) -> Workload:
     path = Path(path)
     if not path.is_file():
         raise WorkloadError(f"{path}: no such prompt file")
     prompts: list[Prompt] = []
     seen: set[str] = set()
-    for n, raw in text_lines(path):
-        if not raw.strip():
-            continue
-        where = f"{path}:{n}"
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise WorkloadError(f"{where}: not valid JSON ({exc.msg})") from None
+    for n, where, obj in json_lines(path):
         p = _parse_line(obj, where, n, default_category)
         if p.id in seen:
             raise WorkloadError(f"{where}: duplicate id {p.id!r}")
