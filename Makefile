@@ -52,7 +52,7 @@ export HF_HUB_OFFLINE := 1
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_%-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "  variables: EXTRA=$(EXTRA) (cpu|gpu)  PARAMS=<yaml>  RUN=<run name> (resume)  PYTEST_ARGS=..."
+	@echo "  variables: EXTRA=$(EXTRA) (cpu|gpu)  PARAMS=<yaml>  RUN=<run name> (resume)  EXECUTOR=local|ray|<ray address>  PYTEST_ARGS=..."
 	@echo "  axes: $(AXES)"
 
 $(STAMP): pyproject.toml
@@ -106,10 +106,10 @@ demo: setup ## the main job, about 15 min: the concurrency notebook measured on 
 tune: setup ## the schedule loop on vLLM-CPU: proposal, derived config, rounds until it is verified (RUN=<name> resumes)
 	$(VENV)/bin/specnb tune configs/cpu-tune.toml $(if $(RUN),--out ledgers/tune/cpu/$(RUN))
 
-measure-%: setup ## run one axis notebook with measure=True (its CPU defaults; PARAMS=<yaml> overrides, RUN=<name> resumes)
+measure-%: setup ## run one axis notebook with measure=True (its CPU defaults; PARAMS=<yaml> overrides, RUN=<name> resumes, EXECUTOR=ray runs its blocks on Ray)
 	@test -n "$(call nb_of,$*)" || { echo "no notebook for axis '$*' (axes: $(AXES))"; exit 2; }
 	$(PY) -m specnb.notebooks.runner notebooks/$(call nb_of,$*).py $(EXECUTED)/$(call nb_of,$*).ipynb \
-	  $(if $(PARAMS),-f $(PARAMS)) -p measure true $(if $(RUN),-p run $(RUN)) --progress
+	  $(if $(PARAMS),-f $(PARAMS)) -p measure true $(if $(RUN),-p run $(RUN)) $(if $(EXECUTOR),-p executor $(EXECUTOR)) --progress
 
 # `make figures` lists the out-of-date notebooks (each executed copy is a target whose
 # prerequisites are its source, its ledgers and the library), then runs them in one process,

@@ -34,6 +34,7 @@ figures_dir = "figures"  # where figures are written (SVG + PNG + sidecar)
 model = "models/SmolLM2-135M-Instruct"  # target checkpoint: local folder or hub id
 served_model_name = "smollm2-135m"  # name the server answers to
 endpoint = ""  # URL of a running server to attach to instead of launching (empty: launch)
+executor = "local"  # where the pairing blocks run: "local" (here, one after another), "ray" or a Ray address (docs/fleet.md)
 server_args = ["--enforce-eager", "--dtype", "machine", "--max-model-len", "2048"]  # every launch (--dtype machine: bf16 where this CPU has a oneDNN bf16 kernel, fp32 where it has none, as on AVX2-only CPUs: docs/cpu.md)
 env = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # environment for every launch (CPU KV pool in GiB)
 drafters = {"always-on": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}}  # the drafter always on; the policy arm is added from policy_from

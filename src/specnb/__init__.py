@@ -69,7 +69,7 @@ _LAZY = {
     "Arm": "specnb.sweep.arm",
     "Study": "specnb.sweep.study",
     "SweepSpec": "specnb.sweep.spec",
-    "run_sweep": "specnb.sweep.runner",
+    "run_sweep": "specnb.sweep.executor",
     "VllmServer": "specnb.engine.server",
     "attach": "specnb.engine.server",
 }

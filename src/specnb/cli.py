@@ -289,6 +289,32 @@ def _run_command(sub: Any, name: str, summary: str, *, config: str, out: str, ov
     c.add_argument("--no-progress", action="store_true")
 
 
+def _executor(a: Any) -> Any:
+    """The sweep's executor from its options, checked before anything starts."""
+    from pydantic import ValidationError
+
+    from specnb.sweep.executor import ExecutorSpec
+    from specnb.sweep.spec import SweepError
+
+    labels = {}
+    for item in a.node_label:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SweepError(f"--node-label {item!r}: use KEY=VALUE")
+        labels[key] = value
+    try:
+        ex = ExecutorSpec.model_validate(a.executor)
+        ray_opts = {"max_blocks": a.max_blocks, "accelerator_type": a.accelerator_type,
+                    "labels": labels or None, "retries": a.retries}
+        given = {k: v for k, v in ray_opts.items() if v is not None}
+        if given and ex.local:
+            raise SweepError(f"--{next(iter(given)).replace('_', '-')} is a Ray option: add --executor ray")
+        return ExecutorSpec.model_validate({**ex.model_dump(), **given})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise SweepError(f"--executor: {err['msg'].removeprefix('Value error, ')}") from None
+
+
 def _echo(line: str) -> None:
     print(f"specnb: {line}", file=sys.stderr)
 
@@ -312,6 +338,17 @@ def main(argv: list[str] | None = None) -> int:
                  config="sweep TOML file (its arms, levels, workloads and sampling)",
                  out="record folder (default: ledgers/anatomy/<name>/<UTC time>); an existing one resumes",
                  override="override a top-level setting, value in TOML syntax")
+    sw = sub.choices["sweep"]
+    sw.add_argument("--executor", default="local", metavar="local|ray|ADDRESS",
+                    help="where the pairing blocks run: here one after another (local, the default), or on a Ray "
+                    "cluster (ray: RAY_ADDRESS or a Ray started here; or its address), one block per node at a time "
+                    "(docs/fleet.md)")
+    sw.add_argument("--max-blocks", type=int, default=None, metavar="N", help="Ray: blocks running at once")
+    sw.add_argument("--retries", type=int, default=None, metavar="N",
+                    help="Ray: times a block lost with its node is submitted again (default 2)")
+    sw.add_argument("--accelerator-type", default=None, metavar="TYPE", help="Ray: run blocks on this GPU type only")
+    sw.add_argument("--node-label", action="append", default=[], metavar="KEY=VALUE",
+                    help="Ray: run blocks only on nodes with this label (repeat for several)")
     sub.choices["anatomy"].add_argument("--window-requests", type=int, default=None, metavar="N",
                                         help="requests per profiled window (default: the level; at least the level)")
     r = sub.add_parser("report", help="print the paired table of a ledger folder, with bootstrap "
@@ -380,12 +417,13 @@ def main(argv: list[str] | None = None) -> int:
 
     def run() -> int:
         if a.cmd == "sweep":
-            from specnb.sweep.runner import run_sweep  # the engine side, only for a sweep
+            from specnb.sweep.executor import run_sweep  # the engine side (here or on Ray), only for a sweep
             from specnb.sweep.spec import SweepSpec
 
             spec = SweepSpec.from_toml(a.config, _overrides(a.set))
+            executor = _executor(a)
             out = a.out or paths.LEDGERS / spec.name / new_run_name()
-            outcome = run_sweep(spec, out, progress=not a.no_progress, echo=_echo)
+            outcome = run_sweep(spec, out, progress=not a.no_progress, echo=_echo, executor=executor)
             print(outcome.summary(), file=sys.stderr)
             return _finished(out, outcome.failed_points, _print_table(out))
         if a.cmd == "anatomy":

@@ -69,8 +69,10 @@ def test_a_notebook_opened_on_committed_ledgers_loads_no_engine():
 
 
 def test_engine_names_on_the_top_level_still_resolve_when_asked():
-    loaded = _loaded_after("import specnb\nassert specnb.run_sweep and specnb.SweepSpec and specnb.VllmServer\n")
-    assert "specnb.sweep.runner" in loaded["specnb"] and "aiohttp" in loaded["deps"]
+    # run_sweep is the executor's (here or on Ray: the runner loads when it runs); VllmServer the engine's
+    loaded = _loaded_after("import specnb\nassert specnb.run_sweep.__module__ == 'specnb.sweep.executor'\n"
+                           "assert specnb.SweepSpec and specnb.VllmServer\n")
+    assert "specnb.engine.server" in loaded["specnb"] and "psutil" in loaded["deps"]
 
 
 def _imports(path: Path) -> list[str]:

@@ -2,7 +2,7 @@
 
 A speedup is a ratio within a pair: the speculative arm's point divided by the baseline's
 point of the same sweep, (study, condition,) workload, concurrency and repeat. Pairs must
-share the prompts (workload hash), the sampling and the engine build, or
+share the prompts (workload hash), the sampling, the engine build and the kind of machine, or
 :class:`PairingError` is raised: otherwise the ratio measures two different servers, not
 the drafter. Only *usable* points (:func:`usable`) ever enter a pair.
 
@@ -45,7 +45,9 @@ KEYS = ["sweep", "workload", "concurrency", "repeat"]
 CONDITION_KEYS = ["study", "condition"]
 # Open-loop points pair at the same offered rate (closed-loop points have none: NaN pairs with NaN).
 LOAD_KEYS = ["load_mode", "rate_rps"]
-MUST_MATCH = ["workload_hash", "panel_hash", "sampling_key", "engine_version"]
+# ``machine``: the hardware in one phrase (CPU model and cores, GPUs and driver): a pair measured on two
+# kinds of machine (a fleet's block retried on another node type) would be a ratio of machines
+MUST_MATCH = ["workload_hash", "panel_hash", "sampling_key", "engine_version", "machine"]
 
 
 class AnalysisError(SpecnbError):

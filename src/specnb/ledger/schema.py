@@ -285,6 +285,11 @@ class Provenance(_Model):
     versions: dict[str, str | None]
     hardware: dict[str, Any]
     argv: list[str] = Field(default_factory=list)
+    executor: dict[str, Any] | None = Field(
+        None, description="where an executor other than the local one ran the point: Ray's node id and "
+        "address, the host, the GPUs it was given, the job and task, the pairing block and its attempt "
+        "(specnb.sweep.fleet); absent for a local run",
+    )
 
 
 class SpecDecode(_Model):

@@ -108,7 +108,11 @@ def write_ledger(path: Path, ledger: PointLedger, requests: pd.DataFrame | None 
         ledger = ledger.model_copy(update={"requests_file": side.name})
     # a free-text ledger reads as before the field (older readers forbid unknown keys)
     sampling = getattr(ledger, "sampling", None)
-    exclude = {"sampling": {"response_format"}} if sampling is not None and sampling.response_format is None else None
+    exclude: dict[str, Any] = {"sampling": {"response_format"}} if sampling is not None and sampling.response_format is None else {}
+    prov = getattr(ledger, "provenance", None)
+    if prov is not None and prov.executor is None:  # a local run's ledger reads as before the field
+        exclude["provenance"] = {"executor"}
+    exclude = exclude or None
     return write_once(path, (ledger.model_dump_json(indent=2, exclude=exclude) + "\n").encode())
 
 

