@@ -37,9 +37,15 @@ def main(argv: list[str] | None = None) -> int:
         cluster.wait_for_nodes()
         print(f"local_cluster: head at {cluster.address}, {a.nodes} node(s) of {a.cpus:g} CPU(s)", file=sys.stderr)
         cmd = [c.replace("{address}", cluster.address) for c in cmd]
-        return subprocess.run(cmd, env={**os.environ, "RAY_ADDRESS": cluster.address}).returncode
-    except KeyboardInterrupt:
-        return 130
+        proc = subprocess.Popen(cmd, env={**os.environ, "RAY_ADDRESS": cluster.address})
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:  # the command had the same Ctrl-C: it cancels its blocks before the cluster goes
+            try:
+                return proc.wait(timeout=120)
+            except (subprocess.TimeoutExpired, KeyboardInterrupt):
+                proc.kill()
+                return 130
     finally:
         cluster.shutdown()
 
