@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     sw = sub.choices["sweep"]
     sw.add_argument("--executor", default="local", metavar="local|ray|ADDRESS",
                     help="where the pairing blocks run: here one after another (local, the default), or on a Ray "
-                    "cluster (ray: RAY_ADDRESS or a Ray started here; or its address), one block per node at a time "
+                    "cluster (ray: RAY_ADDRESS or a Ray started here; or its address), each block on one node "
                     "(docs/fleet.md)")
     sw.add_argument("--max-blocks", type=int, default=None, metavar="N", help="Ray: blocks running at once")
     sw.add_argument("--retries", type=int, default=None, metavar="N",

@@ -12,6 +12,10 @@ machine's two cores, and two servers at once would measure each other.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -20,6 +24,7 @@ import psutil
 import pytest
 
 from specnb.ledger import load_ledgers
+from specnb.ledger.timing import read_timings
 from specnb.sweep import run_sweep
 from specnb.sweep.fleet import BLOCK_ENV
 
@@ -27,6 +32,8 @@ pytestmark = pytest.mark.integration
 
 ray = pytest.importorskip("ray", reason="the Ray executor's tests need ray (make test installs it)")
 from ray.cluster_utils import Cluster  # noqa: E402
+
+from tests.integration.conftest import MODEL, SERVER_ARGS  # noqa: E402
 
 # what a point ledger says about the point itself: equal between a local and a Ray run of the
 # same sweep (the server's port, the times, the measured values and provenance may differ)
@@ -48,6 +55,13 @@ def _structure(path: Path) -> dict:
     out["results_keys"] = sorted(led["results"] or {})
     out["spec_decode_keys"] = sorted(led["spec_decode"] or {})
     return out
+
+
+def _default_sigint() -> None:
+    """In the driver's child before exec: SIGINT as a terminal delivers it (after the in-process Ray
+    runs of this module the test process's children were seen not to get it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _block_servers() -> list[psutil.Process]:
@@ -106,12 +120,13 @@ def fleet_run(real_sweep, tmp_path_factory):
     try:
         outcome = run_sweep(spec, out, progress=False, echo=lines.append,
                             executor={"kind": "ray", "address": cluster.address, "max_blocks": 1, "poll_s": 0.2})
+        leftovers = _block_servers()  # while the cluster still runs: its shutdown would stop them anyway
     finally:
         killer.stop.set()
         ray.shutdown()
         cluster.shutdown()
     return {"out": out, "outcome": outcome, "killer": killer, "lines": lines, "elapsed_s": time.monotonic() - t0,
-            "local": real_sweep.out, "leftovers": _block_servers()}
+            "local": real_sweep.out, "leftovers": leftovers}
 
 
 def test_blocks_land_on_both_nodes_and_match_the_local_run(fleet_run):
@@ -121,6 +136,9 @@ def test_blocks_land_on_both_nodes_and_match_the_local_run(fleet_run):
     assert len(measured) == 4, measured  # baseline and n-gram, two repeats
     nodes = {json.loads(p.read_text())["provenance"]["executor"]["node_id"] for p in measured}
     assert len(nodes) == 2, "the blocks ran on one node only"
+    # Ray's SPREAD placed the second block on the other node before any fault (the kill then hit that one)
+    r0 = {json.loads(p.read_text())["provenance"]["executor"]["node_id"] for p in out.rglob("c001-r00.json")}
+    assert len(r0) == 1 and fleet_run["killer"].killed["node_id"] not in r0
     for p in measured:
         ex = json.loads(p.read_text())["provenance"]["executor"]
         assert ex["kind"] == "ray" and ex["job_id"] and ex["task_id"] and ex["block"].startswith("it/r")
@@ -160,3 +178,63 @@ def test_a_node_killed_mid_block_loses_nothing_and_the_block_ends_elsewhere(flee
     assert any("submitted again" in line for line in fleet_run["lines"]), fleet_run["lines"]
     # no server of the killed node (or any other) is left running
     assert not fleet_run["leftovers"], [p.pid for p in fleet_run["leftovers"]]
+
+
+def test_ctrl_c_on_the_driver_stops_every_block_and_every_server(tmp_path):
+    """Two blocks at once, one per node, each with a server starting: SIGINT to the driver (`specnb
+    sweep --executor <address>`) cancels both; each stops its server and sends its log back (the
+    log comes after the stop: it proves the block stopped the server itself); nothing is left.
+
+    The cluster runs in a process of its own (tools/local_cluster.py, started with SIGINT as a
+    terminal has it): in this test process, after the in-process Ray runs above, the children's
+    signals were seen to behave otherwise (the driver ignored SIGINT; then its blocks did)."""
+    cfg = tmp_path / "cc.toml"
+    cfg.write_text(
+        f'name = "cc"\nmodel = "{MODEL}"\nserved_model_name = "smol"\nserver_args = {json.dumps(SERVER_ARGS)}\n'
+        'workloads = ["copy"]\nconcurrency = [1]\nrepeats = 2\npanel_size = 4\nwarmup_requests = 1\n'
+        '[env]\nVLLM_CPU_KVCACHE_SPACE = "1"\n[sampling]\nmax_tokens = 16\n'
+        '[[arms]]\nname = "baseline"\n[[arms]]\nname = "ngram-k4"\n'
+        'speculative_config = { method = "ngram", num_speculative_tokens = 4, prompt_lookup_max = 4 }\n')
+    out = tmp_path / "out"
+    log = tmp_path / "driver.err"  # a file, not a pipe: nothing the driver writes can block it
+    specnb = str(Path(sys.executable).parent / "specnb")
+    tool = Path(__file__).resolve().parents[2] / "tools" / "local_cluster.py"
+    with log.open("w") as fh:
+        proc = subprocess.Popen([sys.executable, str(tool), "--nodes", "2", "--cpus", "2", "--", specnb, "sweep",
+                                 str(cfg), "--out", str(out), "--executor", "{address}", "--no-progress"],
+                                stderr=fh, stdout=fh, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                                preexec_fn=_default_sigint, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        blocks: set[str] = set()
+        while time.monotonic() < deadline and len(blocks) < 2 and proc.poll() is None:
+            blocks = set()
+            for p in _block_servers():
+                try:
+                    blocks.add(p.environ()[BLOCK_ENV])
+                except (psutil.Error, KeyError):
+                    continue
+            time.sleep(0.5)
+        assert blocks == {"cc/r0", "cc/r1"}, f"both blocks' servers never ran at once ({blocks}): {log.read_text()[-2000:]}"
+        driver = next(c for c in psutil.Process(proc.pid).children() if "sweep" in c.cmdline())
+        driver.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the driver did not stop within 180 s of Ctrl-C: " + log.read_text()[-2000:])
+        err = log.read_text()
+        assert proc.returncode == 130, err[-2000:]
+        assert "cancelling 2 block(s)" in err, err[-2000:]
+        # each cancelled block stopped its server, then sent its log back
+        logs = sorted(p.name for p in (out / "logs").glob("*.log")) if (out / "logs").exists() else []
+        assert {n.rsplit("-", 1)[1] for n in logs} == {"r00.log", "r01.log"}, (logs, err[-2000:])
+        ended = [t["ended"] for t in read_timings(out)]
+        assert len(ended) == 3 and all(e == "interrupted" for e in ended), ended  # the driver and both blocks
+        time.sleep(2)
+        left = _block_servers()
+        assert not left, [(p.pid, p.cmdline()[:3]) for p in left]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for p in _block_servers():
+            p.kill()

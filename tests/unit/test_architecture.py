@@ -23,7 +23,7 @@ PACKAGE = paths.ROOT / "src" / "specnb"
 ANALYSIS_SIDE = ("ledger", "prompts", "analysis", "models", "figures", "notebooks")
 ENGINE_SIDE = ("specnb.engine", "specnb.sweep.runner", "specnb.sweep.preflight", "specnb.setup")
 # third-party modules only the engine side needs
-ENGINE_DEPS = ("aiohttp", "psutil", "prometheus_client", "vllm", "torch")
+ENGINE_DEPS = ("aiohttp", "psutil", "prometheus_client", "vllm", "torch", "ray")
 
 
 def _loaded_after(code: str) -> dict[str, list[str]]:

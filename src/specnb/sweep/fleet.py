@@ -216,7 +216,7 @@ def _block_task(order: _Order) -> dict[str, Any]:  # pragma: no cover - runs in 
     """Run one pairing block on this node; every file it writes goes to the driver."""
     import ray
 
-    t0 = time.monotonic()
+    t0, began = time.monotonic(), time.time()
     ctx = ray.get_runtime_context()
     node = {"kind": "ray", "node_id": ctx.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
             "host": socket.gethostname(), "job_id": ctx.get_job_id(), "task_id": ctx.get_task_id(),
@@ -242,7 +242,8 @@ def _block_task(order: _Order) -> dict[str, Any]:  # pragma: no cover - runs in 
             shipper.sent.add(rel)
         run = _block_run(order, staging, shipper, node, send)
         run.run_plan(order.levels, order.round, order.repeat, set(order.pending))
-        return {"node": node, "wall_s": time.monotonic() - t0, "points": run.points_run}
+        return {"node": node, "wall_s": time.monotonic() - t0, "points": run.points_run, "began": began,
+                "ended": time.time()}
     finally:
         os.chdir(old)
         os.environ.pop(BLOCK_ENV, None)
@@ -327,6 +328,15 @@ def _import_ray() -> Any:
     return ray
 
 
+def _sidecar_of(data: bytes) -> str | None:
+    """The Parquet sidecar a point ledger's JSON names (None: not a point ledger, or none)."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return doc.get("requests_file") if isinstance(doc, dict) else None
+
+
 def _where(node: dict[str, Any] | None) -> str:
     """A node in a few characters: its host and the start of Ray's node id (simulated nodes share a host)."""
     if not node:
@@ -344,10 +354,12 @@ def _classify(ray: Any, exc: BaseException) -> tuple[type[SpecnbError], str]:
     text = " ".join(str(exc).split())
     if isinstance(exc, ex.TaskCancelledError):
         return BlockCancelled, "the driver cancelled the block"
-    if isinstance(exc, getattr(ex, "NodeDiedError", ())) or "node" in text.lower() and "died" in text.lower():
+    if isinstance(exc, getattr(ex, "NodeDiedError", ())):
         return NodeLost, f"node lost: {text[:300]}"
     if isinstance(exc, (ex.WorkerCrashedError, getattr(ex, "OutOfMemoryError", ex.WorkerCrashedError))):
         return WorkerLost, f"worker lost (killed, out of memory or preempted): {text[:300]}"
+    if not isinstance(exc, ex.RayTaskError) and "node" in text.lower() and ("dead" in text.lower() or "died" in text.lower()):
+        return NodeLost, f"node lost: {text[:300]}"  # Ray's own message for a task whose node went away
     if isinstance(exc, ex.RayTaskError):
         cause = exc.cause if getattr(exc, "cause", None) is not None else exc
         kind = BlockRefused if type(cause).__name__ == "BlockRefused" else BlockFailed
@@ -364,6 +376,9 @@ class _Fleet:
         self.progress = progress
         self.blocks_done = 0
         self.records: dict[int, list[dict[str, Any]]] = collections.defaultdict(list)
+        self.inbox: collections.deque[tuple[str, str, Any]] = collections.deque()
+        # (run, folder, sidecar name a block wrote) -> the name the driver gave it (a collision)
+        self.renamed: dict[tuple[int, str, str], str] = {}
 
     # -- Ray ---------------------------------------------------------------------------------
     def connect(self) -> None:
@@ -373,6 +388,7 @@ class _Fleet:
             ray.init(address=address, include_dashboard=False, log_to_driver=False,
                      logging_level="ERROR", configure_logging=True)
         alive = [n for n in ray.nodes() if n.get("Alive")]
+        self.alive = alive
         cpus = [n["Resources"].get("CPU", 0.0) for n in alive if n["Resources"].get("CPU", 0.0) > 0]
         self.node_cpus = min(cpus) if cpus else None
         self.echo(f"ray: {len(alive)} node(s) alive, {sum(n['Resources'].get('GPU', 0.0) for n in alive):g} GPU(s), "
@@ -390,7 +406,15 @@ class _Fleet:
     # -- the files -------------------------------------------------------------------------------
     def drain(self) -> None:
         """Take what blocks sent and act on it: files written into the run folders, lines said."""
+        # taken items stay in the inbox until handled: a Ctrl-C in the middle of a write loses none
+        # (the next drain, in cancel_all, writes them; a file already written is the same bytes: skipped)
         for key, kind, payload in self.ray.get(self.mailbox.take.remote()):
+            if kind == "files":
+                self.inbox.extend((key, kind, item) for item in payload)
+            else:
+                self.inbox.append((key, kind, payload))
+        while self.inbox:
+            key, kind, payload = self.inbox[0]
             blk = self.by_key.get(key)
             if kind == "started":
                 if blk is not None:
@@ -399,8 +423,9 @@ class _Fleet:
             elif kind == "echo":
                 self.echo(f"[{key} on {_where(blk.node if blk else None)}] {payload}")
             elif kind == "files":
-                for sweep, rel, data in payload:
-                    self.write(self.runs[sweep], rel, data)
+                sweep, rel, data = payload
+                self.write(self.runs[sweep], rel, data)
+            self.inbox.popleft()
 
     def write(self, run: Any, rel: str, data: bytes) -> None:
         """A file a block wrote, into the run folder, write-once as the local sweep writes it."""
@@ -412,6 +437,12 @@ class _Fleet:
             self.echo(f"ignored a file outside the run folder from a block: {rel}")
             return
         dest = run.out_dir / relp
+        renamed = self.renamed.pop((id(run), relp.parent.as_posix(), _sidecar_of(data)), None) \
+            if dest.suffix == ".json" else None
+        if renamed is not None:  # its sidecar was written under another name: the ledger names that one
+            doc = json.loads(data)
+            doc["requests_file"] = renamed
+            data = (json.dumps(doc, indent=2) + "\n").encode()
         if relp.parts[0] == "logs" and dest.exists():  # a retried block's log of the same arm and repeat
             dest = dest.with_name(f"{dest.stem}.{_stamp()}{dest.suffix}")
         try:
@@ -420,8 +451,11 @@ class _Fleet:
             if dest.read_bytes() == data or relp.parts[0] == "sizing":  # the run's first sizing stands
                 return
             # a point measured twice (a block declared lost that was not): kept, never paired
+            old_name = dest.name
             dest = _superseded_path(dest) if dest.suffix == ".json" else dest.with_name(f"{dest.stem}-{_stamp()}{dest.suffix}")
             write_once(dest, data)
+            if dest.suffix == ".parquet":
+                self.renamed[(id(run), relp.parent.as_posix(), old_name)] = dest.name
         if relp.parts[0] == "timings":
             run.outcome.timings.append(dest)
         if relp.parts[0] in ("logs", "sizing", "timings") or dest.suffix != ".json":
@@ -452,6 +486,8 @@ class _Fleet:
         from specnb.sweep.progress import progress_bar
 
         self.connect()
+        for run in self.runs:  # every sweep's blocks must fit some node, or Ray would queue them forever
+            self.check_placeable(run.spec)
         self.by_key: dict[str, _Block] = {}
         self.queue: collections.deque[_Block] = collections.deque()
         self.running: dict[Any, _Block] = {}
@@ -545,6 +581,34 @@ class _Fleet:
         return bool(run.spec.work_floor_tokens) and any(
             not _sizing_path(run.out_dir, pt.workload.name).exists() for pt in blk.points)
 
+    def check_placeable(self, spec: SweepSpec) -> None:
+        """One line, before any block is submitted, when no node of the cluster can hold one of the
+        sweep's blocks (too few GPUs, no such accelerator, label or resource), or when this Ray
+        does not know an option asked for (labels need a Ray with ``label_selector``)."""
+        opts = block_options(spec, self.ex, self.cpu_engine, self.node_cpus)
+        try:
+            self.task.options(**opts)
+        except (ValueError, TypeError) as exc:
+            raise FleetError(f"Ray {self.ray.__version__} refuses the block options {opts}: {exc}") from None
+        need = {"CPU": float(opts["num_cpus"]), "GPU": float(opts["num_gpus"]), **opts.get("resources", {})}
+        if opts.get("accelerator_type"):
+            need[f"accelerator_type:{opts['accelerator_type']}"] = 0.001
+        labels = opts.get("label_selector") or {}
+
+        def fits(node: dict[str, Any]) -> bool:
+            have = node.get("Resources") or {}
+            node_labels = node.get("Labels")  # a Ray that does not list labels: Ray judges them itself
+            return (all(have.get(k, 0.0) >= v for k, v in need.items() if v > 0)
+                    and (node_labels is None or all(node_labels.get(k) == v for k, v in labels.items())))
+
+        if not any(fits(n) for n in self.alive):
+            offer = "; ".join(sorted({", ".join(f"{k} {v:g}" for k, v in sorted((n.get("Resources") or {}).items())
+                                               if k in ("CPU", "GPU") or k.startswith("accelerator_type") or k in need)
+                                     for n in self.alive}))
+            raise FleetError(f"sweep {spec.name!r}: no node of the cluster can hold a block asking for "
+                             f"{', '.join(f'{k} {v:g}' for k, v in need.items() if v > 0)}"
+                             + (f" with labels {labels}" if labels else "") + f" (nodes offer: {offer})")
+
     def submit(self, blk: _Block) -> None:
         opts = block_options(blk.run.spec, self.ex, self.cpu_engine, self.node_cpus)
         blk.submitted, blk.started, blk.node = time.monotonic(), None, None
@@ -559,11 +623,13 @@ class _Fleet:
         try:
             while self.queue or self.running:
                 sizing_runs = {id(b.run) for b in self.running.values() if self.needs_sizing(b)}
-                while self.queue and (self.ex.max_blocks is None or len(self.running) < self.ex.max_blocks):
-                    nxt = self.queue[0]
-                    if id(nxt.run) in sizing_runs:  # wait for the sweep's sizing block
+                for nxt in list(self.queue):
+                    if self.ex.max_blocks is not None and len(self.running) >= self.ex.max_blocks:
                         break
-                    self.submit(self.queue.popleft())
+                    if id(nxt.run) in sizing_runs:  # waits for its sweep's sizing block; other sweeps go on
+                        continue
+                    self.queue.remove(nxt)
+                    self.submit(nxt)
                     if self.needs_sizing(nxt):
                         sizing_runs.add(id(nxt.run))
                 ready, _ = ray.wait(list(self.running), num_returns=1, timeout=self.ex.poll_s)
@@ -591,6 +657,8 @@ class _Fleet:
             "block": blk.key, "attempt": blk.attempt, "node_id": node.get("node_id"), "host": node.get("host"),
             "node_ip": node.get("node_ip"), "gpu_ids": node.get("gpu_ids"), "ok": True,
             "queued_s": round((blk.started or time.monotonic()) - blk.submitted, 2),
+            # the node's clock (Unix seconds): when it began and ended the block
+            "node_began": summary.get("began"), "node_ended": summary.get("ended"),
             "node_wall_s": round(float(summary.get("wall_s") or 0.0), 2), "returned_s": round(returned, 2),
             # what the executor added to the block: placement, the worker's start, sending files back
             "overhead_s": round(returned - float(summary.get("wall_s") or 0.0), 2)})

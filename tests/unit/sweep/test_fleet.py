@@ -78,6 +78,7 @@ def test_a_cpu_engine_block_takes_a_whole_node_and_an_attached_sweep_no_gpu():
 def _fleet(tmp_path: Path) -> tuple[_Fleet, SimpleNamespace]:
     fl = object.__new__(_Fleet)  # the write rules need no Ray
     fl.echo = lambda s: None
+    fl.renamed = {}
     fl.bar = SimpleNamespace(update=lambda n: None)
     run = SimpleNamespace(out_dir=tmp_path, outcome=SweepOutcome(out_dir=tmp_path))
     return fl, run
@@ -99,6 +100,14 @@ def test_the_driver_writes_block_files_once_and_never_over_another(tmp_path):
     fl.write(run, "sizing/copy.json", b"1")
     fl.write(run, "sizing/copy.json", b"2")  # the run's first sizing stands
     assert (tmp_path / "sizing/copy.json").read_bytes() == b"1"
+    # a sidecar whose name is taken (an orphan of a run that died between sidecar and JSON): the
+    # ledger is written naming the sidecar the driver wrote, not the orphan
+    (tmp_path / "ngram/copy").mkdir(parents=True)
+    (tmp_path / "ngram/copy/c001-r00.requests.parquet").write_bytes(b"orphan")
+    fl.write(run, "ngram/copy/c001-r00.requests.parquet", b"mine")
+    fl.write(run, "ngram/copy/c001-r00.json", json.dumps({"requests_file": "c001-r00.requests.parquet"}).encode())
+    named = json.loads((tmp_path / "ngram/copy/c001-r00.json").read_text())["requests_file"]
+    assert named != "c001-r00.requests.parquet" and (tmp_path / "ngram/copy" / named).read_bytes() == b"mine"
     fl.write(run, "../escape.json", b"x")
     assert not (tmp_path.parent / "escape.json").exists()
 
@@ -141,7 +150,7 @@ def test_blocks_on_ray_send_every_file_to_the_driver_and_resume(local_ray, fake,
     from specnb.sweep import run_sweep
     from tests.unit.sweep.test_runner_failures import _spec as fake_spec
 
-    fake.fail = False
+    fake.fail, fake.chunk_delay_s = False, 0.1  # a block of seconds: long enough to see two overlap
     spec = fake_spec(fake.url).model_copy(update={"repeats": 2})
     out = tmp_path / "out"
     lines: list[str] = []
@@ -155,7 +164,11 @@ def test_blocks_on_ray_send_every_file_to_the_driver_and_resume(local_ray, fake,
         assert (p.parent / json.loads(p.read_text())["requests_file"]).exists()
     records = [json.loads(p.read_text()) for p in out.glob("timings/*.json")]
     assert sum(1 for r in records if r["executor"].get("role") == "driver") == 1
-    assert sum(1 for r in records if r["executor"].get("block")) == 2  # one per block, from its node
+    blocks = [r for r in records if r["executor"].get("block")]
+    assert len(blocks) == 2  # one per block, from its node
+    # the two blocks ran at the same time (an endpoint block asks for one CPU; this Ray has two)
+    placed = next(r for r in records if r["executor"].get("role") == "driver")["executor"]["blocks"]
+    assert max(b["node_began"] for b in placed) < min(b["node_ended"] for b in placed), placed
     again = run_sweep(spec, out, progress=False, echo=lines.append, executor="ray")
     assert again.ok and not again.written and len(again.skipped) == 4
 
@@ -165,3 +178,14 @@ def fake():
     from tests.unit.sweep.test_runner_failures import FakeServer
 
     return FakeServer()
+
+
+def test_a_block_no_node_can_hold_is_refused_before_any_is_submitted(local_ray, fake, tmp_path):
+    from specnb.sweep import run_sweep
+    from specnb.sweep.fleet import FleetError
+    from tests.unit.sweep.test_runner_failures import _spec as fake_spec
+
+    ex = {"kind": "ray", "accelerator_type": "H100"}
+    with pytest.raises(FleetError, match="no node of the cluster can hold a block"):
+        run_sweep(fake_spec(fake.url), tmp_path / "out", progress=False, echo=lambda s: None, executor=ex)
+    assert not list((tmp_path / "out").rglob("c*.json"))

@@ -26,6 +26,7 @@ class FakeServer:
     def __init__(self):
         self.fail = True
         self.spec = False  # send vLLM's per-request metrics.speculative_decoding at the end
+        self.chunk_delay_s = 0.005  # between streamed chunks
         self.url = None
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -41,7 +42,7 @@ class FakeServer:
             chunk = {"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}],
                      "usage": {"prompt_tokens": 5, "completion_tokens": i}}
             await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(self.chunk_delay_s)
         if self.spec:
             body = await request.json()
             copying = "fix" in body["messages"][-1]["content"].lower()

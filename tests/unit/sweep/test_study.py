@@ -159,3 +159,24 @@ def test_where_an_arm_key_comes_from_is_not_part_of_a_sweeps_identity():
     base = dict(name="x", concurrency=[1], arms=[{"name": "a", "endpoint": "http://127.0.0.1:8000"}])
     other = dict(base, arms=[{"name": "a", "endpoint": "http://127.0.0.1:8000", "api_key_env": "MY_KEY"}])
     assert SweepSpec.parse(base).identity() == SweepSpec.parse(other).identity()
+
+
+GPU_FILES = [p for p in PARAM_FILES if "/gpu/" in p and not p.endswith("calculator.yaml")]
+
+
+@pytest.mark.parametrize("pf", GPU_FILES, ids=lambda p: Path(p).stem)
+def test_every_gpu_parameter_file_runs_on_ray_with_one_flag(pf):
+    """`make measure-<axis> PARAMS=<gpu file> EXECUTOR=ray`: the file plus `executor = "ray"` is a
+    Ray study whose every condition's blocks ask for the GPUs its layout serves on."""
+    from specnb.sweep.fleet import block_gpus, block_options
+
+    axis = Path(pf).stem
+    nb = next(n for n in NOTEBOOKS if Path(n).stem.endswith("_" + axis))
+    params = {**notebook_parameters(nb), **read_params(pf, nb), "executor": "ray"}
+    st = Study.from_parameters(axis, **params)
+    assert st.executor.kind == "ray"
+    for name, spec in st.specs().items():
+        opts = block_options(spec, st.executor, cpu_engine=False, node_cpus=None)
+        assert opts["num_gpus"] == block_gpus(spec) >= 1, name
+        if axis == "parallelism" and name in ("tp2", "dp2"):
+            assert opts["num_gpus"] == 2
