@@ -258,7 +258,7 @@ def _block_task(order: _Order) -> dict[str, Any]:  # pragma: no cover - runs in 
 def _block_run(order: _Order, staging: Path, shipper: _Shipper, node: dict[str, Any],
                send: Callable[[str, Any], None]) -> Any:  # pragma: no cover - runs in a Ray worker
     from specnb.ledger.store import read_json
-    from specnb.sweep.runner import _SweepRun
+    from specnb.sweep.runner import _SweepRun, ended_by
 
     class _BlockRun(_SweepRun):
         """One pairing block on a node: the local run's code, its files sent on as written."""
@@ -274,8 +274,7 @@ def _block_run(order: _Order, staging: Path, shipper: _Shipper, node: dict[str, 
             try:
                 self.run_round([b for b in plan if b])
             except BaseException as exc:
-                ended = ("interrupted" if isinstance(exc, (KeyboardInterrupt, SystemExit))
-                         else f"stopped: {type(exc).__name__}")
+                ended = ended_by(exc)
                 raise
             finally:
                 self.bar.close()
@@ -484,6 +483,7 @@ class _Fleet:
     def run(self) -> list[Any]:
         from specnb.ledger.timing import Phase
         from specnb.sweep.progress import progress_bar
+        from specnb.sweep.runner import ended_by
 
         self.connect()
         for run in self.runs:  # every sweep's blocks must fit some node, or Ray would queue them forever
@@ -526,8 +526,7 @@ class _Fleet:
                 run.outcome.failed_points = run.missing()
                 run.outcome.refused = list(run.refused.values())
         except BaseException as exc:
-            ended = ("interrupted" if isinstance(exc, (KeyboardInterrupt, SystemExit))
-                     else f"stopped: {type(exc).__name__}")
+            ended = ended_by(exc)
             raise
         finally:
             self.bar.close()

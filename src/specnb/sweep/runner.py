@@ -419,8 +419,7 @@ class _SweepRun:
             self.outcome.failed_points = self.missing()
             self.outcome.refused = list(self.refused.values())
         except BaseException as exc:
-            ended = ("interrupted" if isinstance(exc, (KeyboardInterrupt, SystemExit))
-                     else f"stopped: {type(exc).__name__}")
+            ended = ended_by(exc)
             raise
         finally:
             self.bar.close()
@@ -756,6 +755,11 @@ def run_sweep(
     """
     echo = echo or (lambda s: print(s, file=sys.stderr))
     return _SweepRun(spec, Path(out_dir), progress, echo).run()
+
+
+def ended_by(exc: BaseException) -> str:
+    """How an invocation ended, for its timing record: ``interrupted`` (Ctrl-C) or ``stopped: <error>``."""
+    return "interrupted" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else f"stopped: {type(exc).__name__}"
 
 
 def _run_async(coro: Any) -> Any:
