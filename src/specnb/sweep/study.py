@@ -86,7 +86,9 @@ class Study(BaseModel):
     study: str = Field(description="study name: ledgers/<axis>/<study>/<run>/")
     model: str | None = None
     served_model_name: str | None = None
-    endpoint: str | None = Field(None, description="attach every arm to this server (one condition)")
+    endpoint: str | dict[str, str] | None = Field(
+        None, description="attach every arm to this server, or each named arm to its own (arm -> URL; the "
+                          "arms not named are launched); one condition either way")
     server_args: list[str]
     env: dict[str, str]
     drafters: dict[str, dict[str, Any]] = Field(description="arm name -> vLLM speculative config")
@@ -133,6 +135,12 @@ class Study(BaseModel):
             plain_name(name, "condition name")
         if self.endpoint and len(self.conditions) > 1:
             raise ValueError("an attached endpoint is one server: it cannot vary conditions")
+        if isinstance(self.endpoint, dict):
+            arms = [BASELINE, *self.drafters]
+            unknown = [k for k in self.endpoint if k not in arms]
+            if unknown:
+                raise ValueError(f"endpoint names arm(s) {', '.join(map(repr, unknown))} the study does not have "
+                                 f"(its arms: {', '.join(arms)})")
         return self
 
     # -- construction -------------------------------------------------------------------
@@ -150,7 +158,7 @@ class Study(BaseModel):
         data["axis"] = axis
         if axis == "context":  # the context-length notebook: one workload per length
             data["workloads"] = context_workloads(params)
-        if data.get("endpoint") in ("", None):
+        if data.get("endpoint") in ("", None, {}):
             data.pop("endpoint", None)
         def misspelt() -> str | None:
             """An ignored name close to a parameter that was not given: the mistake behind the error."""
@@ -186,9 +194,10 @@ class Study(BaseModel):
             arms: list[dict[str, Any]] = [{"name": BASELINE}]
             for arm, cfg in drafters.items():
                 arms.append({"name": arm, "speculative_config": _local_paths(cfg)})
-            if self.endpoint:
-                for a in arms:
-                    a["endpoint"] = self.endpoint
+            for a in arms:
+                url = self.endpoint.get(a["name"]) if isinstance(self.endpoint, dict) else self.endpoint
+                if url:
+                    a["endpoint"] = url
             data = {
                 "name": f"{self.axis}-{self.study}-{name}",
                 "model": cond.model or self.model,

@@ -62,6 +62,9 @@ def test_conditions_change_only_what_they_name():
     (dict(concurrency=[0]), "concurrency"),
     (dict(conditions={"a": {"bogus": 1}}), "bogus"),
     (dict(drafters={"x": {"method": "ngram"}}), "num_speculative_tokens"),
+    (dict(endpoint={"ngram-k8": "http://127.0.0.1:8000"}), "arm(s) 'ngram-k8' the study does not have"),
+    (dict(endpoint={"baseline": "127.0.0.1:8000"}), "not a server URL"),
+    (dict(endpoint={"baseline": "http://127.0.0.1:8000"}, conditions={"a": {}, "b": {}}), "cannot vary conditions"),
 ])
 def test_bad_parameters_fail_in_one_line(kw, msg):
     with pytest.raises(SweepError) as exc:
@@ -72,6 +75,16 @@ def test_bad_parameters_fail_in_one_line(kw, msg):
 def test_notebook_only_keys_are_ignored_and_empty_endpoint_means_launch():
     st = make(measure=True, figures_dir="x", endpoint="")
     assert st.endpoint is None
+
+
+def test_an_endpoint_per_arm_attaches_those_arms_and_launches_the_rest():
+    url = "http://127.0.0.1:8000"
+    every = make(endpoint=url).specs()["default"]
+    assert [a.endpoint for a in every.arms] == [url, url]
+    some = make(endpoint={"baseline": url}, drafters={"ngram-k4": NGRAM, "ngram-k2": {**NGRAM, "num_speculative_tokens": 2}})
+    arms = {a.name: a.endpoint for a in some.specs()["default"].arms}
+    assert arms == {"baseline": url, "ngram-k4": None, "ngram-k2": None}
+    assert make(endpoint={}).endpoint is None  # an empty table launches every arm, like ""
 
 
 def test_runs_are_found_newest_first(tmp_path):
