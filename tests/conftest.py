@@ -40,8 +40,8 @@ def pytest_collection_modifyitems(config, items):
 # machine's dtype (tests/integration/conftest.py), which that figure predates.
 INTEGRATION_BUDGETS_S = {"avx512": 30 * 60, "avx2": 45 * 60}
 INTEGRATION_MEASURED = {
-    "avx512": "883 s of a 1,183 s suite (988 tests) from a clean clone on a 2-core AVX-512 BF16 machine, "
-              "2026-12-02 (861 s of 1,095 s before the context and conversation tests)",
+    "avx512": "1,554 s of a 1,908 s suite (1,045 tests) from a clean clone on a 2-core AVX-512 BF16 EPYC, "
+              "2026-12-03 (the same machine: 1,598 s that morning before two server-sharing cuts; 1,336 s the day before)",
     "avx2": "3,357 s of a 3,873 s suite on a 2-core AVX2-only EPYC, 2026-12-02, with bf16 servers on "
             "torch's fallback; not measured since the suite serves fp32 there",
 }
