@@ -77,33 +77,49 @@ class Shared:
     endpoint: Any
 
 
-def _shared(tmp_path_factory, name: str, speculative_config: dict | None,
-            env: dict[str, str] | None = None) -> Iterator[Shared]:
-    if not (MODEL / "config.json").exists():
-        pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
+def _server(tmp_path_factory, name: str, speculative_config: dict | None,
+            env: dict[str, str] | None = None) -> VllmServer:
     # per-request cached prompt tokens in the usage (the conversation replay's per-turn counts)
-    srv = VllmServer(str(MODEL), args=[*SERVER_ARGS, PROMPT_DETAILS_FLAG], speculative_config=speculative_config,
-                     served_model_name="smol",
-                     env={"VLLM_CPU_KVCACHE_SPACE": "1", **(env or {})}, log_path=tmp_path_factory.mktemp(f"shared-{name}") / "server.log",
-                     ready_timeout_s=300)
-    with srv as ep:  # stopped (its whole process group) on any error too
-        yield Shared(srv, ep)
+    return VllmServer(str(MODEL), args=[*SERVER_ARGS, PROMPT_DETAILS_FLAG], speculative_config=speculative_config,
+                      served_model_name="smol", env={"VLLM_CPU_KVCACHE_SPACE": "1", **(env or {})},
+                      log_path=tmp_path_factory.mktemp(f"shared-{name}") / "server.log", ready_timeout_s=300)
 
 
 @pytest.fixture(scope="session")
-def baseline_server(tmp_path_factory) -> Iterator[Shared]:
+def _shared_pair(tmp_path_factory) -> Iterator[dict[str, Shared]]:
+    """Both shared servers, launched side by side on the first request for either: a start is
+    mostly one core importing torch and vLLM, so two starting together take about as long as one
+    (an idle server burns no CPU until the tests that need it run)."""
+    if not (MODEL / "config.json").exists():
+        pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
+    servers = {
+        # vLLM's own three-process layout; every other server of the suite runs two (tests/conftest.py)
+        "baseline": _server(tmp_path_factory, "baseline", None, env={"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}),
+        "ngram": _server(tmp_path_factory, "ngram", NGRAM),
+    }
+    try:
+        for srv in servers.values():
+            srv.launch()
+        yield {name: Shared(srv, srv.wait_ready()) for name, srv in servers.items()}
+    finally:  # every launched process group, also when one of them never came up
+        for srv in servers.values():
+            srv.stop()
+
+
+@pytest.fixture(scope="session")
+def baseline_server(_shared_pair) -> Shared:
     """A plain server (SERVER_ARGS, 1 GiB KV, served as "smol") for every test that only
     attaches to a baseline: the bench agreement, the schedule tests' baseline, the prediction.
     It runs vLLM's own three-process layout (API server, engine core, worker), where every other
     server of the suite runs two (tests/conftest.py), so both layouts start on every run; the
     baseline's speed does not depend on the layout (ledgers/drafter/startup/20261201T182903Z)."""
-    yield from _shared(tmp_path_factory, "baseline", None, env={"VLLM_ENABLE_V1_MULTIPROCESSING": "1"})
+    return _shared_pair["baseline"]
 
 
 @pytest.fixture(scope="session")
-def ngram_server(tmp_path_factory) -> Iterator[Shared]:
+def ngram_server(_shared_pair) -> Shared:
     """The same with the n-gram drafter (NGRAM), for the tests that attach to a drafting server."""
-    yield from _shared(tmp_path_factory, "ngram", NGRAM)
+    return _shared_pair["ngram"]
 
 
 @dataclass

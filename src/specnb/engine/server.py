@@ -318,6 +318,7 @@ class VllmServer:
         self._stopped = False
         self.pid: int | None = None
         self.launched_at: float | None = None  # wall time (epoch s) of the last launch: start-up breakdown
+        self._launch: dict[str, Any] | None = None  # what wait_ready() needs of the last launch
 
     # argv and env are pure, so they are recorded in ledgers and tested without a server
     def argv(self, port: int) -> list[str]:
@@ -346,6 +347,15 @@ class VllmServer:
         return env
 
     def start(self) -> Endpoint:
+        """Launch the server and wait until it answers (stopped again if it never does)."""
+        self.launch()
+        return self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the server's process and return at once; :meth:`wait_ready` then waits for it.
+        Several servers launched before any is waited for start side by side (a start is mostly
+        one core importing torch and vLLM). Call it from the thread that will outlive the server:
+        on Linux the server is told to stop when that thread ends (``PR_SET_PDEATHSIG``)."""
         _install_hooks()
         port = self.port or free_port(self.host)
         argv = self.argv(port)
@@ -365,7 +375,14 @@ class VllmServer:
         self.pid = self.proc.pid
         self._stopped = False
         _LIVE[self.proc.pid] = self
-        base_url = f"http://{self.host}:{port}"
+        self._launch = {"base_url": f"http://{self.host}:{port}", "t0": t0, "argv": argv, "env": env}
+
+    def wait_ready(self) -> Endpoint:
+        """Wait for the launched server to answer; on any error (or Ctrl-C) it is stopped first."""
+        if self.proc is None or self._launch is None:
+            raise RuntimeError("wait_ready() before launch()")
+        base_url, t0 = self._launch["base_url"], self._launch["t0"]
+        argv, env = self._launch["argv"], self._launch["env"]
         try:
             self._wait_ready(base_url, t0)
         except BaseException:

@@ -352,6 +352,25 @@ def test_start_and_stop_a_fake_server(tmp_path):
     assert pgid not in server._LIVE
 
 
+def test_servers_launched_together_are_waited_for_one_by_one(tmp_path):
+    exe = str(fake_vllm(tmp_path))
+    servers = [VllmServer("m", served_model_name=f"s{i}", python=exe, log_path=tmp_path / f"s{i}.log",
+                          ready_timeout_s=30, stop_grace_s=2) for i in range(2)]
+    with pytest.raises(RuntimeError, match="before launch"):
+        servers[0].wait_ready()
+    try:
+        for srv in servers:
+            srv.launch()
+        assert all(srv.proc.poll() is None and srv.endpoint is None for srv in servers)  # not waited for yet
+        eps = [srv.wait_ready() for srv in servers]
+        assert [ep.model for ep in eps] == ["s0", "s1"] and len({ep.base_url for ep in eps}) == 2
+        assert all(srv.alive() and srv.endpoint is ep for srv, ep in zip(servers, eps, strict=True))
+    finally:
+        for srv in servers:
+            srv.stop()
+    assert not any(srv.alive() for srv in servers)
+
+
 LINGERING = FAKE_VLLM.replace(
     "HTTPServer((\"127.0.0.1\", port), H).serve_forever()",
     "import os, signal, threading, time\n"
