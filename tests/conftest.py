@@ -38,10 +38,14 @@ def pytest_collection_modifyitems(config, items):
 # engine build has fewer kernels (docs/cpu.md) and the suite ran 3.5x the AVX-512 time while its
 # servers served bf16 on torch's fallback (3,357 s, CI of 2026-12-02); they now serve the
 # machine's dtype (tests/integration/conftest.py), which that figure predates.
-INTEGRATION_BUDGETS_S = {"avx512": 30 * 60, "avx2": 45 * 60}
+# The AVX-512 figure was 30 min until the same machine measured 1,554 s and then 1,738 s on one day
+# (2026-12-03): its speed moves by a fifth or more between runs, and a budget that close fails on
+# speed alone. A budget per unit of the machine's own server start would track that; not done yet.
+INTEGRATION_BUDGETS_S = {"avx512": 40 * 60, "avx2": 45 * 60}
 INTEGRATION_MEASURED = {
-    "avx512": "1,554 s of a 1,908 s suite (1,045 tests) from a clean clone on a 2-core AVX-512 BF16 EPYC, "
-              "2026-12-03 (the same machine: 1,598 s that morning before two server-sharing cuts; 1,336 s the day before)",
+    "avx512": "1,554 s and 1,738 s in two clean-clone runs of a 1,908 s and a 2,098 s suite (1,045-1,046 tests) on the "
+              "same 2-core AVX-512 BF16 EPYC, 2026-12-03 (1,598 s that morning before two server-sharing cuts; 1,336 s "
+              "the day before)",
     "avx2": "3,357 s of a 3,873 s suite on a 2-core AVX2-only EPYC, 2026-12-02, with bf16 servers on "
             "torch's fallback; not measured since the suite serves fp32 there",
 }
