@@ -157,7 +157,7 @@ def test_blocks_land_on_both_nodes_and_match_the_local_run(fleet_run):
         if here["arm"]["name"] == "baseline":
             assert here["server"]["mode"] == "attached"
             for k in ("server", "server_argv", "arm"):
-                here.pop(k), local.pop(k)
+                del here[k], local[k]
         assert here == local, p.relative_to(out)
     # the report pairs them (same machine): one paired row per repeat
     df = load_ledgers(out)
