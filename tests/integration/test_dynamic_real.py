@@ -34,14 +34,36 @@ SCHEDULE = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max":
 
 
 @pytest.fixture(scope="module")
-def servers(baseline_server, tmp_path_factory):
+def _launched(tmp_path_factory):
+    """The schedule's server and the data-parallel one, launched side by side (a start is mostly
+    one core importing torch and vLLM; an idle server of either kind burns no CPU while the other
+    measures)."""
     if not (MODEL / "config.json").exists():
         pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
     logs = tmp_path_factory.mktemp("dyn-logs")
-    policy = VllmServer(str(MODEL), args=[*SERVER_ARGS, *PER_REQUEST], speculative_config=SCHEDULE, served_model_name="smol",
-                        env={"VLLM_CPU_KVCACHE_SPACE": "1"}, log_path=logs / "policy.log", ready_timeout_s=300)
-    with policy as p:  # the baseline is the session's shared one (same arguments)
-        yield {"baseline": baseline_server.endpoint.base_url, "policy": p.base_url}
+    servers = {
+        "policy": VllmServer(str(MODEL), args=[*SERVER_ARGS, *PER_REQUEST], speculative_config=SCHEDULE,
+                             served_model_name="smol", env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+                             log_path=logs / "policy.log", ready_timeout_s=300),
+        "dp2": VllmServer(str(MODEL), args=[*SERVER_ARGS, *PER_REQUEST, "--data-parallel-size", "2"],
+                          served_model_name="smol",
+                          speculative_config={"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4},
+                          env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0|1"},
+                          log_path=logs / "dp2.log", ready_timeout_s=300),
+    }
+    try:
+        for srv in servers.values():
+            srv.launch()
+        yield {name: srv.wait_ready().base_url for name, srv in servers.items()}
+    finally:
+        for srv in servers.values():
+            srv.stop()
+
+
+@pytest.fixture(scope="module")
+def servers(_launched, baseline_server):
+    # the baseline is the session's shared one (same arguments)
+    return {"baseline": baseline_server.endpoint.base_url, "policy": _launched["policy"]}
 
 
 def _spec(**kw) -> SweepSpec:
@@ -134,14 +156,8 @@ def _one_point_counters(url, tmp_path, config):
 
 
 @pytest.fixture(scope="module")
-def dp2(tmp_path_factory):
-    logs = tmp_path_factory.mktemp("dp2-logs")
-    srv = VllmServer(str(MODEL), args=[*SERVER_ARGS, *PER_REQUEST, "--data-parallel-size", "2"], served_model_name="smol",
-                     speculative_config={"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4},
-                     env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0|1"},
-                     log_path=logs / "dp2.log", ready_timeout_s=300)
-    with srv as ep:
-        yield ep.base_url
+def dp2(_launched):
+    return _launched["dp2"]
 
 
 @pytest.mark.parametrize("which", ["one engine", "data parallel 2"])

@@ -6,7 +6,8 @@ The concurrency and drafter notebooks attach their baseline and n-gram arms to t
 shared servers (``endpoint = {arm: URL}``; same arguments as a launch from these tests): server
 starts are most of the suite's time on 2 cores. The drafter notebook still launches its draft
 model arm with the notebook's own default arguments, so a notebook's launch path (and the
-``--dtype machine`` resolution) is exercised, and the quantization notebook launches both arms.
+``--dtype machine`` resolution) is exercised. The quantization notebook attaches its unquantized
+condition the same way (a condition's own ``endpoint``) and launches nothing for the refused one.
 """
 
 from __future__ import annotations
@@ -104,10 +105,12 @@ def test_drafter_notebook_measures_ngram_and_a_draft_model(tmp_path, baseline_se
 
 
 @pytest.mark.integration
-def test_quantization_notebook_records_what_the_build_cannot_serve_and_measures_the_rest(tmp_path, monkeypatch):
+def test_quantization_notebook_records_what_the_build_cannot_serve_and_measures_the_rest(tmp_path, monkeypatch,
+                                                                                        baseline_server, ngram_server):
     """`make measure-quantization` on an AVX2-only machine: W4A16 refused with its reason (no server
     started for it), the unquantized model measured, the figures drawn. Emulated on a CPU with AVX-512 (the probe then
-    answers from the AVX2 extension); the real thing on an AVX2-only one."""
+    answers from the AVX2 extension); the real thing on an AVX2-only one. The unquantized condition
+    attaches to the shared servers through its own ``endpoint`` (a study-wide one cannot vary conditions)."""
     from specnb.ledger.provenance import EMULATE_ENV
 
     w4 = paths.MODELS / "SmolLM2-135M-Instruct-W4A16-G64"
@@ -115,11 +118,14 @@ def test_quantization_notebook_records_what_the_build_cannot_serve_and_measures_
         pytest.skip("the CPU models are not built: run `make setup`")
     monkeypatch.setenv(EMULATE_ENV, "avx2")
     nb = next(n for n in NOTEBOOKS if _axis(n) == "quantization")
-    conditions = {"plain": {"label": DTYPE}, "w4a16": {"model": str(w4), "label": "INT4 W4A16 g64"}}
+    shared = _shared(baseline_server, ngram_server)
+    conditions = {"plain": {"label": DTYPE, "endpoint": shared["endpoint"]},
+                  "w4a16": {"model": str(w4), "label": "INT4 W4A16 g64"}}
     root, df = _measure(nb, tmp_path, concurrency=[1], panel_size=2, max_tokens=16, workloads=["copy"],
-                        conditions=conditions)
+                        conditions=conditions, served_model_name=shared["served_model_name"])
     ok, refused = df[df.status == "ok"], df[df.error_type == "Unservable"]
     assert set(ok.condition) == {"plain"} and len(ok) == 2
+    assert {read_ledger(p).server.mode for p in ok.path} == {"attached"}
     assert set(refused.condition) == {"w4a16"} and set(refused.arm) == {"baseline", "ngram-k4"}
     assert refused.error_message.str.contains("cpu_gemm_wna16").all()
     assert not list((root / "quantization").rglob("w4a16/logs/*"))  # nothing started for it

@@ -32,6 +32,28 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in readme and "make demo" in readme
 
 
+def test_make_tests_two_passes_run_every_test_exactly_once():
+    """`make test` runs the suite in two passes (workers, then one at a time) chosen by mark
+    expressions: every combination of the suite's marks lands in exactly one, and what times a
+    client or the host (serial) never runs beside another test."""
+    from itertools import product
+
+    from _pytest.mark.expression import Expression
+
+    rule = re.search(r"^test:.*?(?=^\S)", (paths.ROOT / "Makefile").read_text(), re.M | re.S).group(0)
+    passes = re.findall(r'-m "([^"]+)"', rule)
+    assert len(set(passes)) == 2, passes
+    # whole files to one worker, in order: the browser tests share one JupyterLab page per module
+    workers = [p for p in set(passes) if "-n $(TEST_WORKERS) --dist loadfile -m \"" + p in rule]
+    assert len(workers) == 1
+    for marks in product([False, True], repeat=3):
+        has = dict(zip(("integration", "browser", "serial"), marks, strict=True))
+        chosen = [p for p in set(passes) if Expression.compile(p).evaluate(lambda name, _has=has, **kw: _has.get(name, False))]
+        assert len(chosen) == 1, (has, chosen)
+        if has["integration"] or has["serial"]:
+            assert chosen != workers, has  # never in the pass that runs tests side by side
+
+
 def _links(md: str) -> list[str]:
     import re
 

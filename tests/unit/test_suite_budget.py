@@ -24,7 +24,7 @@ class _Config:
 
 @pytest.fixture
 def spent(monkeypatch):
-    state = {"integration": 0.0, "tests": 0}
+    state = {"integration": 0.0, "tests": 0, "start_s": None}
     monkeypatch.setattr(budget, "_spent", state)
     return state
 
@@ -33,7 +33,9 @@ def test_only_a_full_run_is_held_to_the_budget():
     assert budget._full_run(_Config())
     assert budget._full_run(_Config(["tests/integration/", "tests/unit", "tests/browser"]))
     assert not budget._full_run(_Config(["tests/integration/test_sweep_real.py"]))
+    assert budget._full_run(_Config(markexpr="integration or serial"))  # `make test`'s second pass
     assert not budget._full_run(_Config(markexpr="integration"))
+    assert not budget._full_run(_Config(["tests/integration/test_sweep_real.py"], markexpr="integration or serial"))
     assert not budget._full_run(_Config(keyword="predict"))
 
 
@@ -56,6 +58,28 @@ def test_within_budget_it_only_reports(spent):
     session = SimpleNamespace(config=_Config(), exitstatus=0)
     budget.pytest_sessionfinish(session, 0)
     assert session.exitstatus == 0 and session.config.lines == [session.config.lines[0]]
+
+
+def test_the_budget_in_server_starts_holds_on_a_slow_day_and_catches_growth(spent, monkeypatch):
+    monkeypatch.setattr(budget, "INTEGRATION_BUDGET_STARTS", 45)
+    monkeypatch.setattr(budget, "INTEGRATION_BUDGET_S", 40 * 60)
+    # a slow day: 30 min of real-server time, but starts took 55 s: 33 starts' worth, within both
+    budget.pytest_runtest_logreport(SimpleNamespace(keywords={"integration": 1}, duration=1800.0, when="call"))
+    budget.record_server_start(55.0)
+    slow = SimpleNamespace(config=_Config(), exitstatus=0)
+    budget.pytest_sessionfinish(slow, 0)
+    assert slow.exitstatus == 0 and "32.7 times the shared servers' 55.0 s start (budget 45)" in slow.config.lines[0]
+    # a fast day on a suite that grew: the same 30 min with 35 s starts is 51 starts' worth
+    budget.record_server_start(35.0)
+    grown = SimpleNamespace(config=_Config(), exitstatus=0)
+    budget.pytest_sessionfinish(grown, 0)
+    assert grown.exitstatus == pytest.ExitCode.TESTS_FAILED
+    assert "51.4 server starts' worth, over their budget of 45" in grown.config.lines[-1]
+    # no shared server started (a run that never reached one): the seconds budget alone
+    budget.record_server_start(None)
+    alone = SimpleNamespace(config=_Config(), exitstatus=0)
+    budget.pytest_sessionfinish(alone, 0)
+    assert alone.exitstatus == 0 and "times the shared" not in alone.config.lines[0]
 
 
 def test_the_budget_follows_the_cpu_family():

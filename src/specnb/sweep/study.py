@@ -54,6 +54,9 @@ class Condition(BaseModel):
     drafters: list[str] | None = Field(None, description="subset of the study's drafters")
     concurrency: list[int] | None = None
     workloads: list[str | dict[str, Any]] | None = None
+    endpoint: str | dict[str, str] | None = Field(
+        None, description="attach this condition's arms to running servers: one URL for every arm, or "
+                          "arm -> URL (the arms not named are launched); the other conditions launch theirs")
 
 
 CONTEXT_KEYS = {"context_tokens", "context_base", "context_corpus", "tokenizer"}
@@ -134,12 +137,17 @@ class Study(BaseModel):
                 raise ValueError(f"condition {name!r} names unknown drafters {sorted(unknown)}")
             plain_name(name, "condition name")
         if self.endpoint and len(self.conditions) > 1:
-            raise ValueError("an attached endpoint is one server: it cannot vary conditions")
-        if isinstance(self.endpoint, dict):
-            arms = [BASELINE, *self.drafters]
-            unknown = [k for k in self.endpoint if k not in arms]
+            raise ValueError("an attached endpoint is one server: it cannot vary conditions (give each condition "
+                             "its own endpoint in the conditions table)")
+        for name, endpoint, drafters in [(None, self.endpoint, None),
+                                         *((n, c.endpoint, c.drafters) for n, c in self.conditions.items())]:
+            if not isinstance(endpoint, dict):
+                continue
+            arms = [BASELINE, *(d for d in self.drafters if drafters is None or d in drafters)]
+            unknown = [k for k in endpoint if k not in arms]
             if unknown:
-                raise ValueError(f"endpoint names arm(s) {', '.join(map(repr, unknown))} the study does not have "
+                where = "the study does not have" if name is None else f"condition {name!r} does not have"
+                raise ValueError(f"endpoint names arm(s) {', '.join(map(repr, unknown))} {where} "
                                  f"(its arms: {', '.join(arms)})")
         return self
 
@@ -194,8 +202,9 @@ class Study(BaseModel):
             arms: list[dict[str, Any]] = [{"name": BASELINE}]
             for arm, cfg in drafters.items():
                 arms.append({"name": arm, "speculative_config": _local_paths(cfg)})
+            endpoint = self.endpoint if cond.endpoint in (None, "", {}) else cond.endpoint
             for a in arms:
-                url = self.endpoint.get(a["name"]) if isinstance(self.endpoint, dict) else self.endpoint
+                url = endpoint.get(a["name"]) if isinstance(endpoint, dict) else endpoint
                 if url:
                     a["endpoint"] = url
             data = {

@@ -7,10 +7,15 @@ import multiprocessing as mp
 import os
 import time
 
+import pytest
+
 from specnb.engine import hostload
 from specnb.engine.hostload import HOST_BUSY_SHARE, HostLoad, host_busy_cores
 from specnb.sweep.arm import Arm
 from specnb.sweep.ledgers import point_flags
+
+# these read the host's load: another test running beside them would be that load
+pytestmark = pytest.mark.serial
 
 
 def _burn(seconds: float) -> None:

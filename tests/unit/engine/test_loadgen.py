@@ -624,6 +624,7 @@ def test_arrivals_keep_the_rate_and_their_dispersion_on_a_fixed_seed():
         arrival_times(10, 0.0)
 
 
+@pytest.mark.serial  # send lateness within milliseconds: alone, never beside another test
 def test_open_loop_sends_on_schedule_records_lateness_and_caps_in_flight():
     fake = FakeServer(cumulative=(1, 2, 3), delay_s=0.05)  # each request takes ~0.2 s
     pl = asyncio.run(fake.run(lambda url: run_rate_load(

@@ -28,6 +28,9 @@ from specnb.engine import clients
 from specnb.engine.loadgen import CLIENT_BUSY, run_load
 from specnb.prompts.workload import Prompt
 
+# these time a client against a stub (ITL within 2 %, a saturated client): alone, never beside another test
+pytestmark = pytest.mark.serial
+
 ROOT = Path(__file__).resolve().parents[3]
 STUB = ROOT / "benchmarks" / "stub_server.py"
 PROMPTS = [Prompt(id=f"p{k}", category="copy" if k % 2 else "freeform",

@@ -220,6 +220,7 @@ def test_run_async_works_inside_a_running_event_loop():
     assert asyncio.run(outer()) == 42
 
 
+@pytest.mark.serial  # reads the host's load: another test beside it would be that load
 def test_host_load_sees_a_noisy_neighbour_but_not_the_server():
     """Two views of the same second, so background load on the machine cancels: counting
     the burner as the server must see about one core less than counting an idle process."""

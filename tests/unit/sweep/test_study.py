@@ -65,6 +65,9 @@ def test_conditions_change_only_what_they_name():
     (dict(endpoint={"ngram-k8": "http://127.0.0.1:8000"}), "arm(s) 'ngram-k8' the study does not have"),
     (dict(endpoint={"baseline": "127.0.0.1:8000"}), "not a server URL"),
     (dict(endpoint={"baseline": "http://127.0.0.1:8000"}, conditions={"a": {}, "b": {}}), "cannot vary conditions"),
+    (dict(conditions={"a": {"drafters": [], "endpoint": {"ngram-k4": "http://127.0.0.1:8000"}}, "b": {}}),
+     "arm(s) 'ngram-k4' condition 'a' does not have"),
+    (dict(conditions={"a": {"endpoint": "localhost:8000"}, "b": {}}), "not a server URL"),
 ])
 def test_bad_parameters_fail_in_one_line(kw, msg):
     with pytest.raises(SweepError) as exc:
@@ -85,6 +88,16 @@ def test_an_endpoint_per_arm_attaches_those_arms_and_launches_the_rest():
     arms = {a.name: a.endpoint for a in some.specs()["default"].arms}
     assert arms == {"baseline": url, "ngram-k4": None, "ngram-k2": None}
     assert make(endpoint={}).endpoint is None  # an empty table launches every arm, like ""
+
+
+def test_a_conditions_own_endpoint_attaches_its_arms_and_the_others_launch():
+    url = "http://127.0.0.1:8000"
+    st = make(conditions={"bf16": {"endpoint": {"baseline": url, "ngram-k4": url}},
+                          "int4": {"model": "/models/int4"}, "one": {"endpoint": url, "drafters": []}})
+    specs = st.specs()
+    assert [a.endpoint for a in specs["bf16"].arms] == [url, url]
+    assert [a.endpoint for a in specs["int4"].arms] == [None, None]
+    assert [(a.name, a.endpoint) for a in specs["one"].arms] == [("baseline", url)]
 
 
 def test_runs_are_found_newest_first(tmp_path):
