@@ -56,7 +56,8 @@ def lab(tmp_path_factory, chromium):  # noqa: ARG001 - no server without a brows
     log_path = base / "lab.log"
     log = open(log_path, "w")
     proc = subprocess.Popen(["make", "-s", "lab", f"LAB_ROOT={root}", f"LAB_PORT={port}", f"LAB_ARGS={args}"],
-                            cwd=paths.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                            cwd=paths.ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     try:

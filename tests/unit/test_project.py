@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
+
+import pytest
 
 from specnb import paths
 
@@ -34,24 +37,58 @@ def test_ci_runs_the_readme_test_command():
 
 def test_make_tests_two_passes_run_every_test_exactly_once():
     """`make test` runs the suite in two passes (workers, then one at a time) chosen by mark
-    expressions: every combination of the suite's marks lands in exactly one, and what times a
-    client or the host (serial) never runs beside another test."""
+    expressions: every combination of the suite's marks lands in exactly one, and the real-server,
+    browser and serial tests never run beside another test."""
     from itertools import product
 
     from _pytest.mark.expression import Expression
 
     rule = re.search(r"^test:.*?(?=^\S)", (paths.ROOT / "Makefile").read_text(), re.M | re.S).group(0)
-    passes = re.findall(r'-m "([^"]+)"', rule)
+    passes = re.findall(r'-m "([a-z][^"]*)"', rule)  # mark expressions, not the recipe's -m check
     assert len(set(passes)) == 2, passes
-    # whole files to one worker, in order: the browser tests share one JupyterLab page per module
     workers = [p for p in set(passes) if "-n $(TEST_WORKERS) --dist loadfile -m \"" + p in rule]
     assert len(workers) == 1
     for marks in product([False, True], repeat=3):
         has = dict(zip(("integration", "browser", "serial"), marks, strict=True))
         chosen = [p for p in set(passes) if Expression.compile(p).evaluate(lambda name, _has=has, **kw: _has.get(name, False))]
         assert len(chosen) == 1, (has, chosen)
-        if has["integration"] or has["serial"]:
+        if has["integration"] or has["serial"] or has["browser"]:
             assert chosen != workers, has  # never in the pass that runs tests side by side
+
+
+def test_make_tests_exit_status_says_what_either_pass_found(tmp_path):
+    """The `test` recipe run with a stand-in for pytest: a failing pass fails the target, a pass
+    that selects nothing does not unless both do, Ctrl-C in the first stops before the second,
+    and a -m in PYTEST_ARGS is refused before anything runs."""
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    text = (paths.ROOT / "Makefile").read_text()
+    rule = text[text.index("TEST_WORKERS ?="):text.index("\ntest-unit:")].replace(
+        "test: setup $(BROWSER_STAMP) chromium", "test:")
+    fake = tmp_path / "pytest"
+    fake.write_text('#!/bin/bash\necho "$*" >> "$RAN"\n'
+                    'if [[ "$*" == *"not integration"* ]]; then exit $FIRST; else exit $SECOND; fi\n')
+    fake.chmod(0o755)
+    (tmp_path / "Makefile").write_text(f"PY = {fake}\n{rule}\n")
+
+    def run(first: int, second: int, args: str = "") -> tuple[int, int]:
+        ran = tmp_path / "ran"
+        ran.write_text("")
+        env = {**os.environ, "FIRST": str(first), "SECOND": str(second), "RAN": str(ran)}
+        env.pop("MAKEFLAGS", None)
+        r = subprocess.run(["make", "-s", "test", f"PYTEST_ARGS={args}"], cwd=tmp_path, env=env, capture_output=True)
+        return r.returncode, len(ran.read_text().splitlines())
+
+    assert run(0, 0) == (0, 2)
+    assert run(1, 0)[0] != 0 and run(1, 0)[1] == 2  # a failing first pass still lets the second report
+    assert run(0, 1)[0] != 0
+    assert run(5, 0) == (0, 2) and run(0, 5) == (0, 2)  # PYTEST_ARGS naming files of one pass only
+    assert run(5, 5)[0] != 0  # nothing selected at all
+    assert run(2, 0)[0] != 0 and run(2, 0)[1] == 1  # interrupted: the second pass never starts
+    assert run(0, 0, "-m integration")[0] != 0 and run(0, 0, "-m integration")[1] == 0
 
 
 def _links(md: str) -> list[str]:

@@ -139,7 +139,11 @@ class Study(BaseModel):
         if self.endpoint and len(self.conditions) > 1:
             raise ValueError("an attached endpoint is one server: it cannot vary conditions (give each condition "
                              "its own endpoint in the conditions table)")
-        for name, endpoint, drafters in [(None, self.endpoint, None),
+        if self.endpoint and any(c.endpoint for c in self.conditions.values()):
+            raise ValueError("give the endpoint once: for the study or in its condition, not both")
+        # a study-wide endpoint serves the one condition there is (its drafters, where it names them)
+        only = next(iter(self.conditions.values())).drafters if len(self.conditions) == 1 else None
+        for name, endpoint, drafters in [(None, self.endpoint, only),
                                          *((n, c.endpoint, c.drafters) for n, c in self.conditions.items())]:
             if not isinstance(endpoint, dict):
                 continue

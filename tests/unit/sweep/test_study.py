@@ -68,6 +68,9 @@ def test_conditions_change_only_what_they_name():
     (dict(conditions={"a": {"drafters": [], "endpoint": {"ngram-k4": "http://127.0.0.1:8000"}}, "b": {}}),
      "arm(s) 'ngram-k4' condition 'a' does not have"),
     (dict(conditions={"a": {"endpoint": "localhost:8000"}, "b": {}}), "not a server URL"),
+    (dict(endpoint="http://127.0.0.1:8000", conditions={"a": {"endpoint": "http://127.0.0.1:8001"}}), "not both"),
+    (dict(endpoint={"ngram-k4": "http://127.0.0.1:8000"}, conditions={"a": {"drafters": []}}),
+     "arm(s) 'ngram-k4' the study does not have (its arms: baseline)"),
 ])
 def test_bad_parameters_fail_in_one_line(kw, msg):
     with pytest.raises(SweepError) as exc:
