@@ -159,15 +159,15 @@ $(EXECUTED)/%.ipynb: notebooks/%.py $$(call ledgers_of,$$(call axis_of,$$*)) $(L
 # test is not a failure unless neither selects one; either pass failing fails the target, and an
 # interrupted or misused first pass (pytest's exit 2 or 4: Ctrl-C, a bad option) stops it there.
 TEST_WORKERS ?= 2
+TEST_SIDE_BY_SIDE = $(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile -m "not integration and not browser and not serial" $(PYTEST_ARGS)
+TEST_ONE_AT_A_TIME = $(PY) -m pytest -q -ra --durations=15 -m "integration or browser or serial" $(PYTEST_ARGS)
 test: setup $(BROWSER_STAMP) chromium ## all tests: unit and notebooks in analysis mode (TEST_WORKERS at once), then real vLLM-CPU and browser
 	@case " $(PYTEST_ARGS) " in *" -m "*|*" -m="*) echo "make test: PYTEST_ARGS may not carry -m (each pass has its own); use make test-unit, test-browser or test-integration"; exit 2;; esac; \
 	status=0; empty=0; \
-	echo "$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile -m \"not integration and not browser and not serial\" $(PYTEST_ARGS)"; \
-	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile -m "not integration and not browser and not serial" $(PYTEST_ARGS) || { s=$$?; \
-	  case $$s in 5) empty=1;; 2|4) exit $$s;; *) status=$$s;; esac; }; \
-	echo "$(PY) -m pytest -q -ra --durations=15 -m \"integration or browser or serial\" $(PYTEST_ARGS)"; \
-	$(PY) -m pytest -q -ra --durations=15 -m "integration or browser or serial" $(PYTEST_ARGS) || { s=$$?; \
-	  case $$s in 5) [ $$empty -eq 0 ] || status=5;; *) status=$$s;; esac; }; \
+	echo '$(TEST_SIDE_BY_SIDE)'; \
+	$(TEST_SIDE_BY_SIDE) || { s=$$?; case $$s in 5) empty=1;; 2|4) exit $$s;; *) status=$$s;; esac; }; \
+	echo '$(TEST_ONE_AT_A_TIME)'; \
+	$(TEST_ONE_AT_A_TIME) || { s=$$?; case $$s in 5) [ $$empty -eq 0 ] || status=5;; *) status=$$s;; esac; }; \
 	exit $$status
 
 test-unit: $(STAMP) ## unit tests and every notebook in analysis mode (no server, no browser)

@@ -21,7 +21,7 @@ import pytest
 
 from specnb import paths
 from specnb.engine.kernels import machine_dtype
-from specnb.engine.server import VllmServer
+from specnb.engine.server import VllmServer, started_together
 from specnb.prompts.workload import bundled
 from specnb.sweep import SweepSpec, run_sweep
 from specnb.sweep.runner import PROMPT_DETAILS_FLAG
@@ -98,15 +98,9 @@ def _shared_pair(tmp_path_factory) -> Iterator[dict[str, Shared]]:
         "baseline": _server(tmp_path_factory, "baseline", None, env={"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}),
         "ngram": _server(tmp_path_factory, "ngram", NGRAM),
     }
-    try:
-        for srv in servers.values():
-            srv.launch()
-        shared = {name: Shared(srv, srv.wait_ready()) for name, srv in servers.items()}
-        record_server_start(max(s.endpoint.ready_s for s in shared.values()))  # the suite's unit of time
-        yield shared
-    finally:  # every launched process group, also when one of them never came up
-        for srv in servers.values():
-            srv.stop()
+    with started_together(servers) as eps:
+        record_server_start(max(ep.ready_s for ep in eps.values()))  # the suite's unit of time
+        yield {name: Shared(servers[name], ep) for name, ep in eps.items()}
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ import pytest
 
 from specnb import paths
 from specnb.engine import kernels
-from specnb.engine.server import VllmServer
+from specnb.engine.server import VllmServer, started_together
 from specnb.ledger.provenance import EMULATE_ENV, cpu_isa
 from specnb.setup import checkpoints as ck
 from specnb.sweep import SweepSpec
@@ -102,15 +102,8 @@ def served(built, tmp_path_factory):
     servers = {name: VllmServer(str(folder), args=SERVER_ARGS, served_model_name="smol", log_path=logs / f"{name}.log",
                                 ready_timeout_s=300)
                for name, folder in built.items() if _servable(folder)}
-    out = {}
-    try:
-        for srv in servers.values():
-            srv.launch()
-        for name, srv in servers.items():
-            out[name] = _chat(srv.wait_ready().base_url)
-    finally:
-        for srv in servers.values():
-            srv.stop()
+    with started_together(servers) as eps:
+        out = {name: _chat(ep.base_url) for name, ep in eps.items()}
     return {name: (resp, (logs / f"{name}.log").read_text(errors="replace")) for name, resp in out.items()}
 
 

@@ -20,7 +20,7 @@ import json
 import pytest
 
 from specnb import paths
-from specnb.engine.server import VllmServer
+from specnb.engine.server import VllmServer, started_together
 from specnb.engine.vllm import engine_supports_flag
 from specnb.ledger import Flag, load_ledgers, load_requests, read_ledger
 from specnb.sweep import SweepSpec, run_sweep
@@ -51,13 +51,8 @@ def _launched(tmp_path_factory):
                           env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0|1"},
                           log_path=logs / "dp2.log", ready_timeout_s=300),
     }
-    try:
-        for srv in servers.values():
-            srv.launch()
-        yield {name: srv.wait_ready().base_url for name, srv in servers.items()}
-    finally:
-        for srv in servers.values():
-            srv.stop()
+    with started_together(servers) as eps:
+        yield {name: ep.base_url for name, ep in eps.items()}
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ Nothing here assumes CPU or GPU: the environment comes from
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import re
@@ -28,6 +29,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -500,6 +502,21 @@ class VllmServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def started_together(servers: Mapping[str, VllmServer]) -> Iterator[dict[str, Endpoint]]:
+    """Launch every server, then wait for each: they start side by side (a start is mostly one
+    core importing torch and vLLM). Yields name -> endpoint; every server is stopped on the way
+    out, also when one of them never came up. Enter it from the thread that outlives the servers
+    (:meth:`VllmServer.launch`)."""
+    try:
+        for srv in servers.values():
+            srv.launch()
+        yield {name: srv.wait_ready() for name, srv in servers.items()}
+    finally:
+        for srv in servers.values():
+            srv.stop()
 
 
 def _die_with_parent() -> None:

@@ -371,6 +371,18 @@ def test_servers_launched_together_are_waited_for_one_by_one(tmp_path):
     assert not any(srv.alive() for srv in servers)
 
 
+def test_started_together_stops_every_server_also_when_the_block_fails(tmp_path):
+    exe = str(fake_vllm(tmp_path))
+    servers = {f"s{i}": VllmServer("m", served_model_name=f"s{i}", python=exe, log_path=tmp_path / f"s{i}.log",
+                                   ready_timeout_s=30, stop_grace_s=2) for i in range(2)}
+    with pytest.raises(KeyError):
+        with server.started_together(servers) as eps:
+            assert {name: ep.model for name, ep in eps.items()} == {"s0": "s0", "s1": "s1"}
+            assert all(srv.alive() for srv in servers.values())
+            raise KeyError("a test fails while both serve")
+    assert not any(srv.alive() for srv in servers.values())
+
+
 LINGERING = FAKE_VLLM.replace(
     "HTTPServer((\"127.0.0.1\", port), H).serve_forever()",
     "import os, signal, threading, time\n"
