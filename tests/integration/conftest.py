@@ -133,8 +133,11 @@ def real_sweep(tmp_path_factory) -> RealSweep:
         pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
     tmp = tmp_path_factory.mktemp("real-sweep")
     # two processes like the suite's other launched servers (tests/conftest.py); the shared
-    # baseline server runs vLLM's three
-    spec = sweep_spec(workloads=[str(mixed_prompts(tmp))], panel_size=8, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    # baseline server runs vLLM's three. The three arms' servers start side by side (the broken one
+    # fails among them), then measure one at a time: the start-together path on the real engine,
+    # and the tune round made from this sweep inherits it
+    spec = sweep_spec(workloads=[str(mixed_prompts(tmp))], panel_size=8, env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+                      start_together=True)
     out = tmp / "out"
     t0 = time.monotonic()
     outcome = run_sweep(spec, out, progress=False)

@@ -1,5 +1,10 @@
 """specnb's load generator against vLLM's own client (``vllm bench serve``) on one vLLM-CPU server.
 
+vLLM's client runs as the ``vllm bench serve`` subcommand does (its module's own ``add_cli_args``
+parser and ``main``, the same arguments), in one process that serves every round: an invocation
+of the CLI spent about 18 s of this 2-core machine importing vLLM before its first request, four
+times per run.
+
 Both clients send the same prompts (a custom JSONL dataset, ``--skip-chat-template``: the
 server applies the chat template to the bare user message, as it does for specnb's chat
 requests), in the same order, with the same concurrency, greedy, with ``ignore_eos`` and the
@@ -14,11 +19,14 @@ names every round's ratio.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
+import queue
 import statistics
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -47,15 +55,73 @@ TOLERANCE = 0.25
 TOLERANCE_NOTE = "three sd of the median over eight measured runs, see the comment above TOLERANCE"
 
 
-def _vllm_cli() -> Path:
-    return Path(sys.executable).parent / "vllm"
+# vLLM's bench client, kept alive between rounds: one JSON argv per stdin line, answered on stdout
+# with "ok" or "error ..." once the round's result file is written (vLLM's own prints go to stderr)
+BENCH_DRIVER = """
+import json, sys, traceback
+answer, sys.stdout = sys.stdout, sys.stderr
+from vllm.benchmarks.serve import add_cli_args, main
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+print("ready", file=answer, flush=True)
+for line in sys.stdin:
+    try:
+        parser = FlexibleArgumentParser(prog="vllm bench serve")
+        add_cli_args(parser)
+        main(parser.parse_args(json.loads(line)))
+        print("ok", file=answer, flush=True)
+    except BaseException as exc:  # an argparse exit too: say it, wait for the next round
+        traceback.print_exc()
+        print("error " + repr(exc)[:300], file=answer, flush=True)
+"""
+
+
+class BenchClient:
+    """``vllm bench serve`` rounds in one process (started once, stopped by its group id)."""
+
+    def __init__(self, env: dict[str, str], log: Path):
+        self.log = log
+        with log.open("w") as fh:
+            self.proc = subprocess.Popen([sys.executable, "-c", BENCH_DRIVER], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=fh, text=True, env=env, cwd=str(paths.ROOT),
+                                         start_new_session=True)
+        self.answers: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self._expect("ready", 180)
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.answers.put(line.strip())
+        self.answers.put("exited")
+
+    def _expect(self, what: str, timeout_s: float) -> None:
+        try:
+            got = self.answers.get(timeout=timeout_s)
+        except queue.Empty:
+            got = f"nothing within {timeout_s:.0f} s"
+        assert got == what, f"vLLM's bench client: {got}: {self.log.read_text()[-3000:]}"
+
+    def run(self, argv: list[str]) -> None:
+        self.proc.stdin.write(json.dumps(argv) + "\n")
+        self.proc.stdin.flush()
+        self._expect("ok", 300)
+
+    def stop(self) -> None:
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        finally:
+            if self.proc.poll() is None:  # a hung client: stop its group by id, never leave it behind
+                os.killpg(self.proc.pid, 9)
+                self.proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
 def server(baseline_server):
     """The session's shared baseline server (SERVER_ARGS, served as SERVED)."""
-    if not _vllm_cli().is_file():
-        pytest.fail(f"no vllm CLI beside {sys.executable}: run `make setup`")
+    if importlib.util.find_spec("vllm.benchmarks") is None:
+        pytest.fail("vLLM's bench client (vllm.benchmarks) is not installed: run `make setup`")
     return baseline_server.server, baseline_server.endpoint
 
 
@@ -74,10 +140,10 @@ def _specnb_round(ep, prompts) -> dict:
             "output_tokens": s["output_tokens"], "duration_s": s["duration_s"]}
 
 
-def _bench_round(srv, ep, dataset: Path, out: Path, i: int, prompts: int = PROMPTS) -> dict:
+def _bench_round(bench: BenchClient, ep, dataset: Path, out: Path, i: int, prompts: int = PROMPTS) -> dict:
     name = f"bench-{i}.json"
     argv = [
-        str(_vllm_cli()), "bench", "serve", "--backend", "openai-chat", "--base-url", ep.base_url,
+        "--backend", "openai-chat", "--base-url", ep.base_url,
         "--endpoint", "/v1/chat/completions", "--model", SERVED, "--tokenizer", str(MODEL),
         "--dataset-name", "custom", "--dataset-path", str(dataset), "--skip-chat-template",
         "--disable-shuffle", "--custom-output-len", str(MAX_TOKENS), "--num-prompts", str(prompts),
@@ -85,24 +151,23 @@ def _bench_round(srv, ep, dataset: Path, out: Path, i: int, prompts: int = PROMP
         "--temperature", "0", "--num-warmups", "0", "--disable-tqdm",
         "--save-result", "--result-dir", str(out), "--result-filename", name,
     ]
-    env = {**srv.environment(), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            cwd=str(paths.ROOT), start_new_session=True)
-    try:
-        text, _ = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:  # a hung client: stop its group by id, never leave it behind
-            os.killpg(proc.pid, 9)
-            proc.wait(timeout=10)
-    assert proc.returncode == 0, text[-3000:]
+    bench.run(argv)
     r = json.loads((out / name).read_text())
-    assert r["completed"] == prompts and not r.get("failed"), text[-3000:]
+    assert r["completed"] == prompts and not r.get("failed"), bench.log.read_text()[-3000:]
     return {"output_tok_s": r["output_throughput"], "ttft_p50_ms": r["median_ttft_ms"],
             "output_tokens": r["total_output_tokens"], "duration_s": r["duration"]}
 
 
 def test_specnb_agrees_with_vllm_bench_serve(server, tmp_path):
     srv, ep = server
+    bench = BenchClient({**srv.environment(), "HF_HUB_OFFLINE": "1"}, tmp_path / "vllm-bench.log")
+    try:
+        _agreement(bench, ep, tmp_path)
+    finally:
+        bench.stop()
+
+
+def _agreement(bench: BenchClient, ep, tmp_path: Path) -> None:
     prompts = _prompts()
     assert len(prompts) == PROMPTS
     dataset = tmp_path / "prompts.jsonl"
@@ -113,12 +178,12 @@ def test_specnb_agrees_with_vllm_bench_serve(server, tmp_path):
     # and one unmeasured invocation of vLLM's client, as specnb's client had its warm-up above: in a
     # fresh clone's venv (CI) its first two rounds ran at 0.66-0.70x of its third (TTFT 211-241 ms
     # against 129 ms) while specnb's rounds around them held 166-172 tok/s, failing the test at 1.44x
-    _bench_round(srv, ep, dataset, tmp_path, -1, prompts=CONCURRENCY)
+    _bench_round(bench, ep, dataset, tmp_path, -1, prompts=CONCURRENCY)
     rows = []
     for i in range(ROUNDS):
         order = ("specnb", "vllm-bench") if i % 2 == 0 else ("vllm-bench", "specnb")
         for client in order:
-            res = _specnb_round(ep, prompts) if client == "specnb" else _bench_round(srv, ep, dataset, tmp_path, i)
+            res = _specnb_round(ep, prompts) if client == "specnb" else _bench_round(bench, ep, dataset, tmp_path, i)
             rows.append({"round": i, "client": client, **res})
 
     print(f"\nspecnb vs vllm bench serve: c={CONCURRENCY}, {PROMPTS} prompts x {MAX_TOKENS} tokens, ignore_eos, "

@@ -112,6 +112,11 @@ def test_failed_server_is_recorded_and_sweep_goes_on(swept):
         assert led.failure.log_tail  # the engine's own words about why
     # the broken arm came last, and the good arms were measured anyway
     assert {read_ledger(p).arm.name for p in outcome.written} == {"baseline", "ngram-k4"}
+    # the three servers were launched side by side (start_together); each start is recorded as its own
+    first = sorted((out / "timings").glob("*.json"))[0]  # the sweep's own (a rerun may add its record)
+    starts = json.loads(first.read_text())["server_starts"]
+    assert sorted((s["arm"], s["ok"], s.get("started_together")) for s in starts) == [
+        ("baseline", True, 3), ("broken", False, 3), ("ngram-k4", True, 3)]
 
 
 def test_servers_are_gone_afterwards(swept):

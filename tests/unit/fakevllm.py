@@ -14,6 +14,7 @@ environment (a sweep's ``env``):
 - ``FAKE_VLLM_ENGINE_DEAD=1``: the engine dies at the first chat request, as vLLM's does when
   a kernel is missing: the traceback in the log, HTTP 500, then the server exits;
 - ``FAKE_VLLM_FALLBACK=1``: the start-up log says a linear layer fell back to torch's;
+- ``FAKE_VLLM_START_FAIL=1``: exit with an error line before serving, as a server that cannot start;
 - ``VLLM_API_KEY`` or ``--api-key``: ``/v1`` routes need ``Authorization: Bearer <key>``
   (as vLLM 0.32 guards them; ``/metrics`` and ``/health`` stay open).
 
@@ -91,6 +92,9 @@ def main(args: list[str]) -> None:  # pragma: no cover - runs in the server's pr
         die_after = 0
     fail_every = int(env.get("FAKE_VLLM_FAIL_EVERY", "0"))
     slow_every, slow_s = int(env.get("FAKE_VLLM_SLOW_EVERY", "0")), float(env.get("FAKE_VLLM_SLOW_S", "0"))
+    if env.get("FAKE_VLLM_START_FAIL") == "1":
+        print("ValueError: the fake was told not to start", flush=True)
+        sys.exit(1)
     # the "engine core": a child in the server's process group that outlives an abrupt exit
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     print(CPU_LINE, flush=True)

@@ -42,7 +42,10 @@ Servers are never reused across repeats, although the ABBA order puts the same a
 sides of every repeat boundary: a repeat is a fresh start because start-to-start variance is
 most of the spread on these machines. The next server is never started while the current one
 still measures: on two cores its start-up (three processes importing torch) would take the
-cores the measured server needs, and on a GPU two servers must not share a device.
+cores the measured server needs, and on a GPU two servers must not share a device. With
+``start_together`` the servers of a repeat are all launched before its first point and waited
+for, then measured one at a time (the others idle, stopped after their blocks): a start is
+mostly one core importing, so a repeat of N launched arms costs about one start, not N.
 """
 
 from __future__ import annotations
@@ -186,11 +189,32 @@ def server_args_for(spec: SweepSpec, arm: Arm) -> list[str]:
     return args
 
 
+def _new_server(spec: SweepSpec, arm: Arm, model: str | None, log_path: Path) -> VllmServer:
+    return VllmServer(
+        model, args=server_args_for(spec, arm), speculative_config=arm.speculative_config,
+        served_model_name=spec.served_model_name or Path(model).name, env={**spec.env, **arm.env},
+        log_path=log_path, ready_timeout_s=spec.ready_timeout_s,
+    )
+
+
 @contextmanager
 def _open_endpoint(spec: SweepSpec, arm: Arm, model: str | None, log_path: Path, clock: PhaseClock,
-                   on_start: Callable[[VllmServer | None, Endpoint | None], None]):
+                   on_start: Callable[[VllmServer | None, Endpoint | None], None],
+                   started: tuple[VllmServer, Endpoint | BaseException] | None = None):
     """The arm's endpoint, its start and stop timed as server phases; ``on_start`` hears of every
-    start, a failed one with no endpoint (a failed start stops what it launched itself)."""
+    start, a failed one with no endpoint (a failed start stops what it launched itself).
+    ``started``: a server already started with the repeat's others (``start_together``) and its
+    endpoint, or why it did not start (raised here, as its own start would have)."""
+    if started is not None:
+        srv, got = started
+        try:
+            if isinstance(got, BaseException):
+                raise got
+            yield got, srv
+        finally:
+            with clock.phase(Phase.SERVER_STOP):
+                srv.stop()
+        return
     if arm.endpoint:
         ep = None
         try:
@@ -200,12 +224,7 @@ def _open_endpoint(spec: SweepSpec, arm: Arm, model: str | None, log_path: Path,
             on_start(None, ep)
         yield ep, None
         return
-    env = {**spec.env, **arm.env}
-    srv = VllmServer(
-        model, args=server_args_for(spec, arm), speculative_config=arm.speculative_config,
-        served_model_name=spec.served_model_name or Path(model).name, env=env, log_path=log_path,
-        ready_timeout_s=spec.ready_timeout_s,
-    )
+    srv = _new_server(spec, arm, model, log_path)
     try:
         ep = None
         try:
@@ -356,6 +375,9 @@ class _SweepRun:
         self._left: list[list[_Point]] = []  # this round's blocks not finished, their points not yet measured
         # where this invocation ran when an executor other than the local one placed it (specnb.sweep.fleet)
         self.executor: dict[str, Any] | None = None
+        # start_together: (arm, repeat) -> a server started with its repeat's others and its endpoint
+        # (or why it did not start), until its block takes it
+        self._started: dict[tuple[str, int], tuple[VllmServer, Endpoint | BaseException]] = {}
 
     def files_written(self) -> None:
         """Called after every point, sizing and block: the local run has nothing to do then (the
@@ -444,15 +466,18 @@ class _SweepRun:
             self.echo(f"the timing record {path} was not written: {exc}")
 
     def record_start(self, arm: Arm, repeat: int, server: VllmServer | None, ep: Endpoint | None,
-                     restart: bool = False) -> None:
+                     restart: bool = False, together: int = 1) -> None:
         """What a server start cost (``ep`` None: it failed), and where a launched server's start-up
-        went, from its own log."""
+        went, from its own log; ``together``: how many servers were launched side by side with it
+        (its ``server_start_s`` then is the wait for it after the ones before it)."""
         seconds = self.clock.seconds["server_start"] - self._start_s_seen
         self._start_s_seen = self.clock.seconds["server_start"]
         entry: dict[str, Any] = {"arm": arm.name, "repeat": repeat,
                                  "mode": "attached" if server is None else "launched", "restart": restart,
                                  "ok": ep is not None, "server_start_s": round(seconds, 2),
                                  "ready_s": None if ep is None else ep.ready_s}
+        if together > 1:
+            entry["started_together"] = together
         if server is not None and server.launched_at is not None:
             entry["startup"] = startup_breakdown(server.start_log(), server.launched_at,
                                                  None if ep is None else ep.ready_s)
@@ -466,18 +491,65 @@ class _SweepRun:
                       self.refused else [] for block in plan]
         if plan and plan[0] and plan[0][0].round == 0:
             self.echo(self.plan_text())
-        for block in plan:
-            pending = []
-            for pt in block:
-                self.planned.append(pt)
-                if self.path(pt).exists():
-                    self.outcome.skipped.append(self.path(pt))
-                    self.bar.update(self.num_requests(pt))
-                else:
-                    pending.append(pt)
-            if pending:
-                self.run_block(pending[0].arm, pending[0].repeat, pending)
-            self._left.pop(0)
+        together: set[int] = set()  # repeats whose servers were started together
+        try:
+            for i, block in enumerate(plan):
+                pending = []
+                for pt in block:
+                    self.planned.append(pt)
+                    if self.path(pt).exists():
+                        self.outcome.skipped.append(self.path(pt))
+                        self.bar.update(self.num_requests(pt))
+                    else:
+                        pending.append(pt)
+                if pending and self.spec.start_together and pending[0].repeat not in together:
+                    together.add(pending[0].repeat)
+                    self.start_together([[pt for pt in b if not self.path(pt).exists()] for b in plan[i:]
+                                         if b and b[0].repeat == pending[0].repeat])
+                if pending:
+                    self.run_block(pending[0].arm, pending[0].repeat, pending)
+                self._left.pop(0)
+        finally:  # servers started for blocks that never ran (Ctrl-C, a ledger that cannot be written)
+            while self._started:
+                srv, _ = self._started.popitem()[1]
+                with self.clock.phase(Phase.SERVER_STOP):
+                    srv.stop()
+
+    def log_path(self, arm: Arm, repeat: int) -> Path:
+        return self.out_dir / "logs" / f"{arm.name}-r{repeat:02d}.log"
+
+    def start_together(self, blocks: list[list[_Point]]) -> None:
+        """``start_together``: launch the servers of one repeat's blocks (those with points left,
+        a launched arm the build can serve) side by side, then wait for each in turn; every start
+        is recorded as it would be alone, a failed one kept for its block to record. Nothing is
+        measured until all are up, so no start takes the cores from a measurement."""
+        todo = [b[0] for b in blocks if b and not b[0].arm.endpoint and b[0].arm.name not in self.refused]
+        if len(todo) < 2:
+            return
+        self.bar.set_description(f"{self.spec.name} r{todo[0].repeat}: starting {len(todo)} servers together")
+        launched: list[tuple[_Point, VllmServer]] = []
+        for pt in todo:
+            srv = _new_server(self.spec, pt.arm, self.model, self.log_path(pt.arm, pt.repeat))
+            self._started[(pt.arm.name, pt.repeat)] = (srv, ServerError("not launched"))
+            with self.clock.phase(Phase.SERVER_START):
+                try:
+                    srv.launch()
+                except OSError as exc:  # its block starts it alone (and records what fails)
+                    del self._started[(pt.arm.name, pt.repeat)]
+                    self.echo(f"{pt.arm.name}: could not launch with the others ({exc})")
+                    continue
+            launched.append((pt, srv))
+        for pt, srv in launched:
+            ep = None
+            try:
+                with self.clock.phase(Phase.SERVER_START):
+                    ep = srv.wait_ready()
+            except ServerError as exc:
+                self._started[(pt.arm.name, pt.repeat)] = (srv, exc)
+            else:
+                self._started[(pt.arm.name, pt.repeat)] = (srv, ep)
+            finally:
+                self.record_start(pt.arm, pt.repeat, srv, ep, together=len(launched))
 
     # -- what is left ------------------------------------------------------------------------
     def _planned(self, pts: list[_Point]) -> list[PlannedPoint]:
@@ -542,12 +614,14 @@ class _SweepRun:
                     self.record_failure(pt, Unservable(self.refused[arm.name]), None, started, quiet=True)
             self.files_written()
             return
-        self.bar.set_description(f"{self.spec.name} r{repeat} {arm.name}: starting server")
-        log_path = self.out_dir / "logs" / f"{arm.name}-r{repeat:02d}.log"
+        ready = self._started.pop((arm.name, repeat), None)
+        if ready is None:
+            self.bar.set_description(f"{self.spec.name} r{repeat} {arm.name}: starting server")
         on_start = lambda srv, ep: self.record_start(arm, repeat, srv, ep)  # noqa: E731
         try:
             t_block = time.monotonic()
-            with _open_endpoint(self.spec, arm, self.model, log_path, self.clock, on_start) as (ep, server):
+            with _open_endpoint(self.spec, arm, self.model, self.log_path(arm, repeat), self.clock, on_start,
+                                ready) as (ep, server):
                 server_rec = self.server_record(ep, server)
                 t_size = time.monotonic()
                 with self.clock.phase(Phase.SIZING):

@@ -133,6 +133,12 @@ class SweepSpec(BaseModel):
     arrival_seed: int = Field(0, description="open loop: seed of the arrival times, the same for every arm")
     search: SearchSpec | None = Field(None, description="adaptive search for the crossing (closed loop)")
     repeats: int = Field(2, ge=1, description="server restarts per arm; arm order alternates")
+    start_together: bool = Field(
+        False, description="launch a repeat's servers side by side before its first point, then measure "
+        "them one at a time, each stopped after its block: a repeat's starts cost about one start instead of "
+        "one per arm (a start is mostly one core importing torch). Every arm's server of the repeat is up at "
+        "once, so memory for all of them: on a GPU give each arm its own devices (the arm's env) or a "
+        "--gpu-memory-utilization share, or a server that does not fit is recorded as a failed start")
     panel_size: int | None = Field(
         10, ge=1, description="prompts every point sends, balanced over categories; None: the whole workload")
     work_floor_tokens: int | None = Field(

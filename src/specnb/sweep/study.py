@@ -99,6 +99,8 @@ class Study(BaseModel):
     workloads: list[str | dict[str, Any]] = Field(description="names, or tables (traffic imports, context lengths)")
     concurrency: list[int] = Field(default_factory=list, description="closed-loop levels")
     repeats: int = Field(ge=1)
+    start_together: bool = Field(False, description="launch each repeat's servers side by side, then measure them "
+                                 "one at a time (SweepSpec.start_together)")
     panel_size: int | None = Field(ge=1, description="prompts every point sends (None: the whole workload)")
     work_floor_tokens: int | None = Field(ge=0, description="steady-window output tokens per point (0 or None: none)")
     warmup_requests: int = Field(ge=0)
@@ -226,6 +228,7 @@ class Study(BaseModel):
                 "max_in_flight": self.max_in_flight,
                 "search": self.search if self.load == "concurrency" else None,
                 "repeats": self.repeats,
+                "start_together": self.start_together,
                 "panel_size": self.panel_size,
                 "work_floor_tokens": self.work_floor_tokens,
                 "warmup_requests": self.warmup_requests,

@@ -124,7 +124,7 @@ class TuneSpec(BaseModel):
         if settings.proposal:
             proposal_dir = Path(settings.proposal)
             spec_doc = _sweep_json(proposal_dir)
-            data = {**spec_doc, **{k: v for k, v in data.items() if k in ("name", "repeats")}}
+            data = {**spec_doc, **{k: v for k, v in data.items() if k in ("name", "repeats", "start_together")}}
         spec = SweepSpec.parse(data, where=where)
         if spec.load != "concurrency":
             raise TuneError(f"{where}: a schedule is tuned on closed-loop levels (concurrency), not on rates")

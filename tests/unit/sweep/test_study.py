@@ -209,3 +209,14 @@ def test_every_gpu_parameter_file_runs_on_ray_with_one_flag(pf):
         assert opts["num_gpus"] == block_gpus(spec) >= 1, name
         if axis == "parallelism" and name in ("tp2", "dp2"):
             assert opts["num_gpus"] == 2
+
+
+def test_starting_a_repeats_servers_together_reaches_every_condition_and_not_the_identity():
+    """A notebook's `start_together` goes into every condition's sweep; it changes how the servers
+    start, not what is measured, so a run made either way resumes the other way."""
+    st = make(axis="kv", start_together=True, conditions={"small": {"env": {"Y": "3"}}, "big": {}})
+    specs = st.specs()
+    assert all(s.start_together for s in specs.values())
+    assert not any(s.start_together for s in make(axis="kv", conditions={"small": {}}).specs().values())
+    one = specs["small"]
+    assert one.identity() == one.model_copy(update={"start_together": False}).identity()

@@ -1,23 +1,30 @@
-"""``make -B figures`` on the committed ledgers rewrites nothing: every figure and every executed
-notebook comes out byte for byte as committed, so ``git status`` stays clean.
+"""Every notebook in analysis mode (``measure = False``) on the committed ledgers, through
+``make -B figures``: each runs without an error and saves its figures (an axis notebook at least
+one drawn from its own axis' ledgers, every file and source there), and the run rewrites nothing:
+every figure and every executed notebook comes out byte for byte as committed, so ``git status``
+stays clean.
 
 It runs the real target (out-of-date notebooks listed by make, executed in parallel) in a copy
 of the checkout made into its own git repository, with this checkout's venv and
-``SPECNB_ROOT`` pointing at the copy; no server starts. Notebooks whose axis has no committed
-ledgers yet cannot run in analysis mode and are left out (named in the output). Marked integration because it runs
-every notebook (about 40 s on two cores).
+``SPECNB_ROOT`` pointing at the copy; no server starts, so it runs in ``make test-unit`` (about
+50 s on two cores: one notebook run each, where a separate analysis-mode run per notebook
+used to execute them all a second time). Notebooks whose axis has no committed ledgers yet
+cannot run in analysis mode and are left out (named in the output).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 from specnb import paths
+from tests.integration.test_notebooks import _errors
 
 COPIED = ("Makefile", "pyproject.toml", "notebooks", "figures", "ledgers", "src")
 # notebooks that read no axis folder of their own (the Makefile's ledger_dirs says the same)
@@ -64,6 +71,23 @@ def test_make_figures_twice_leaves_git_status_clean(tmp_path):
     took = time.monotonic() - t0
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     print(f"make -B figures: {took:.1f} s")
+    # each notebook ran to the end and saved what it draws, from files that exist
+    for nb in notebooks:
+        assert _errors(repo / "notebooks" / "executed" / f"{nb}.ipynb") == [], nb
+        axis = nb.split("_", 1)[1]
+        sidecars = [json.loads(p.read_text()) for p in sorted((repo / "figures").glob("*.json"))]
+        sidecars = [s for s in sidecars if s.get("notebook") == nb]
+        if axis == "index":
+            continue
+        assert sidecars, f"{nb}: an axis notebook must save at least one figure"
+        for side in sidecars:
+            for f in side["files"]:
+                assert (repo / "figures" / f).stat().st_size > 1000, f
+            for src in side["sources"]:
+                assert (repo / src).exists() or Path(src).exists(), f"{nb}: {src}"
+        if axis != "calculator":
+            assert any(src.startswith(f"ledgers/{axis}/") for s in sidecars for src in s["sources"]), \
+                f"{nb}: at least one figure must be drawn from this axis' committed ledgers"
     status = _git(repo, "status", "--porcelain")
     if status:
         diff = _git(repo, "diff", "--stat")
