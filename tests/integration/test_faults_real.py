@@ -186,8 +186,8 @@ def test_ctrl_c_in_a_measuring_notebook_leaves_no_server(tmp_path):
     nb = paths.ROOT / "notebooks" / "01_concurrency.py"
     root = tmp_path / "ledgers"
     params = {"measure": "true", "ledger_root": str(root), "figures_dir": str(tmp_path / "fig"),
-              "workloads": '["copy"]', "concurrency": "[1, 2, 4, 8]", "repeats": "1", "panel_size": "6",
-              "work_floor_tokens": "0", "warmup_requests": "1", "max_tokens": "48", "run": "ctrl-c",
+              "workloads": '["copy"]', "concurrency": "[1, 2, 4, 8]", "repeats": "1", "panel_size": "4",
+              "work_floor_tokens": "0", "warmup_requests": "1", "max_tokens": "24", "run": "ctrl-c",
               "server_args": json.dumps(SERVER_ARGS)}
     argv = [sys.executable, "-m", "specnb.notebooks.runner", str(nb), str(tmp_path / "out.ipynb")]
     for k, v in params.items():

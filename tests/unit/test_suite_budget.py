@@ -68,7 +68,7 @@ def test_the_budget_in_server_starts_catches_growth_the_seconds_budget_lets_thro
     budget.record_server_start(55.0)
     slow = SimpleNamespace(config=_Config(), exitstatus=0)
     budget.pytest_sessionfinish(slow, 0)
-    assert slow.exitstatus == 0 and "32.7 times the shared servers' 55.0 s start (budget 45)" in slow.config.lines[0]
+    assert slow.exitstatus == 0 and "32.7 times the shared sweep's 55.0 s start (its servers side by side) (budget 45)" in slow.config.lines[0]
     # a fast day on a suite that grew: the same 30 min, within the seconds budget, with 35 s starts
     # is 51 starts' worth
     budget.record_server_start(35.0)
@@ -89,3 +89,38 @@ def test_the_budget_follows_the_cpu_family():
         assert budget.cpu_family(isa) == "avx512"
     assert budget.INTEGRATION_BUDGET_S == budget.INTEGRATION_BUDGETS_S[budget.cpu_family()]
     assert budget.INTEGRATION_BUDGETS_S["avx512"] <= budget.INTEGRATION_BUDGETS_S["avx2"] < 60 * 60
+
+
+def test_the_shared_pair_is_launched_at_the_first_browser_test(monkeypatch):
+    """make test's second pass: the browser tests (no vLLM) run after the serial ones, so the
+    shared pair starts beside the browser tests; not without them, not before the first of them
+    (the serial tests time things), and not in an xdist worker (each would launch its own)."""
+    import tests.integration.conftest as integration
+
+    calls: list = []
+    monkeypatch.setattr(integration, "launch_pair_early", calls.append)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+
+    def item(browser: bool, fixtures: tuple = ()):
+        return SimpleNamespace(get_closest_marker=lambda m: (m == "browser" and browser) or None,
+                               fixturenames=list(fixtures))
+
+    def run(*items):
+        budget.pytest_collection_finish(SimpleNamespace(items=list(items),
+                                                        config=SimpleNamespace(_tmp_path_factory="factory")))
+        for it in items:
+            budget.pytest_runtest_setup(it)
+
+    serial, lab, bench = item(False), item(True), item(False, ("baseline_server", "_shared_pair"))
+    budget.pytest_collection_finish(SimpleNamespace(items=[serial, lab, bench],
+                                                    config=SimpleNamespace(_tmp_path_factory="factory")))
+    budget.pytest_runtest_setup(serial)
+    assert calls == []  # not beside the serial tests
+    budget.pytest_runtest_setup(lab)
+    budget.pytest_runtest_setup(item(True))
+    assert calls == ["factory"]  # once, at the first browser test
+    run(item(False, ("_shared_pair",)))  # no browser test
+    run(item(True), item(False, ("real_sweep",)))  # nobody needs the pair
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    run(item(True), item(False, ("_shared_pair",)))
+    assert calls == ["factory"]

@@ -505,14 +505,15 @@ class VllmServer:
 
 
 @contextlib.contextmanager
-def started_together(servers: Mapping[str, VllmServer]) -> Iterator[dict[str, Endpoint]]:
+def started_together(servers: Mapping[str, VllmServer], launched: bool = False) -> Iterator[dict[str, Endpoint]]:
     """Launch every server, then wait for each: they start side by side (a start is mostly one
     core importing torch and vLLM). Yields name -> endpoint; every server is stopped on the way
     out, also when one of them never came up. Enter it from the thread that outlives the servers
-    (:meth:`VllmServer.launch`)."""
+    (:meth:`VllmServer.launch`). ``launched``: the caller launched them already; only wait."""
     try:
         for srv in servers.values():
-            srv.launch()
+            if not launched:
+                srv.launch()
         yield {name: srv.wait_ready() for name, srv in servers.items()}
     finally:
         for srv in servers.values():
