@@ -44,18 +44,21 @@ def pytest_collection_modifyitems(config, items):
 # speed alone.
 INTEGRATION_BUDGETS_S = {"avx512": 40 * 60, "avx2": 45 * 60}
 # So the same time is also held in units of the run's own server start, a second check that
-# catches growth on a fast day (the seconds stay as the backstop for CI's 90 min cut): the suite's
-# two shared servers, launched together by the first test that asks for one
-# (tests/integration/conftest.py), say how long a start takes on the machine that day, and the
-# real-server time over that moves far less than the time itself. Two runs of one suite an hour apart on one machine (2026-12-03): 1,327 s and
-# 1,772 s (a third more), with the shared servers' start (the first user's set-up) 35.8 s and 55.2 s:
-# 37 and 32 starts. The budget is about a fifth over the larger, so a suite that grows by a few
-# server starts' worth fails on any day. Not set for AVX2-only CPUs (fp32 servers), not measured there yet.
-INTEGRATION_BUDGETS_STARTS = {"avx512": 45, "avx2": None}
+# catches growth on a fast day (the seconds stay as the backstop for CI's 90 min cut): the shared
+# sweep's three servers, launched side by side with nothing else running (tests/integration/conftest.py:
+# real_sweep), say how long a start takes on the machine that day, and the real-server time over that
+# moves far less than the time itself. Before that unit (the shared pair's start, which now runs beside
+# the browser tests), two runs of one suite an hour apart on one machine (2026-12-03) measured 1,327 s
+# and 1,772 s (a third more) and 37 and 32 starts. In the new unit, the suite after the cuts of the
+# evening of 2026-12-03: 1,524 s = 22.5 times a 67.7 s start, in a slow hour (the same unchanged tests
+# ran 20-45 % longer than at 14:00). The budget is a third over that one figure, so a suite that grows
+# by a few server starts' worth fails on any day. Not set for AVX2-only CPUs (fp32 servers), not
+# measured there yet.
+INTEGRATION_BUDGETS_STARTS = {"avx512": 30, "avx2": None}
 INTEGRATION_MEASURED = {
-    "avx512": "1,415 s (28.2 times its 50.2 s shared-server start) in a clean-clone `make test` of 28 min 30 s after "
-              "set-up on a 2-core AVX-512 BF16 EPYC, 2026-12-03 afternoon; the same tests 1,327 s and 1,772 s an hour apart "
-              "in the work tree that afternoon, 1,554 s and 1,738 s in the morning's clean clones before its cuts",
+    "avx512": "1,524 s (22.5 times its 67.7 s shared-sweep start) in the work tree on a 2-core AVX-512 BF16 EPYC, "
+              "2026-12-03 16:04, a slow hour; before that evening's cuts 1,415 s in a clean-clone `make test` of 28 min 30 s "
+              "after set-up that afternoon, 1,554 s and 1,738 s in the morning's clean clones",
     "avx2": "3,357 s of a 3,873 s suite on a 2-core AVX2-only EPYC, 2026-12-02, with bf16 servers on "
             "torch's fallback; not measured since the suite serves fp32 there",
 }
@@ -109,7 +112,10 @@ def pytest_runtest_setup(item):
     if _early_pair and item.get_closest_marker("browser"):
         from tests.integration.conftest import launch_pair_early
 
-        launch_pair_early(_early_pair.pop("factory"))
+        try:
+            launch_pair_early(_early_pair.pop("factory"))
+        except Exception as exc:  # noqa: BLE001 - the first test that needs the pair launches it then
+            print(f"the shared vLLM pair was not launched early ({exc}); its first user launches it")
 
 
 # the mark expressions that still select every real-server test: none, and `make test`'s second pass

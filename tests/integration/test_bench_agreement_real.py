@@ -58,8 +58,11 @@ TOLERANCE_NOTE = "three sd of the median over eight measured runs, see the comme
 # vLLM's bench client, kept alive between rounds: one JSON argv per stdin line, answered on stdout
 # with "ok" or "error ..." once the round's result file is written (vLLM's own prints go to stderr)
 BENCH_DRIVER = """
-import json, sys, traceback
-answer, sys.stdout = sys.stdout, sys.stderr
+import json, os, sys, traceback
+# answers on a copy of fd 1; fd 1 itself (Python's prints, C code, child processes) goes to stderr
+answer = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+sys.stdout = sys.stderr
 from vllm.benchmarks.serve import add_cli_args, main
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 print("ready", file=answer, flush=True)
@@ -86,7 +89,11 @@ class BenchClient:
                                          start_new_session=True)
         self.answers: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
-        self._expect("ready", 180)
+        try:
+            self._expect("ready", 180)
+        except BaseException:
+            self.stop()
+            raise
 
     def _read(self) -> None:
         for line in self.proc.stdout:

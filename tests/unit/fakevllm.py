@@ -15,6 +15,8 @@ environment (a sweep's ``env``):
   a kernel is missing: the traceback in the log, HTTP 500, then the server exits;
 - ``FAKE_VLLM_FALLBACK=1``: the start-up log says a linear layer fell back to torch's;
 - ``FAKE_VLLM_START_FAIL=1``: exit with an error line before serving, as a server that cannot start;
+- a file ``exit-now`` in ``FAKE_VLLM_STATE``: the server removes it and exits at once (an idle
+  server that dies, when a test says so);
 - ``VLLM_API_KEY`` or ``--api-key``: ``/v1`` routes need ``Authorization: Bearer <key>``
   (as vLLM 0.32 guards them; ``/metrics`` and ``/health`` stay open).
 
@@ -155,7 +157,17 @@ def main(args: list[str]) -> None:  # pragma: no cover - runs in the server's pr
         )
         return web.Response(text=text)
 
+    async def exit_when_told(app):
+        async def watch():
+            while True:
+                await asyncio.sleep(0.05)
+                if (state / "exit-now").exists():
+                    (state / "exit-now").unlink()
+                    os._exit(1)
+        app["watch"] = asyncio.get_running_loop().create_task(watch())
+
     app = web.Application(middlewares=[auth])
+    app.on_startup.append(exit_when_told)
     app.router.add_get("/health", lambda r: web.Response(text=""))
     app.router.add_get("/v1/models", lambda r: web.json_response({"data": [{"id": name}]}))
     app.router.add_get("/version", lambda r: web.json_response({"version": "0.32.0-fake"}))

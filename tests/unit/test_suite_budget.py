@@ -99,6 +99,7 @@ def test_the_shared_pair_is_launched_at_the_first_browser_test(monkeypatch):
 
     calls: list = []
     monkeypatch.setattr(integration, "launch_pair_early", calls.append)
+    monkeypatch.setattr(budget, "_early_pair", {})  # this session's own plan is not touched
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
 
     def item(browser: bool, fixtures: tuple = ()):
@@ -124,3 +125,17 @@ def test_the_shared_pair_is_launched_at_the_first_browser_test(monkeypatch):
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
     run(item(True), item(False, ("_shared_pair",)))
     assert calls == ["factory"]
+
+
+def test_no_second_pair_is_launched_once_the_session_made_its_own(monkeypatch):
+    """Browser tests after the first real-server test: the pair is claimed, nothing more starts."""
+    import tests.integration.conftest as integration
+
+    class NoFactory:
+        def mktemp(self, *a, **kw):
+            raise AssertionError("a second pair was being made")
+
+    monkeypatch.setattr(integration, "_EARLY", {})
+    monkeypatch.setattr(integration, "_PAIR_CLAIMED", [True])
+    integration.launch_pair_early(NoFactory())
+    assert integration._EARLY == {}

@@ -404,29 +404,42 @@ class VllmServer:
         return ep
 
     def _wait_ready(self, base_url: str, t0: float) -> None:
-        while True:
-            code = self.proc.poll()
-            if code is not None:
-                raise ServerStartError(
-                    f"vLLM server exited with code {code} while starting (log: {self.log_path})",
-                    self.log_tail(),
-                )
-            if time.monotonic() - t0 > self.ready_timeout_s:
-                raise ServerStartError(
-                    f"vLLM server not ready after {self.ready_timeout_s:.0f} s (log: {self.log_path})",
-                    self.log_tail(),
-                )
-            try:
-                with urllib.request.urlopen(base_url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        _get_json(base_url + "/v1/models")
-                        return
-            except urllib.error.HTTPError as exc:
-                if exc.code in (401, 403):  # up, and guarding /v1 with an API key (VLLM_API_KEY)
-                    return
-            except (urllib.error.URLError, OSError, ValueError):
-                pass
+        while not self._answers(base_url, t0):
             time.sleep(0.5)
+
+    def ready_now(self) -> bool:
+        """One look, no wait: whether the launched server answers now; raises ServerStartError when
+        it exited or its ready timeout passed (several servers launched together are polled in
+        turn, so each one's ``ready_s`` is its own)."""
+        if self.proc is None or self._launch is None:
+            raise RuntimeError("ready_now() before launch()")
+        return self._answers(self._launch["base_url"], self._launch["t0"])
+
+    def _answers(self, base_url: str, t0: float) -> bool:
+        code = self.proc.poll()
+        if code is not None:
+            raise ServerStartError(
+                f"vLLM server exited with code {code} while starting (log: {self.log_path})",
+                self.log_tail(),
+            )
+        try:
+            with urllib.request.urlopen(base_url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    _get_json(base_url + "/v1/models")
+                    return True
+        except urllib.error.HTTPError as exc:
+            if exc.code in (401, 403):  # up, and guarding /v1 with an API key (VLLM_API_KEY)
+                return True
+        except (urllib.error.URLError, OSError, ValueError):
+            pass
+        # only a server that does not answer is late: one launched long before anyone waits for it
+        # (started together with others, or early) is up, not timed out
+        if time.monotonic() - t0 > self.ready_timeout_s:
+            raise ServerStartError(
+                f"vLLM server not ready after {self.ready_timeout_s:.0f} s (log: {self.log_path})",
+                self.log_tail(),
+            )
+        return False
 
     def start_log(self) -> str:
         """The log of the last start only (a restarted server appends to the same file)."""

@@ -114,10 +114,11 @@ def layout_gpus(args: list[str]) -> int:
 
 
 def block_gpus(spec: SweepSpec) -> int:
-    """GPUs a pairing block needs: its arms run one after another, so the largest arm's layout
-    (arms attached to an endpoint need none)."""
+    """GPUs a pairing block needs: its arms run one after another, so the largest arm's layout,
+    or, with ``start_together`` (every arm's server up at once), their sum (arms attached to an
+    endpoint need none)."""
     sizes = [layout_gpus([*spec.server_args, *arm.server_args]) for arm in spec.arms if not arm.endpoint]
-    return max(sizes, default=0)
+    return sum(sizes) if spec.start_together else max(sizes, default=0)
 
 
 def block_options(spec: SweepSpec, ex: Any, cpu_engine: bool, node_cpus: float | None) -> dict[str, Any]:

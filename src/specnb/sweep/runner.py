@@ -508,6 +508,11 @@ class _SweepRun:
                                          if b and b[0].repeat == pending[0].repeat])
                 if pending:
                     self.run_block(pending[0].arm, pending[0].repeat, pending)
+                elif block and (block[0].arm.name, block[0].repeat) in self._started:
+                    # started with its repeat, but its points were written meanwhile (another process)
+                    srv, _ = self._started.pop((block[0].arm.name, block[0].repeat))
+                    with self.clock.phase(Phase.SERVER_STOP):
+                        srv.stop()
                 self._left.pop(0)
         finally:  # servers started for blocks that never ran (Ctrl-C, a ledger that cannot be written)
             while self._started:
@@ -539,17 +544,24 @@ class _SweepRun:
                     self.echo(f"{pt.arm.name}: could not launch with the others ({exc})")
                     continue
             launched.append((pt, srv))
-        for pt, srv in launched:
-            ep = None
-            try:
-                with self.clock.phase(Phase.SERVER_START):
-                    ep = srv.wait_ready()
-            except ServerError as exc:
-                self._started[(pt.arm.name, pt.repeat)] = (srv, exc)
-            else:
-                self._started[(pt.arm.name, pt.repeat)] = (srv, ep)
-            finally:
-                self.record_start(pt.arm, pt.repeat, srv, ep, together=len(launched))
+        left, n = list(launched), len(launched)
+        while left:  # polled in turn, so each ready_s is its own; each recorded as it comes up
+            up: list[tuple[_Point, VllmServer, Endpoint | ServerError]] = []
+            with self.clock.phase(Phase.SERVER_START):
+                for pt, srv in list(left):
+                    try:
+                        if srv.ready_now():
+                            up.append((pt, srv, srv.wait_ready()))
+                    except ServerError as exc:  # exited or timed out: stopped; its block records why
+                        srv.stop()
+                        up.append((pt, srv, exc))
+                for item in up:
+                    left.remove(item[:2])
+                if left and not up:
+                    time.sleep(0.5)
+            for pt, srv, got in up:
+                self._started[(pt.arm.name, pt.repeat)] = (srv, got)
+                self.record_start(pt.arm, pt.repeat, srv, None if isinstance(got, ServerError) else got, together=n)
 
     # -- what is left ------------------------------------------------------------------------
     def _planned(self, pts: list[_Point]) -> list[PlannedPoint]:
@@ -622,6 +634,9 @@ class _SweepRun:
             t_block = time.monotonic()
             with _open_endpoint(self.spec, arm, self.model, self.log_path(arm, repeat), self.clock, on_start,
                                 ready) as (ep, server):
+                if ready is not None and server is not None and not server.alive():
+                    # started with its repeat, it died while the blocks before it measured
+                    ep, server_rec = self.restart(server, "while it waited for its block", arm, repeat)
                 server_rec = self.server_record(ep, server)
                 t_size = time.monotonic()
                 with self.clock.phase(Phase.SIZING):

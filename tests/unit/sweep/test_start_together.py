@@ -84,7 +84,8 @@ def test_a_repeats_servers_start_before_its_first_point_and_stop_after_their_blo
     ev = events.events
     for r, order in ((0, ["baseline", "ngram"]), (1, ["ngram", "baseline"])):  # ABBA
         mine = [e for e in ev if e[2] == r]
-        # both launched and ready before the repeat's first point
+        # both launched before either is waited for, both ready before the repeat's first point
+        assert [w for w, _, _ in mine[:2]] == ["launch", "launch"]
         first_point = next(i for i, e in enumerate(mine) if e[0] == "point")
         assert {e[1] for e in mine[:first_point] if e[0] == "launch"} == set(order)
         assert {e[1] for e in mine[:first_point] if e[0] == "ready"} == set(order)
@@ -121,7 +122,9 @@ def test_a_server_that_cannot_start_costs_only_its_own_points(events, tmp_path):
     assert all("told not to start" in f.failure.log_tail for f in failed)  # its own log says why
     _nothing_left(events)
     starts = json.loads(outcome.timings[0].read_text())["server_starts"]
-    assert {(s["arm"], s["ok"]) for s in starts} == {("baseline", True), ("ngram", False)}
+    assert sorted((s["arm"], s["ok"], s["started_together"]) for s in starts) == [("baseline", True, 2),
+                                                                                  ("ngram", False, 2)]
+    assert [e[:2] for e in events.events if e[0] == "launch"] == [("launch", "baseline"), ("launch", "ngram")]
 
 
 def test_ctrl_c_in_the_first_block_stops_every_server_of_the_repeat(events, tmp_path, monkeypatch):
@@ -144,12 +147,47 @@ def test_ctrl_c_in_the_first_block_stops_every_server_of_the_repeat(events, tmp_
     assert len([p for p in (tmp_path / "out").rglob("c00*-r00.json")]) == 1
 
 
-def test_attached_arms_and_a_lone_launched_arm_start_as_before(events, tmp_path):
+def test_an_attached_arm_is_not_started_and_a_lone_launched_arm_starts_as_before(events, tmp_path):
     """Only launched arms start together; one launched arm in a repeat has nobody to start with."""
-    other = run_sweep(_spec(events, arms=[{"name": "baseline"}], repeats=1), tmp_path / "first", progress=False,
-                      echo=QUIET)
-    assert other.ok
-    starts = json.loads(other.timings[0].read_text())["server_starts"]
-    assert [s.get("started_together") for s in starts] == [None]
-    ev = [e[0] for e in events.events]
-    assert ev == ["launch", "ready", "point", "point", "stop"]
+    theirs = runner.VllmServer.__mro__[1]  # the fake, without the event log
+    srv = theirs(str(events.model), served_model_name="fake", log_path=tmp_path / "theirs.log",
+                 env={"FAKE_VLLM_STATE": str(events.state)}, ready_timeout_s=30)
+    with srv as ep:
+        arms = [{"name": "baseline", "endpoint": ep.base_url},
+                {"name": "ngram", "speculative_config": NGRAM}]
+        outcome = run_sweep(_spec(events, arms=arms, repeats=1), tmp_path / "out", progress=False, echo=QUIET)
+        assert srv.alive()  # an attached server is never stopped by the sweep
+    assert outcome.ok and len(outcome.written) == 4
+    starts = json.loads(outcome.timings[0].read_text())["server_starts"]
+    assert [(s["arm"], s["mode"], s.get("started_together")) for s in starts] == [
+        ("baseline", "attached", None), ("ngram", "launched", None)]
+    ngram = [e[0] for e in events.events if e[1] == "ngram"]
+    assert ngram == ["launch", "ready", "point", "point", "stop"]
+
+
+def test_a_server_that_dies_while_it_waits_for_its_block_is_started_again(events, tmp_path, monkeypatch):
+    """The second arm's server, started with the first, dies while the first measures: its block
+    restarts it (recorded as a restart) and measures every point."""
+    own = tmp_path / "ngram-state"
+    own.mkdir()
+    arms = [{"name": "baseline"},
+            {"name": "ngram", "speculative_config": NGRAM, "env": {"FAKE_VLLM_STATE": str(own)}}]
+    real = runner._SweepRun.run_point
+
+    def first_point_kills_the_other(self, pt, *a, **kw):
+        if pt.arm.name == "baseline" and not (own / "told").exists():
+            (own / "told").write_text("")
+            (own / "exit-now").write_text("")
+            for _ in range(100):  # until the idle server is gone
+                if not (own / "exit-now").exists():
+                    break
+                time.sleep(0.05)
+        return real(self, pt, *a, **kw)
+
+    monkeypatch.setattr(runner._SweepRun, "run_point", first_point_kills_the_other)
+    outcome = run_sweep(_spec(events, arms=arms, repeats=1), tmp_path / "out", progress=False, echo=QUIET)
+    assert outcome.ok and len(outcome.written) == 4 and outcome.restarts == 1
+    starts = json.loads(outcome.timings[0].read_text())["server_starts"]
+    assert [(s["arm"], s["ok"], s["restart"]) for s in starts if s["arm"] == "ngram"] == [
+        ("ngram", True, False), ("ngram", True, True)]
+    _nothing_left(events)
