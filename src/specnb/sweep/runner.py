@@ -636,7 +636,7 @@ class _SweepRun:
                                 ready) as (ep, server):
                 if ready is not None and server is not None and not server.alive():
                     # started with its repeat, it died while the blocks before it measured
-                    ep, server_rec = self.restart(server, "while it waited for its block", arm, repeat)
+                    ep, _ = self.restart(server, "while it waited for its block", arm, repeat)
                 server_rec = self.server_record(ep, server)
                 t_size = time.monotonic()
                 with self.clock.phase(Phase.SIZING):
