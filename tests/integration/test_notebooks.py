@@ -23,6 +23,7 @@ from specnb import paths
 from specnb.engine.kernels import machine_dtype
 from specnb.ledger import load_ledgers, read_ledger
 from specnb.notebooks.runner import execute, notebook_parameters
+from tests.conftest import require
 from tests.integration.conftest import DTYPE, SERVER_ARGS
 
 NOTEBOOKS = sorted(glob.glob(str(paths.ROOT / "notebooks" / "[0-9][0-9]_*.py")))
@@ -85,8 +86,7 @@ def test_concurrency_notebook_measures_for_real(tmp_path, baseline_server, ngram
 
 @pytest.mark.integration
 def test_drafter_notebook_measures_ngram_and_a_draft_model(tmp_path, baseline_server, ngram_server):
-    if not DRAFT.exists():
-        pytest.skip("the CPU models are not built: run `make setup`")
+    require(DRAFT.exists(), f"the CPU draft model {DRAFT.name}", "make setup builds it")
     nb = next(n for n in NOTEBOOKS if _axis(n) == "drafter")
     default_args = notebook_parameters(Path(nb))["server_args"]
     assert "machine" in default_args  # the notebook's own default: this CPU's dtype, resolved at launch
@@ -114,8 +114,7 @@ def test_quantization_notebook_records_what_the_build_cannot_serve_and_measures_
     from specnb.ledger.provenance import EMULATE_ENV
 
     w4 = paths.MODELS / "SmolLM2-135M-Instruct-W4A16-G64"
-    if not (MODEL.exists() and w4.exists()):
-        pytest.skip("the CPU models are not built: run `make setup`")
+    require(MODEL.exists() and w4.exists(), f"the CPU models {MODEL.name} and {w4.name}", "make setup builds them")
     monkeypatch.setenv(EMULATE_ENV, "avx2")
     nb = next(n for n in NOTEBOOKS if _axis(n) == "quantization")
     shared = _shared(baseline_server, ngram_server)

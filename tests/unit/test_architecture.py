@@ -55,8 +55,7 @@ def test_import_specnb_and_the_analysis_api_load_no_engine():
 
 def test_a_notebook_opened_on_committed_ledgers_loads_no_engine():
     run = next((p for p in sorted((paths.LEDGERS / "concurrency" / "cpu").glob("*")) if p.is_dir()), None)
-    if run is None:
-        pytest.skip("no committed concurrency run in this checkout")
+    assert run is not None, "the committed concurrency runs are missing from this checkout"
     loaded = _loaded_after(
         "from specnb.notebooks import open_axis\n"
         "from specnb.notebooks.runner import notebook_parameters\n"

@@ -6,8 +6,6 @@ import os
 import re
 import tomllib
 
-import pytest
-
 from specnb import paths
 
 
@@ -37,35 +35,38 @@ def test_ci_runs_the_readme_test_command():
 
 def test_make_tests_two_passes_run_every_test_exactly_once():
     """`make test` runs the suite in two passes (workers, then one at a time) chosen by mark
-    expressions: every combination of the suite's marks lands in exactly one, and the real-server,
-    browser and serial tests never run beside another test."""
+    expressions: every combination of the suite's marks lands in exactly one, but for the
+    maintainer checks, which land in neither; the real-server, browser and serial tests never run
+    beside another test."""
     from itertools import product
 
     from _pytest.mark.expression import Expression
 
     text = (paths.ROOT / "Makefile").read_text()
     rule = text[text.index("TEST_WORKERS ?="):text.index("\ntest-unit:")]  # the passes' variables and the recipe
-    passes = re.findall(r'-m "([a-z][^"]*)"', rule)  # mark expressions, not the recipe's -m check
+    passes = re.findall(r'-m "([a-z(][^"]*)"', rule)  # mark expressions, not the recipe's -m check
     assert len(set(passes)) == 2, passes
     workers = [p for p in set(passes) if "-n $(TEST_WORKERS) --dist loadfile -m \"" + p in rule]
     assert len(workers) == 1
-    for marks in product([False, True], repeat=3):
-        has = dict(zip(("integration", "browser", "serial"), marks, strict=True))
+    for marks in product([False, True], repeat=4):
+        has = dict(zip(("integration", "browser", "serial", "maintainer"), marks, strict=True))
         chosen = [p for p in set(passes) if Expression.compile(p).evaluate(lambda name, _has=has, **kw: _has.get(name, False))]
-        assert len(chosen) == 1, (has, chosen)
+        assert len(chosen) == (0 if has["maintainer"] else 1), (has, chosen)
         if has["integration"] or has["serial"] or has["browser"]:
             assert chosen != workers, has  # never in the pass that runs tests side by side
 
 
 def test_make_tests_exit_status_says_what_either_pass_found(tmp_path):
-    """The `test` recipe run with a stand-in for pytest: a failing pass fails the target, a pass
-    that selects nothing does not unless both do, Ctrl-C in the first stops before the second,
-    and a -m in PYTEST_ARGS is refused before anything runs."""
+    """The `test` recipe run with a stand-in for pytest: a failing pass fails the target; in a full
+    run a pass that selects nothing fails it, in a narrowed run only both passes selecting nothing
+    do; Ctrl-C in the first stops before the second; a -m in PYTEST_ARGS is refused before anything
+    runs."""
     import shutil
     import subprocess
 
-    if shutil.which("make") is None:
-        pytest.skip("no make")
+    from tests.conftest import require
+
+    require(shutil.which("make") is not None, "make", "apt-get install make")
     text = (paths.ROOT / "Makefile").read_text()
     rule = text[text.index("TEST_WORKERS ?="):text.index("\ntest-unit:")].replace(
         "test: setup $(BROWSER_STAMP) chromium", "test:")
@@ -86,8 +87,10 @@ def test_make_tests_exit_status_says_what_either_pass_found(tmp_path):
     assert run(0, 0) == (0, 2)
     assert run(1, 0)[0] != 0 and run(1, 0)[1] == 2  # a failing first pass still lets the second report
     assert run(0, 1)[0] != 0
-    assert run(5, 0) == (0, 2) and run(0, 5) == (0, 2)  # PYTEST_ARGS naming files of one pass only
-    assert run(5, 5)[0] != 0  # nothing selected at all
+    assert run(5, 0)[0] != 0 and run(0, 5)[0] != 0  # a full run whose pass selected nothing
+    assert run(5, 0)[1] == 2  # the other pass still ran
+    assert run(5, 0, "tests/integration") == (0, 2) and run(0, 5, "tests/unit") == (0, 2)  # one pass's files
+    assert run(5, 5, "-k nothing")[0] != 0  # nothing selected at all
     assert run(2, 0)[0] != 0 and run(2, 0)[1] == 1  # interrupted: the second pass never starts
     assert run(0, 0, "-m integration")[0] != 0 and run(0, 0, "-m integration")[1] == 0
 

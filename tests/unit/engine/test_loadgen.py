@@ -624,7 +624,6 @@ def test_arrivals_keep_the_rate_and_their_dispersion_on_a_fixed_seed():
         arrival_times(10, 0.0)
 
 
-@pytest.mark.serial  # send lateness within milliseconds: alone, never beside another test
 def test_open_loop_sends_on_schedule_records_lateness_and_caps_in_flight():
     fake = FakeServer(cumulative=(1, 2, 3), delay_s=0.05)  # each request takes ~0.2 s
     pl = asyncio.run(fake.run(lambda url: run_rate_load(
@@ -640,11 +639,15 @@ def test_open_loop_sends_on_schedule_records_lateness_and_caps_in_flight():
     assert s["offered_rate_rps"] == 40.0 and s["peak_in_flight"] == 3
     assert s["max_send_lateness_ms"] == pytest.approx(1e3 * max(late))
     assert s["achieved_rate_rps"] < 40.0  # the server could not keep up with the offered rate
-    # under the server's capacity the schedule is kept to within a few milliseconds
+    # under the server's capacity nobody waits for a free slot: each request is sent when it is due,
+    # give or take the loop's own delay (a few ms here; the bound is what a machine ten times slower,
+    # or a busy neighbour, still keeps), where the capped run above waited for slots
     fast = FakeServer(cumulative=(1, 2), delay_s=0.005)
     pl = asyncio.run(fast.run(lambda url: run_rate_load(
         url, "smol", PROMPTS, rate_rps=20.0, num_requests=10, sampling={"temperature": 0.0}, max_in_flight=8)))
-    assert summarize(pl)["p99_send_lateness_ms"] < 20
+    s = summarize(pl)
+    assert pl.peak_in_flight < 8 and min(r.start_s - r.scheduled_s for r in pl.records) >= -1e-3
+    assert s["p99_send_lateness_ms"] < 250
 
 
 def test_what_orjson_refuses_the_standard_library_still_reads():

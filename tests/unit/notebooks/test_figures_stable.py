@@ -47,8 +47,9 @@ def _git(cwd, *args: str) -> str:
 
 def test_make_figures_twice_leaves_git_status_clean(tmp_path):
     venv = paths.ROOT / ".venv"
-    if not (venv / "bin" / "python").exists():
-        pytest.skip("no .venv: run `make setup`")
+    from tests.conftest import require
+
+    require((venv / "bin" / "python").exists(), "the project's .venv", "make setup makes it")
     repo = tmp_path / "checkout"
     repo.mkdir()
     for name in COPIED:  # copy2 keeps modification times, so the venv's stamp stays up to date

@@ -37,8 +37,9 @@ print(json.dumps({
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
-    if importlib.util.find_spec("vllm") is None:
-        pytest.skip("vLLM is not installed")
+    from tests.conftest import require
+
+    require(importlib.util.find_spec("vllm") is not None, "vLLM", "make setup installs the engine")
     tmp = tmp_path_factory.mktemp("gpu")
     (tmp / "concurrency.yaml").write_text(
         "model: meta-llama/Llama-3.1-8B-Instruct\n"

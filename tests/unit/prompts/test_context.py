@@ -90,8 +90,9 @@ def test_a_missing_tokenizer_is_one_line():
 
 
 def test_the_bundled_set_at_a_length_in_the_targets_tokens():
-    if not (FOLDER / "tokenizer.json").exists():
-        pytest.skip("the CPU default model is not built (make setup)")
+    from tests.conftest import require
+
+    require((FOLDER / "tokenizer.json").exists(), "the CPU default model", "make setup builds it")
     wl = resolve({"context": "copy:fix-json", "tokens": 768, "tokenizer": str(FOLDER)})
     assert wl.name == "copy:fix-json@768" and len(wl.prompts) == len(bundled("copy").select("fix-json").prompts)
     ctx = wl.describe()["context"]

@@ -138,8 +138,9 @@ def test_measure_mix_refuses_traffic_without_responses_and_bad_options():
 
 def test_target_tokenizer_from_a_local_folder():
     folder = paths.MODELS / "SmolLM2-135M-Instruct"
-    if not (folder / "tokenizer.json").exists():
-        pytest.skip("the CPU default model is not built (make setup)")
+    from tests.conftest import require
+
+    require((folder / "tokenizer.json").exists(), "the CPU default model", "make setup builds it")
     tok = load_tokenizer(folder)
     ids = tok.encode("Fix this JSON")
     assert ids and all(isinstance(i, int) for i in ids)

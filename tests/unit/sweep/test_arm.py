@@ -87,8 +87,9 @@ def test_ngram_and_trained_heads_are_not_compared(tmp_path):
 
 def test_the_real_default_model_against_its_own_tokenizer(tmp_path):
     src = paths.MODELS / "SmolLM2-135M-Instruct"
-    if not (src / "tokenizer.json").exists():
-        pytest.skip("the CPU default model is not built (make setup)")
+    from tests.conftest import require
+
+    require((src / "tokenizer.json").exists(), "the CPU default model", "make setup builds it")
     d = tmp_path / "draft"
     d.mkdir()
     for f in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):

@@ -140,7 +140,13 @@ def test_bad_executor_options_are_one_line_before_anything(tmp_path, capsys, arg
 # -- on a local Ray -----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def local_ray():
-    ray = pytest.importorskip("ray")
+    from tests.conftest import require
+
+    try:
+        import ray
+    except ImportError:
+        ray = None
+    require(ray is not None, "ray (the Ray executor's tests)", "the dev extra installs it: make setup")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     yield ray
     ray.shutdown()

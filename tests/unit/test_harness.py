@@ -1,0 +1,171 @@
+"""The suite's harness (tests/conftest.py) on fake sessions: the real-server time printed, never a
+failure; in CI a missing component or a skip fails; the shared pair's early launch."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from tests import conftest as budget
+
+
+class _Config:
+    def __init__(self, args=(), keyword="", markexpr=""):
+        self.args = list(args)
+        self.option = SimpleNamespace(keyword=keyword, markexpr=markexpr)
+        self.lines: list[str] = []
+        reporter = SimpleNamespace(write_line=self.lines.append)
+        self.pluginmanager = SimpleNamespace(get_plugin=lambda name: reporter)
+
+    def getini(self, name):
+        assert name == "testpaths"
+        return ["tests/unit", "tests/browser", "tests/integration"]
+
+
+@pytest.fixture
+def spent(monkeypatch):
+    state = {"integration": 0.0, "tests": 0, "start_s": None}
+    monkeypatch.setattr(budget, "_spent", state)
+    return state
+
+
+def test_the_real_server_time_is_printed_and_never_fails_a_run(spent):
+    """However long the real-server tests took, the run's status is theirs: the time is a figure."""
+    for when, d in (("setup", 30.0), ("call", 9000.0), ("teardown", 1.0)):
+        budget.pytest_runtest_logreport(SimpleNamespace(keywords={"integration": 1}, duration=d, when=when))
+    budget.pytest_runtest_logreport(SimpleNamespace(keywords={}, duration=500.0, when="call"))  # a unit test
+    assert spent["tests"] == 1 and spent["integration"] == 9031.0
+    budget.record_server_start(55.0)
+    session = SimpleNamespace(config=_Config(), exitstatus=0)
+    budget.pytest_sessionfinish(session, 0)
+    assert session.exitstatus == 0
+    (line,) = session.config.lines
+    assert line.startswith("real-server tests: 9031 s over 1 tests, 164.2 times the shared sweep's 55.0 s start")
+    assert "not a budget" in line and budget.FAMILY in line
+    budget.record_server_start(None)  # a run that never reached the shared sweep: seconds alone
+    alone = SimpleNamespace(config=_Config(), exitstatus=0)
+    budget.pytest_sessionfinish(alone, 0)
+    assert alone.exitstatus == 0 and "times the shared" not in alone.config.lines[0]
+
+
+def test_no_test_or_hook_in_the_suite_fails_on_the_clock():
+    """The harness holds no time budget, and no test compares a wall-clock figure with a bound a
+    machine ten times slower would miss: grep for the budget names and the tight client ratios."""
+    import re
+
+    from specnb import paths
+
+    harness = (paths.ROOT / "tests" / "conftest.py").read_text()
+    assert "BUDGET" not in harness and "exitstatus =" not in harness
+    for path in (paths.ROOT / "tests").rglob("*.py"):
+        text = path.read_text()
+        # a latency or lateness in ms held to a few ms, or a client figure held to a few percent
+        assert not re.search(r"(lateness|itl|tpot)_ms\"\]\s*<\s*\d{1,2}\b", text), path
+        assert not re.search(r"p50_(itl|tpot)_ms\"\] == pytest\.approx\([^)]*rel=0\.0\d", text), path
+
+
+def test_the_cpu_family_names_the_engine_build():
+    assert budget.cpu_family("avx2") == "avx2" and budget.cpu_family("none") == "avx2"
+    for isa in ("avx512", "avx512_bf16", "amx_bf16"):
+        assert budget.cpu_family(isa) == "avx512"
+    assert set(budget.INTEGRATION_MEASURED) == {"avx2", "avx512"}
+
+
+def test_a_missing_component_fails_in_ci_and_skips_elsewhere(monkeypatch):
+    monkeypatch.setattr(budget, "IN_CI", True)
+    budget.require(True, "chromium", "apt-get install chromium")  # present: nothing happens
+    with pytest.raises(pytest.fail.Exception, match=r"missing: chromium \(apt-get install chromium\)"):
+        budget.require(False, "chromium", "apt-get install chromium")
+    monkeypatch.setattr(budget, "IN_CI", False)
+    with pytest.raises(pytest.skip.Exception, match="missing: ray"):
+        budget.require(False, "ray", "make test installs the dev extra")
+
+
+def test_in_ci_a_skip_from_any_source_is_reported_as_a_failure(monkeypatch):
+    def report(outcome="skipped", **kw):
+        return SimpleNamespace(outcome=outcome, skipped=outcome == "skipped",
+                               longrepr=("x.py", 3, "Skipped: no ray"), **kw)
+
+    monkeypatch.setattr(budget, "IN_CI", True)
+    r = report()
+    budget.skip_fails_in_ci(r)
+    assert r.outcome == "failed" and "no test passes on a skip: Skipped: no ray" in r.longrepr
+    x = report(wasxfail="known")  # an expected failure is not a skip
+    budget.skip_fails_in_ci(x)
+    assert x.outcome == "skipped"
+    ok = report("passed")
+    budget.skip_fails_in_ci(ok)
+    assert ok.outcome == "passed"
+    monkeypatch.setattr(budget, "IN_CI", False)
+    outside = report()
+    budget.skip_fails_in_ci(outside)
+    assert outside.outcome == "skipped"
+
+
+def test_the_shared_pair_is_launched_at_the_first_browser_test(monkeypatch):
+    """make test's second pass: the browser tests (no vLLM) run after the serial ones, so the
+    shared pair starts beside the browser tests; not without them, not before the first of them
+    (the serial tests time things), and not in an xdist worker (each would launch its own)."""
+    import tests.integration.conftest as integration
+
+    calls: list = []
+    monkeypatch.setattr(integration, "launch_pair_early", calls.append)
+    monkeypatch.setattr(budget, "_early_pair", {})  # this session's own plan is not touched
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+
+    def item(browser: bool, fixtures: tuple = ()):
+        return SimpleNamespace(get_closest_marker=lambda m: (m == "browser" and browser) or None,
+                               fixturenames=list(fixtures))
+
+    def run(*items):
+        budget.pytest_collection_finish(SimpleNamespace(items=list(items),
+                                                        config=SimpleNamespace(_tmp_path_factory="factory")))
+        for it in items:
+            budget.pytest_runtest_setup(it)
+
+    serial, lab, bench = item(False), item(True), item(False, ("baseline_server", "_shared_pair"))
+    budget.pytest_collection_finish(SimpleNamespace(items=[serial, lab, bench],
+                                                    config=SimpleNamespace(_tmp_path_factory="factory")))
+    budget.pytest_runtest_setup(serial)
+    assert calls == []  # not beside the serial tests
+    budget.pytest_runtest_setup(lab)
+    budget.pytest_runtest_setup(item(True))
+    assert calls == ["factory"]  # once, at the first browser test
+    run(item(False, ("_shared_pair",)))  # no browser test
+    run(item(True), item(False, ("real_sweep",)))  # nobody needs the pair
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    run(item(True), item(False, ("_shared_pair",)))
+    assert calls == ["factory"]
+
+
+def test_no_second_pair_is_launched_once_the_session_made_its_own(monkeypatch):
+    """Browser tests after the first real-server test: the pair is claimed, nothing more starts."""
+    import tests.integration.conftest as integration
+
+    class NoFactory:
+        def mktemp(self, *a, **kw):
+            raise AssertionError("a second pair was being made")
+
+    monkeypatch.setattr(integration, "_EARLY", {})
+    monkeypatch.setattr(integration, "_PAIR_CLAIMED", [True])
+    integration.launch_pair_early(NoFactory())
+    assert integration._EARLY == {}
+
+
+@pytest.mark.parametrize("ci,rc", [("true", 1), ("", 0)])
+def test_where_chromium_cannot_be_installed_ci_fails_naming_it(tmp_path, ci, rc):
+    """tools/install_chromium.sh (`make chromium`, a prerequisite of `make test`) on a machine with
+    no chromium and no apt-get: under CI=true it fails in one line naming chromium; elsewhere it
+    says the browser tests will skip and exits 0."""
+    import subprocess
+
+    from specnb import paths
+
+    env = {"PATH": str(tmp_path), "SPECNB_CHROMIUM": str(tmp_path / "no-chromium"), "CI": ci}
+    r = subprocess.run(["/bin/bash", str(paths.ROOT / "tools" / "install_chromium.sh")], env=env,
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == rc, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert "chromium" in line and "no apt-get" in line
+    assert ("will skip" in line) == (rc == 0)
