@@ -30,7 +30,7 @@
 # extensions of the CPU wheel only, so on an AVX2-only CPU that condition is refused before any
 # server starts and recorded as such (the other conditions are measured); there, bf16 layers run on
 # torch's fallback (points flagged `engine_fallback`). The committed run was measured with AVX-512.
-# Unlike the other notebooks this one does not serve the machine's dtype (`--dtype machine`): every
+# Unlike the other notebooks this one pins the dtype, not the machine's (`--dtype machine`): every
 # checkpoint is served in bf16, the dtype they were made in, so the checkpoint stays the one thing
 # that changes between conditions; `10_serving` measures the dtype on its own.
 

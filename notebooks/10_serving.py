@@ -31,7 +31,7 @@
 # default OpenMP layer numba shares the preloaded Intel OpenMP runtime with torch, and the step
 # anatomy found a K = 0 schedule's forward 1.5-1.7x slower than the baseline's, `docs/timing.md`). Each
 # condition appends its arguments to `server_args` (the last `--dtype` wins, so every condition
-# names its dtype) and merges its environment over `env`. The GPU file
+# pins the dtype: the dtype is one of the serving options measured) and merges its environment over `env`. The GPU file
 # (`notebooks/params/gpu/serving.yaml`) compares vLLM's compile and CUDA-graph levels.
 #
 # Run it first on a new machine: `make measure-serving`. What it finds decides the serving config
