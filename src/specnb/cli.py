@@ -15,7 +15,9 @@
 Exit status: 0 when every point of the sweep has a measurement; 1 when the run finished but
 some points failed (they are listed, and a rerun with the same ``--out`` measures only them);
 2 for bad input, refused in one line on stderr before any server starts (or a ledger that
-cannot be read or written, named); 130 after Ctrl-C (finished points are kept).
+cannot be read or written, named), and for a sweep whose every arm this engine build cannot
+serve here (its refusal is the one line; the failure records are written for ``specnb report``);
+130 after Ctrl-C (finished points are kept).
 """
 
 from __future__ import annotations
@@ -424,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
             executor = _executor(a)
             out = a.out or paths.LEDGERS / spec.name / new_run_name()
             outcome = run_sweep(spec, out, progress=not a.no_progress, echo=_echo, executor=executor)
+            if outcome.refused_all:  # measured nothing: the refusal line(s) said why; the records are there
+                return EXIT_BAD_INPUT
             print(outcome.summary(), file=sys.stderr)
             return _finished(out, outcome.failed_points, _print_table(out))
         if a.cmd == "anatomy":

@@ -27,6 +27,7 @@ from specnb.ledger.provenance import EMULATE_ENV, cpu_isa
 from specnb.setup import checkpoints as ck
 from specnb.sweep import SweepSpec
 from specnb.sweep.preflight import check_kernels
+from tests.conftest import require
 
 pytestmark = pytest.mark.integration
 
@@ -38,8 +39,7 @@ PROMPT = ("The quick brown fox jumps over the lazy dog. Water boils at one hundr
 
 @pytest.fixture(scope="module")
 def built():
-    if not (MODEL / "config.json").exists():
-        pytest.skip(f"{MODEL} missing: run `make setup` to build the bf16 model these are derived from")
+    require((MODEL / "config.json").exists(), f"the CPU model {MODEL} these are derived from", "make setup builds it")
     return {"W8A8": ck.build_w8a8(MODEL).path, "W4A16-G64": ck.build_w4a16(MODEL).path}
 
 
@@ -85,6 +85,40 @@ def test_w4a16_is_refused_in_preflight_where_the_extension_lacks_its_kernel(buil
     _, fallback, notes = check_kernels(_spec(MODEL), str(MODEL), kernels.probe({EMULATE_ENV: "avx2"}))
     assert "bfloat16 linear layers run on torch's fallback" in fallback["baseline"]  # served, slower: noted
     assert "float32 has a oneDNN kernel" in notes["baseline"][0]
+
+
+def test_a_sweep_that_can_measure_nothing_says_so_in_one_line_and_exits_2(built, tmp_path):
+    """`specnb sweep` whose every arm uses the W4A16 checkpoint, as an AVX2-only machine runs it
+    (emulated where the CPU has more, the real extension asked): the refusal is its one line
+    (no "every check passed", no plan, no progress), exit 2, nothing started; the failure records
+    are written, and `specnb report` lists them with the installed engine build (no server ran)."""
+    import json
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "w4.toml"
+    cfg.write_text(
+        f'name = "w4probe"\nmodel = "{built["W4A16-G64"]}"\nserved_model_name = "smol"\n'
+        f'server_args = {json.dumps(SERVER_ARGS)}\nworkloads = ["copy"]\nconcurrency = [1, 2]\nrepeats = 1\n'
+        'panel_size = 4\n[[arms]]\nname = "baseline"\n[[arms]]\nname = "ngram-k4"\n'
+        'speculative_config = { method = "ngram", num_speculative_tokens = 4, prompt_lookup_max = 4 }\n')
+    out = tmp_path / "out"
+    env = {**os.environ, EMULATE_ENV: "avx2", "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-m", "specnb.cli", "sweep", str(cfg), "--out", str(out)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert len(lines) == 1, lines
+    (line,) = lines
+    assert line.startswith("specnb: refused: ") and "cpu_gemm_wna16" in line and "_C_AVX2" in line
+    assert "'baseline', 'ngram-k4'" in line  # one reason for both arms, said once
+    assert not (out / "logs").exists()  # no server started
+    failed = sorted(out.rglob("*.failed-*.json"))
+    assert len(failed) == 4  # two arms at two levels, each recorded
+    rep = subprocess.run([sys.executable, "-m", "specnb.cli", "report", str(out)], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert "no server ran" in rep.stdout and "vLLM ?" not in rep.stdout, rep.stdout[-2000:] + rep.stderr[-2000:]
+    assert "cpu_gemm_wna16" in rep.stdout + rep.stderr
 
 
 def _servable(folder) -> bool:

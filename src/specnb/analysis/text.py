@@ -328,9 +328,14 @@ def format_machine(df: pd.DataFrame) -> str:
         return v is not None and not (isinstance(v, float) and pd.isna(v)) and str(v) != ""
 
     for _, r in ok[cols].drop_duplicates().iterrows():
-        engine = f"vLLM {r.get('engine_version') if known(r.get('engine_version')) else '?'}"
-        if known(r.get("vllm_version")) and r.get("vllm_version") != r.get("engine_version"):
-            engine += f" (installed {r['vllm_version']})"
+        if known(r.get("engine_version")):
+            engine = f"vLLM {r['engine_version']}"
+            if known(r.get("vllm_version")) and r.get("vllm_version") != r.get("engine_version"):
+                engine += f" (installed {r['vllm_version']})"
+        elif known(r.get("vllm_version")):  # no server ran (every point refused or failed to start)
+            engine = f"vLLM {r['vllm_version']} (the installed build; no server ran)"
+        else:
+            engine = "vLLM ?"
         lines.append(f"measured on: {r['machine']}; engine {engine}")
     return "\n".join(lines)
 

@@ -13,12 +13,14 @@ import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from specnb import paths
 from specnb.errors import SpecnbError, plain_name
 
 __all__ = ["AXES", "RunError", "new_run_name", "run_folder", "latest_run", "find_run", "OUTCOME_FILE_ENV",
-           "report_failed_points", "read_failed_points", "search_record", "search_lines"]
+           "report_failed_points", "read_failed_points", "report_refused_all", "read_refused_all", "search_record",
+           "search_lines"]
 
 # Set by the notebook runner for the kernel it starts: the measuring notebook appends the points
 # that failed, so `make measure-<axis>` exits non-zero although the notebook itself finished.
@@ -79,13 +81,33 @@ def report_failed_points(points: list[str]) -> None:
             fh.write(json.dumps(p) + "\n")
 
 
-def read_failed_points(path: Path | str) -> list[str]:
-    """What :func:`report_failed_points` wrote (empty when the file is missing)."""
+def report_refused_all(lines: list[str]) -> None:
+    """A study whose every condition was refused (nothing measurable by this engine build here):
+    its refusal lines, for the notebook runner to say alone and exit 2 on."""
+    target = os.environ.get(OUTCOME_FILE_ENV)
+    if not target or not lines:
+        return
+    with open(target, "a", encoding="utf-8") as fh:
+        for line in lines:
+            fh.write(json.dumps({"refused_all": line}) + "\n")
+
+
+def _outcome_records(path: Path | str) -> list[Any]:
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError:
         return []
     return [json.loads(ln) for ln in lines if ln.strip()]
+
+
+def read_failed_points(path: Path | str) -> list[str]:
+    """What :func:`report_failed_points` wrote (empty when the file is missing)."""
+    return [r for r in _outcome_records(path) if isinstance(r, str)]
+
+
+def read_refused_all(path: Path | str) -> list[str]:
+    """What :func:`report_refused_all` wrote (empty when the file is missing)."""
+    return [r["refused_all"] for r in _outcome_records(path) if isinstance(r, dict) and "refused_all" in r]
 
 
 def search_record(out_dir: Path | str, round_: int) -> Path:

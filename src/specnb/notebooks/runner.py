@@ -41,8 +41,8 @@ from typing import Any
 import yaml
 
 from specnb import paths
-from specnb.errors import EXIT_FAILED_POINTS, SpecnbError, exit_code, unknown_key
-from specnb.ledger.runs import AXES, OUTCOME_FILE_ENV, read_failed_points
+from specnb.errors import EXIT_BAD_INPUT, EXIT_FAILED_POINTS, SpecnbError, exit_code, unknown_key
+from specnb.ledger.runs import AXES, OUTCOME_FILE_ENV, read_failed_points, read_refused_all
 
 __all__ = ["NotebookError", "notebook_parameters", "read_params", "execute", "stabilise", "stable_cell_ids",
            "NOTEBOOKS", "KERNELSPEC"]
@@ -146,11 +146,13 @@ def execute(
     progress: bool = False,
     timeout_s: float | None = None,
     failed_points: list[str] | None = None,
+    refused_all: list[str] | None = None,
 ) -> Path:
     """Run a jupytext notebook under papermill; returns the executed ``.ipynb``.
 
     Parameters are checked before the kernel starts (:func:`check_parameters`). Pass a list as
-    ``failed_points`` to learn the points a measuring notebook could not measure."""
+    ``failed_points`` to learn the points a measuring notebook could not measure, and as
+    ``refused_all`` to learn the refusals of a study this engine build could measure nothing of."""
     import nbformat
     import papermill as pm
 
@@ -191,6 +193,8 @@ def execute(
             os.environ.pop("SPECNB_PROGRESS", None)
         if failed_points is not None:  # also when a later cell failed: the points still failed
             failed_points += read_failed_points(outcome)
+        if refused_all is not None:
+            refused_all += read_refused_all(outcome)
         if before is None:
             os.environ.pop(OUTCOME_FILE_ENV, None)
         else:
@@ -246,11 +250,13 @@ def stabilise(path: Path | str) -> Path:
 
 
 def _run_one(source: Path, output: Path, params: dict[str, Any], params_file: Path | None,
-             progress: bool, failed_points: list[str] | None = None) -> str | None:
+             progress: bool, failed_points: list[str] | None = None, refused_all: list[str] | None = None) -> str | None:
     """Execute one notebook; None when it ran, else the one line that says why it did not.
-    A measuring notebook's failed points are added to ``failed_points``."""
+    A measuring notebook's failed points are added to ``failed_points``, and the refusals of a
+    study whose every condition was refused to ``refused_all``."""
     try:
-        execute(source, output, params, params_file=params_file, progress=progress, failed_points=failed_points)
+        execute(source, output, params, params_file=params_file, progress=progress, failed_points=failed_points,
+                refused_all=refused_all)
     except (SpecnbError, KeyboardInterrupt):
         raise
     except Exception as exc:  # papermill's PapermillExecutionError names the failing cell
@@ -322,7 +328,12 @@ def main(argv: list[str] | None = None) -> int:
         except yaml.YAMLError as exc:
             raise NotebookError(f"-p: a value is not YAML ({' '.join(str(exc).split())[:120]})") from None
         failed: list[str] = []
-        msg = _run_one(source, output, params, a.params_file, a.progress, failed)
+        refused: list[str] = []
+        msg = _run_one(source, output, params, a.params_file, a.progress, failed, refused)
+        if refused:  # nothing could be measured here: the refusals are the whole answer
+            for line in refused:
+                print(line, file=sys.stderr)
+            return EXIT_BAD_INPUT
         _say_failed(source, failed)
         if msg:
             print(msg, file=sys.stderr)

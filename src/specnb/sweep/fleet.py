@@ -526,6 +526,7 @@ class _Fleet:
             for run in self.runs:
                 run.outcome.failed_points = run.missing()
                 run.outcome.refused = list(run.refused.values())
+                run.outcome.refused_all = run.refused_all
         except BaseException as exc:
             ended = ended_by(exc)
             raise
@@ -553,7 +554,8 @@ class _Fleet:
                     run.outcome.skipped.append(run.path(pt))
                 elif pt.arm.name in run.refused:
                     if not run.refusal_recorded(pt):
-                        run.record_failure(pt, Unservable(run.refused[pt.arm.name]), None, utcnow(), quiet=True)
+                        run.record_failure(pt, Unservable(run.refused[pt.arm.name]), None, utcnow(), unticked=0,
+                                           quiet=True)
                 else:
                     by_repeat.setdefault(pt.repeat, []).append(pt)
         return [_Block(run, r, round_, levels, pts) for r, pts in sorted(by_repeat.items())]

@@ -54,9 +54,10 @@ import asyncio
 import concurrent.futures
 import json
 import math
+import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -127,6 +128,9 @@ class SweepOutcome:
     refused: list[str] = field(default_factory=list)
     timings: list[Path] = field(default_factory=list)  # timings/<UTC time>.json written by this run
     phases_s: dict[str, float] = field(default_factory=dict)  # wall seconds per phase (ledger.timing.PHASES)
+    # every arm was refused (this build cannot serve any of them here): the run measured nothing, and
+    # said so in its refusal line(s) alone; the failure records are written for `specnb report`
+    refused_all: bool = False
 
     @property
     def ok(self) -> bool:
@@ -143,6 +147,7 @@ class SweepOutcome:
         self.restarts += later.restarts
         self.failed_points = list(later.failed_points)
         self.refused = list(later.refused)
+        self.refused_all = later.refused_all and not self.written and not self.skipped
         self.timings += later.timings
         self.phases_s = total_phases([{"phases_s": self.phases_s}, {"phases_s": later.phases_s}])
         return self
@@ -159,7 +164,7 @@ class SweepOutcome:
                 f"{len(self.failed)} failure records{busy}{restarts} -> {self.out_dir}")
         if self.overhead:
             text += f"\n{self.overhead}"
-        for why in self.refused:
+        for why in dict.fromkeys(self.refused):  # once per reason
             text += f"\nrefused: {why}"
         if self.failed_points:
             shown = "; ".join(self.failed_points[:5]) + ("; ..." if len(self.failed_points) > 5 else "")
@@ -328,6 +333,31 @@ def _sizing_path(out_dir: Path, workload: str) -> Path:
     return out_dir / "sizing" / f"{workload.replace('/', '_')}.json"
 
 
+_ARM_PREFIX = re.compile(r"^arm '([^']*)': ")
+
+
+def refusal_lines(reasons: Iterable[str], where: str = "") -> list[str]:
+    """``refused: [<where>: ]arm(s) '<a>', '<b>': <why>``, once per reason however many arms it
+    holds for (preflight words each arm's refusal ``arm '<name>': <why>``)."""
+    by: dict[str, list[str]] = {}
+    for reason in reasons:
+        m = _ARM_PREFIX.match(reason)
+        by.setdefault(reason[m.end():] if m else reason, []).extend([m.group(1)] if m else [])
+    lines = []
+    for why, arms in by.items():
+        who = f"{'arm' if len(arms) == 1 else 'arms'} {', '.join(repr(a) for a in arms)}: " if arms else ""
+        lines.append(f"refused: {where + ': ' if where else ''}{who}{why}")
+    return lines
+
+
+def _arms_by_note(notes: dict[str, str]) -> dict[str, list[str]]:
+    """Per note, the arms it holds for, in the arms' order."""
+    out: dict[str, list[str]] = {}
+    for arm, why in notes.items():
+        out.setdefault(why, []).append(arm)
+    return out
+
+
 class _SweepRun:
     """Runs the plan round by round (the levels asked for, then any the search adds), each
     round block by block (one server per repeat and arm), point by point."""
@@ -348,11 +378,18 @@ class _SweepRun:
             if pre.kernels is not None:  # which engine extension, and what it lacked, on this CPU
                 prov["hardware"] = {**prov["hardware"], "engine_kernels": pre.kernels}
             self.provenance = Provenance(**prov)
-        echo(f"sweep {spec.name!r} -> {out_dir} (every check passed; the same folder resumes it)")
-        for why in self.refused.values():  # recorded as failures point by point; nothing starts for them
-            echo(f"refused: {why}")
-        for arm, why in self.fallback.items():
-            echo(f"note: arm {arm!r}: {why}")
+        # every arm refused: nothing can be measured, and the refusal is all there is to say (no
+        # plan, no progress); its failure records are still written, so `specnb report` lists them
+        self.refused_all = bool(spec.arms) and all(a.name in self.refused for a in spec.arms)
+        if not self.refused:
+            echo(f"sweep {spec.name!r} -> {out_dir} (every check passed; the same folder resumes it)")
+        elif not self.refused_all:
+            echo(f"sweep {spec.name!r} -> {out_dir} ({len(self.refused)} of {len(spec.arms)} arms refused below, "
+                 "the others checked; the same folder resumes it)")
+        for line in refusal_lines(self.refused.values()):  # recorded as failures point by point; nothing starts for them
+            echo(line)
+        for why, arms in _arms_by_note(self.fallback).items():  # a note several arms share, once
+            echo(f"note: {'arm' if len(arms) == 1 else 'arms'} {', '.join(map(repr, arms))}: {why}")
         self.outcome = SweepOutcome(out_dir=out_dir)
         self.planned: list[_Point] = []  # every point of every round, for the failed-points summary
         self.panels = {name: wl.panel(spec.panel_size) for name, wl in self.workloads.items()}
@@ -364,7 +401,8 @@ class _SweepRun:
             f = _sizing_path(out_dir, name)
             if f.exists():
                 self.tokens_per_request[name] = float(json.loads(f.read_text())["tokens_per_request"])
-        self.bar = progress_bar(0, desc=spec.name, enabled=progress, dynamic_ncols=True, file=sys.stderr)
+        self.bar = progress_bar(0, desc=spec.name, enabled=progress and not self.refused_all, dynamic_ncols=True,
+                                file=sys.stderr)
         self.t_start = time.monotonic()
         # what is left, estimated from this run's measured costs (an earlier run's before any)
         self.costs = Costs()
@@ -440,6 +478,7 @@ class _SweepRun:
                                                elapsed_s=time.monotonic() - self.t_start, echo=self.echo)
             self.outcome.failed_points = self.missing()
             self.outcome.refused = list(self.refused.values())
+            self.outcome.refused_all = self.refused_all
         except BaseException as exc:
             ended = ended_by(exc)
             raise
@@ -484,12 +523,13 @@ class _SweepRun:
         self.server_starts.append(entry)
 
     def run_round(self, plan: list[list[_Point]]) -> None:
-        self.bar.total += sum(self.num_requests(pt) for block in plan for pt in block)
+        # the requests this run will send: a refused arm's points send none (their records tick nothing)
+        self.bar.total += sum(self.num_requests(pt) for block in plan for pt in block if pt.arm.name not in self.refused)
         self.bar.refresh()
         # what is left, one entry per block (empty: nothing to measure there), popped as each ends
         self._left = [[pt for pt in block if not self.path(pt).exists()] if block and block[0].arm.name not in
                       self.refused else [] for block in plan]
-        if plan and plan[0] and plan[0][0].round == 0:
+        if plan and plan[0] and plan[0][0].round == 0 and not self.refused_all:
             self.echo(self.plan_text())
         together: set[int] = set()  # repeats whose servers were started together
         try:
@@ -588,11 +628,15 @@ class _SweepRun:
         return "" if left is None else f" (~{format_duration(left)} left)"
 
     def plan_text(self) -> str:
-        blocks = [self._planned(b) for b in self._left]
+        """The plan of what this run will do: points to measure, servers it will start (a block of a
+        refused arm, of points already measured, or of an attached arm starts none), requests."""
+        left = [b for b in self._left if b]
+        blocks = [self._planned(b) for b in left]
         costs = self.costs.merged_over(self.prior)
         seconds = estimate_s(costs, blocks, sizing=bool(self.spec.work_floor_tokens and not self.tokens_per_request))
         search = self.spec.search.model_dump() if self.spec.search is not None else None
-        return plan_line(sum(len(b) for b in blocks), len(blocks), sum(p.requests for b in blocks for p in b), seconds,
+        starts = sum(1 for b in left if not b[0].arm.endpoint)
+        return plan_line(sum(len(b) for b in blocks), starts, sum(p.requests for b in blocks for p in b), seconds,
                          costs.source, search)
 
     def missing(self) -> list[str]:
@@ -623,7 +667,7 @@ class _SweepRun:
         if arm.name in self.refused:  # this build cannot serve it here: a failure record each, once; no server
             for pt in pending:
                 if not self.refusal_recorded(pt):
-                    self.record_failure(pt, Unservable(self.refused[arm.name]), None, started, quiet=True)
+                    self.record_failure(pt, Unservable(self.refused[arm.name]), None, started, unticked=0, quiet=True)
             self.files_written()
             return
         ready = self._started.pop((arm.name, repeat), None)

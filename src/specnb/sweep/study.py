@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from specnb import paths
 from specnb.errors import first_error, plain_name, unknown_key
 from specnb.ledger import BASELINE, PLAIN_CONDITION
-from specnb.ledger.runs import AXES, new_run_name, report_failed_points, run_folder
+from specnb.ledger.runs import AXES, new_run_name, report_failed_points, report_refused_all, run_folder
 from specnb.sweep.executor import ExecutorSpec
 from specnb.sweep.spec import SweepError, SweepSpec
 
@@ -279,8 +279,13 @@ class Study(BaseModel):
                     part = spec.model_copy(update={"repeats": r + 1})
                     o = run_sweep(part, folder / name, progress=progress)
                     outcomes[name] = outcomes[name].merge(o) if name in outcomes else o
-        # the notebook runner (make measure-<axis>) exits non-zero when points failed
+        # the notebook runner (make measure-<axis>) exits non-zero when points failed, and 2 when
+        # every condition was refused (nothing here could be measured: the refusals say why)
         report_failed_points([f"{name}: {p}" for name, o in outcomes.items() for p in o.failed_points])
+        if outcomes and all(o.refused_all for o in outcomes.values()):
+            from specnb.sweep.runner import refusal_lines
+
+            report_refused_all([line for name, o in outcomes.items() for line in refusal_lines(o.refused, name)])
         return folder, list(outcomes.values())
 
 
