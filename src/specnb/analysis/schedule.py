@@ -122,8 +122,16 @@ def choose_k(choice: pd.DataFrame, rule: str = "lower_bound") -> pd.DataFrame:
         bar_lo = float(off["speedup_lo"]) if off is not None else 1.0
         against = (f"K=0 in a schedule ({off['arm']}, measured {bar:.2f}x" + (f", lower bound {bar_lo:.2f})"
                    if rule == "lower_bound" else ")") if off is not None else "1")
+        decided = True
         if best is None:
             k, why = 0, "no drafter measured"
+        elif rule == "lower_bound" and (pd.isna(best["speedup_lo"]) or pd.isna(bar_lo)):
+            # no interval to compare (too few repeats or prompts): nothing is decided here, and K = 0
+            # is what the schedule falls back to until the level is measured again, not a finding
+            decided, k = False, 0
+            which = best["arm"] if pd.isna(best["speedup_lo"]) else off["arm"]
+            why = (f"undecided: {which} has no lower bound (its interval could not be estimated); K = 0 until this "
+                   "level is measured with more repeats or prompts")
         elif rule == "lower_bound" and best["speedup_lo"] > bar_lo:
             verb = "pays" if best["speedup_lo"] > 1.0 else "loses least"
             k, why = int(best["k"]), (f"{best['arm']} {verb}: {best['speedup']:.2f}x, lower bound "
@@ -147,7 +155,9 @@ def choose_k(choice: pd.DataFrame, rule: str = "lower_bound") -> pd.DataFrame:
                      "speedup": None if won is None else float(won["speedup"]),
                      "speedup_lo": None if won is None else float(won["speedup_lo"]),
                      "speedup_hi": None if won is None else float(won["speedup_hi"]),
-                     "off_measured": off is not None})
+                     "off_measured": off is not None,
+                     # False: the rule could not compare (an interval missing); k is the fallback, not a choice
+                     "decided": decided})
     return pd.DataFrame(rows)
 
 

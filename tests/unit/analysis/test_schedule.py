@@ -83,6 +83,19 @@ def test_the_lower_bound_rule_keeps_a_k_only_where_it_surely_pays(tmp_path):
         choose_k(choice, "optimistic")
 
 
+def test_a_level_with_no_lower_bound_is_undecided_not_turned_off(tmp_path):
+    """A NaN lower bound (an interval that could not be estimated) used to fall to K = 0 as if the
+    rule had decided it: the level is reported undecided, with K = 0 only as the fallback."""
+    df = _k_sweep(tmp_path, SWEEP)
+    choice = k_choice(bootstrap_speedups(df, n_boot=300, prompts=False), df)
+    choice.loc[(choice["concurrency"] == 1) & (choice["k"] == 4), "speedup_lo"] = float("nan")
+    rows = choose_k(choice).set_index("concurrency")
+    assert not rows.loc[1, "decided"] and rows.loc[1, "k"] == 0
+    assert rows.loc[1, "reason"].startswith("undecided: k4 has no lower bound")
+    assert rows.loc[[2, 4, 8], "decided"].all() and rows.loc[2, "k"] == 4  # the others as before
+    assert choose_k(choice, "point").loc[0, "k"] == 4  # the point rule needs no interval
+
+
 def test_derive_policy_writes_a_config_vllm_takes(tmp_path):
     df = _k_sweep(tmp_path, SWEEP)
     config, chosen, doc = derive_policy(df, n_boot=300, max_batch=64, source="run")
