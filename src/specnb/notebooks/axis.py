@@ -109,7 +109,16 @@ def open_axis(axis: str, params: Mapping[str, Any], *, progress: bool = True, qu
             raise
     labels = study.labels()
     df = label_conditions(load_ledgers(folder), labels)
-    out = AxisRun(axis=axis, study=study, folder=folder, df=df, table=summarize(df, labels=labels),
+    table = summarize(df, labels=labels)
+    if table.empty:  # every figure and table below is of pairs: say so here, in one line
+        from specnb.analysis.pairing import AnalysisError
+
+        measured = sorted({f"{c}/{a}" for c, a in zip(df.get("condition", pd.Series(dtype=str)).fillna("-"),
+                                                       df.get("arm", pd.Series(dtype=str)), strict=False)})
+        raise AnalysisError(f"nothing pairs in {paths.portable(str(folder))}: no condition has a drafter arm and its "
+                            f"baseline both measured at one level (measured: {', '.join(measured) or 'nothing'}); "
+                            "give a condition drafters, or measure the missing arms")
+    out = AxisRun(axis=axis, study=study, folder=folder, df=df, table=table,
                   figures_dir=params.get("figures_dir") or "figures", notebook=notebook_id(axis), labels=labels)
     if not quiet:
         show(out.summary)
