@@ -124,7 +124,14 @@ class TuneSpec(BaseModel):
         if settings.proposal:
             proposal_dir = Path(settings.proposal)
             spec_doc = _sweep_json(proposal_dir)
-            data = {**spec_doc, **{k: v for k, v in data.items() if k in ("name", "repeats", "start_together")}}
+            # the rounds measure what the proposal run measured: a --set of anything else would be
+            # dropped without a word, so it is refused here instead
+            fixed = sorted(k for k in (overrides or {}) if not k.startswith("tune.") and k not in _OWN_WITH_PROPOSAL)
+            if fixed:
+                raise TuneError(f"--set {fixed[0]}: tune.proposal {str(proposal_dir)!r} fixes every sweep setting but "
+                                f"{', '.join(_OWN_WITH_PROPOSAL)} (the rounds measure what that run measured); set it "
+                                "in a new proposal run instead")
+            data = {**spec_doc, **{k: v for k, v in data.items() if k in _OWN_WITH_PROPOSAL}}
         spec = SweepSpec.parse(data, where=where)
         if spec.load != "concurrency":
             raise TuneError(f"{where}: a schedule is tuned on closed-loop levels (concurrency), not on rates")
@@ -148,6 +155,10 @@ class TuneSpec(BaseModel):
         if proposal_dir is None and settings.off_arm:
             spec = _with_off_arm(spec, settings.method or methods[0], settings.max_batch)
         return cls(proposal=spec, settings=settings, proposal_dir=proposal_dir)
+
+
+# what a tune that starts from an existing proposal run sets for itself (everything else is that run's)
+_OWN_WITH_PROPOSAL = ("name", "repeats", "start_together")
 
 
 def _sweep_json(folder: Path) -> dict[str, Any]:

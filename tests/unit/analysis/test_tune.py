@@ -328,3 +328,23 @@ def test_the_ledgers_root_is_not_a_tune_run(tmp_path):
     (tmp_path / "tune" / "cpu" / "run1" / "tune").mkdir(parents=True)
     (tmp_path / "tune" / "cpu" / "run1" / "tune" / "candidate-01.json").write_text("{}")
     assert not is_tune_run(tmp_path) and is_tune_run(tmp_path / "tune" / "cpu" / "run1")
+
+
+def test_a_set_that_an_existing_proposal_run_fixes_is_refused_in_one_line(tmp_path):
+    """With tune.proposal naming a run, the sweep settings are that run's: `--set concurrency=...`
+    was dropped without a word; it is refused, and what the tune may still set is applied."""
+    import json
+
+    from specnb.sweep.spec import SweepSpec
+
+    run = tmp_path / "proposal"
+    run.mkdir()
+    spec = SweepSpec.parse({k: v for k, v in BASE.items() if k != "tune"})
+    (run / "sweep.json").write_text(json.dumps({"spec": spec.model_dump(mode="json")}))
+    base = {**BASE, "tune": {**BASE.get("tune", {}), "proposal": str(run)}}
+    with pytest.raises(TuneError, match=r"^--set concurrency: tune.proposal .* fixes every sweep setting") as exc:
+        TuneSpec.parse(dict(base), {"concurrency": [1, 2]})
+    assert "\n" not in str(exc.value)
+    ok = TuneSpec.parse(dict(base), {"repeats": 5, "name": "again", "tune.max_rounds": 1})
+    assert ok.proposal.repeats == 5 and ok.proposal.name == "again" and ok.settings.max_rounds == 1
+    assert ok.proposal.concurrency == spec.concurrency
