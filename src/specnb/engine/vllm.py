@@ -72,6 +72,23 @@ def vllm_package_dirs() -> list[Path]:
     return [Path(p) for p in (spec.submodule_search_locations or [])] if spec is not None else []
 
 
+def engine_schedule_key() -> str:
+    """The name the installed vLLM's ``SpeculativeConfig`` takes the dynamic speculation schedule
+    under: ``speculative_token_schedule`` where its source declares that field (vLLM PR #48944),
+    else ``num_speculative_tokens_per_batch_size`` (0.32 and before; also when vLLM is not
+    installed or its source unreadable). Read from the source, without importing vLLM."""
+    from specnb.analysis.schedule import SCHEDULE_KEY, SCHEDULE_KEY_NEW
+
+    for root in vllm_package_dirs():
+        try:
+            text = (Path(root) / "config" / "speculative.py").read_text(errors="replace")
+        except OSError:
+            continue
+        if re.search(rf"^\s+{SCHEDULE_KEY_NEW}\s*:", text, re.M):
+            return SCHEDULE_KEY_NEW
+    return SCHEDULE_KEY
+
+
 def engine_supports_flag(flag: str) -> bool:
     """Whether the installed vLLM's server takes ``flag`` (e.g. ``--per-request-spec-decode-metrics``).
 

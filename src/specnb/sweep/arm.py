@@ -36,7 +36,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from specnb import paths
-from specnb.analysis.schedule import SCHEDULE_KEY, ScheduleError, check_schedule
+from specnb.analysis.schedule import SCHEDULE_KEY, ScheduleError, canonical_schedule, check_schedule
 from specnb.errors import SpecnbError
 from specnb.ledger.schema import ArmRecord, synthetic_rates
 
@@ -182,6 +182,10 @@ class Arm(BaseModel):
         if v.get("method") == "ngram" and "model" in v:
             raise ValueError("an ngram arm takes no draft 'model'")
         _check_synthetic(v, k)
+        try:  # vLLM's new name for the schedule is read as the old one (specnb keeps one name)
+            v = canonical_schedule(v)
+        except ScheduleError as exc:
+            raise ValueError(str(exc)) from None
         if SCHEDULE_KEY in v:
             try:
                 v = {**v, SCHEDULE_KEY: check_schedule(v[SCHEDULE_KEY], k)}

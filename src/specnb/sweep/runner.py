@@ -68,6 +68,7 @@ import aiohttp
 import pandas as pd
 
 from specnb import paths
+from specnb.analysis.schedule import SCHEDULE_KEY, SCHEDULE_KEY_NEW, with_schedule_key
 from specnb.engine import clients, kernels, loadgen, metrics
 from specnb.engine.decisions import startup_decisions
 from specnb.engine.hostload import HostLoad, wait_for_quiet
@@ -75,7 +76,7 @@ from specnb.engine.kernels import FALLBACK_LOG_LINE, Unservable
 from specnb.engine.records import RequestRecord
 from specnb.engine.server import Endpoint, EngineDiedError, ServerError, VllmServer, attach, engine_cause
 from specnb.engine.startup import startup_breakdown
-from specnb.engine.vllm import engine_supports_flag
+from specnb.engine.vllm import engine_schedule_key, engine_supports_flag
 from specnb.ledger import (
     REFUSED_ERROR,
     Flag,
@@ -195,8 +196,10 @@ def server_args_for(spec: SweepSpec, arm: Arm) -> list[str]:
 
 
 def _new_server(spec: SweepSpec, arm: Arm, model: str | None, log_path: Path) -> VllmServer:
+    # the schedule under the name the installed engine takes (vLLM is renaming it: PR #48944)
+    config = with_schedule_key(arm.speculative_config, engine_schedule_key()) if arm.schedule else arm.speculative_config
     return VllmServer(
-        model, args=server_args_for(spec, arm), speculative_config=arm.speculative_config,
+        model, args=server_args_for(spec, arm), speculative_config=config,
         served_model_name=spec.served_model_name or Path(model).name, env={**spec.env, **arm.env},
         log_path=log_path, ready_timeout_s=spec.ready_timeout_s,
     )
@@ -388,6 +391,11 @@ class _SweepRun:
                  "the others checked; the same folder resumes it)")
         for line in refusal_lines(self.refused.values()):  # recorded as failures point by point; nothing starts for them
             echo(line)
+        scheduled = [a.name for a in spec.arms if a.schedule and a.endpoint is None and a.name not in self.refused]
+        if scheduled:
+            echo(f"note: {'arm' if len(scheduled) == 1 else 'arms'} {', '.join(map(repr, scheduled))}: the installed "
+                 f"vLLM takes the K schedule as {engine_schedule_key()!r} (vLLM is renaming "
+                 f"{SCHEDULE_KEY!r} to {SCHEDULE_KEY_NEW!r}: either is read, this one is sent)")
         for why, arms in _arms_by_note(self.fallback).items():  # a note several arms share, once
             echo(f"note: {'arm' if len(arms) == 1 else 'arms'} {', '.join(map(repr, arms))}: {why}")
         self.outcome = SweepOutcome(out_dir=out_dir)

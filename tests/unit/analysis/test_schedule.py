@@ -232,3 +232,36 @@ def test_measured_acceptance_against_the_model(tmp_path):
     assert row["mal_model"] == pytest.approx(acceptance_length(0.8, 4), rel=0.02)
     assert row["step_cost"] == pytest.approx(3.0 / 1.5, rel=0.02)  # tokens per step / speedup
     assert pd.notna(row["overhead"])
+
+
+def test_the_schedule_is_read_under_either_of_vllms_names_and_sent_under_the_engines(tmp_path, monkeypatch):
+    """vLLM is renaming num_speculative_tokens_per_batch_size to speculative_token_schedule (PR
+    #48944, with an alias): a config may give either, specnb keeps one name, and a launched server
+    gets the one the installed engine's SpeculativeConfig declares."""
+    from specnb.analysis.schedule import SCHEDULE_KEY, SCHEDULE_KEY_NEW, canonical_schedule, with_schedule_key
+    from specnb.engine import vllm
+    from specnb.sweep.arm import Arm
+
+    sched = [[1, 2, 4], [3, 256, 0]]
+    new = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, SCHEDULE_KEY_NEW: sched}
+    arm = Arm(name="policy", speculative_config=new)
+    assert arm.schedule == sched and SCHEDULE_KEY_NEW not in arm.speculative_config
+    with pytest.raises(ScheduleError, match="give the schedule once"):
+        canonical_schedule({**new, SCHEDULE_KEY: sched})
+    with pytest.raises(ValueError, match="give the schedule once"):
+        Arm(name="p", speculative_config={**new, SCHEDULE_KEY: sched})
+    assert with_schedule_key(arm.speculative_config, SCHEDULE_KEY_NEW)[SCHEDULE_KEY_NEW] == sched
+    assert with_schedule_key(arm.speculative_config, SCHEDULE_KEY) == arm.speculative_config
+    # which name the installed engine takes, from its source
+    root = tmp_path / "vllm"
+    (root / "config").mkdir(parents=True)
+    monkeypatch.setattr(vllm, "vllm_package_dirs", lambda: [root])
+    (root / "config" / "speculative.py").write_text(
+        "class SpeculativeConfig:\n    num_speculative_tokens_per_batch_size: list | None = None\n")
+    assert vllm.engine_schedule_key() == SCHEDULE_KEY
+    (root / "config" / "speculative.py").write_text(
+        "class SpeculativeConfig:\n    speculative_token_schedule: list | None = None\n"
+        "    # num_speculative_tokens_per_batch_size: deprecated alias\n")
+    assert vllm.engine_schedule_key() == SCHEDULE_KEY_NEW
+    monkeypatch.setattr(vllm, "vllm_package_dirs", lambda: [])
+    assert vllm.engine_schedule_key() == SCHEDULE_KEY  # no vLLM here: the name 0.32 takes
