@@ -9,8 +9,7 @@ import pytest
 
 from specnb.analysis.schedule import SCHEDULE_KEY, SCHEDULE_KEY_NEW
 from specnb.ledger import read_ledger
-from specnb.sweep import SweepSpec, run_sweep
-from specnb.sweep import runner
+from specnb.sweep import SweepSpec, run_sweep, runner
 
 
 @pytest.mark.parametrize("engine_key", [SCHEDULE_KEY, SCHEDULE_KEY_NEW])
