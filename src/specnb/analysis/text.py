@@ -244,17 +244,34 @@ def format_category_acceptance(cats: pd.DataFrame) -> str:
     head = (f"{lead}{'arm':<12} {'workload':<14} {'c':>3} {'category':<16} {'requests':>8} {'accept len':>10} "
             f"{'accept %':>8} {'drafted %':>9}")
     lines = [head, "-" * len(head)]
-    for key, r in g.iterrows():
-        arm, wl, c, cat = key[-4:]
+
+    def shown(r) -> tuple[str, str, str]:
         mal = 1 + r.num_accepted_draft_tokens / r.num_spec_steps if r.num_spec_steps else None
         rate = 100 * r.num_accepted_draft_tokens / r.num_draft_tokens if r.num_draft_tokens else None
         share = 100 * r.num_accepted_draft_tokens / r.output_tokens if r.output_tokens else None
+        return ("-" if mal is None else f"{mal:.2f}", "-" if rate is None else f"{rate:.0f}",
+                "-" if share is None else f"{share:.0f}")
+
+    # a category whose every level prints the same numbers (the same requests, drafted alike at
+    # every level: greedy n-gram on one panel) is one row, its requests summed; else one per level
+    pooled = False
+    per_level = g.reset_index()
+    for key, rows in per_level.groupby(keys[:-2] + ["category"], sort=True):
+        rows = rows.sort_values("concurrency")
+        vals = [shown(r) for r in rows.itertuples(index=False)]
+        if len(rows) > 1 and len(set(vals)) == 1:
+            pooled = True
+            entries = [("all", int(rows["requests"].sum()), vals[0])]
+        else:
+            entries = [(str(int(c)), int(n), v) for c, n, v in zip(rows["concurrency"], rows["requests"], vals,
+                                                                    strict=True)]
+        arm, wl, cat = key[-3], key[-2], key[-1]
         lead = f"{key[0]:<{width}} " if several else ""
-        lines.append(f"{lead}{arm:<12} {wl:<14} {c:>3} {cat:<16} {int(r.requests):>8} "
-                     f"{'-' if mal is None else f'{mal:.2f}':>10} {'-' if rate is None else f'{rate:.0f}':>8} "
-                     f"{'-' if share is None else f'{share:.0f}':>9}")
+        for c, n, (mal, rate, share) in entries:
+            lines.append(f"{lead}{arm:<12} {wl:<14} {c:>3} {cat:<16} {n:>8} {mal:>10} {rate:>8} {share:>9}")
     lines.append("per prompt category, pooled over requests and repeats (vLLM --per-request-spec-decode-metrics); "
-                 "drafted % = accepted draft tokens / output tokens.")
+                 "drafted % = accepted draft tokens / output tokens."
+                 + (" c = all: every level gave the same numbers, pooled into one row." if pooled else ""))
     return "\n".join(lines)
 
 

@@ -80,6 +80,28 @@ def test_category_acceptance_table():
     assert format_category_acceptance(cats.iloc[0:0]) == "(no per-request acceptance in these ledgers)"
 
 
+def test_category_acceptance_pools_levels_that_agree_and_shows_levels_that_differ():
+    """The AVX2 demo printed 30 rows where 5 said it all: the same panel drafted alike at every
+    level gives one row per category (c = all, requests summed); a category whose numbers move
+    with the level keeps a row per level."""
+    from specnb.analysis.text import format_category_acceptance
+
+    def row(c, cat, accepted):
+        return {"arm": "ngram", "workload": "copy", "concurrency": c, "repeat": 0, "status": "ok", "category": cat,
+                "requests": 2, "num_spec_steps": 10, "num_draft_tokens": 40, "num_accepted_draft_tokens": accepted,
+                "output_tokens": 60}
+
+    levels = (1, 2, 4, 8, 16, 32)
+    cats = pd.DataFrame([row(c, "fix-json", 30) for c in levels] + [row(c, "chat", 10 if c < 8 else 5) for c in levels])
+    text = format_category_acceptance(cats)
+    fj = [ln.split() for ln in text.splitlines() if "fix-json" in ln]
+    assert fj == [["ngram", "copy", "all", "fix-json", "12", "4.00", "75", "50"]]
+    chat = [ln.split() for ln in text.splitlines() if " chat " in ln]
+    assert [ln[2] for ln in chat] == [str(c) for c in levels]  # they differ: every level shown
+    assert "c = all: every level gave the same numbers" in text
+    assert "c = all" not in format_category_acceptance(cats[cats["concurrency"] == 1])  # one level: nothing pooled
+
+
 def test_category_acceptance_is_never_pooled_across_a_studys_sweeps():
     from specnb.analysis.text import format_category_acceptance
 
