@@ -207,6 +207,28 @@ def _prompt_interval(per_request: list[dict[str, Any]], key: str, n_boot: int = 
     return float(np.quantile(ratio, 0.025)), float(np.quantile(ratio, 0.975))
 
 
+def current_predictions(measured: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
+    """The predictions of the baseline measurements the ledgers hold now: a record of an earlier
+    measurement of a point measured again (its ``baseline_started_at`` is not the point's) is
+    dropped, and of several records for one point and arm the newest is kept."""
+    if predicted.empty:
+        return predicted
+    out = predicted
+    cond = out["condition"].fillna(PLAIN_CONDITION) if "condition" in out.columns else pd.Series(PLAIN_CONDITION, index=out.index)
+    if "baseline_started_at" in out.columns and {"point_id", "started_at"} <= set(measured.columns):
+        ok = measured[measured["status"] == "ok"] if "status" in measured.columns else measured
+        mcond = ok["condition"].fillna(PLAIN_CONDITION) if "condition" in ok.columns else pd.Series(PLAIN_CONDITION, index=ok.index)
+        now = dict(zip(zip(mcond, ok["point_id"]), ok["started_at"], strict=True))
+        stamp = out["baseline_started_at"]
+        keep = [pd.isna(s) or now.get((c, bp)) in (None, s)
+                for c, bp, s in zip(cond, out["baseline_point"], stamp, strict=True)]
+        out, cond = out[keep], cond[keep]
+    if "created_at" in out.columns and "baseline_point" in out.columns:
+        order = out.assign(_c=cond).sort_values("created_at", na_position="first", kind="stable")
+        out = order.drop_duplicates(["_c", "arm", "baseline_point"], keep="last").drop(columns="_c").sort_index()
+    return out
+
+
 def predicted_table(measured: pd.DataFrame, predicted: pd.DataFrame, *, margin: float = DISAGREE_MARGIN) -> pd.DataFrame:
     """Predicted beside measured acceptance, one row per (condition, arm, workload, concurrency).
 
@@ -218,6 +240,7 @@ def predicted_table(measured: pd.DataFrame, predicted: pd.DataFrame, *, margin: 
     ``margin`` outside everything predicted (both rates and the interval)."""
     if predicted.empty or measured.empty:
         return pd.DataFrame()
+    predicted = current_predictions(measured, predicted)
     keys = ["condition", "arm", "workload", "concurrency"]
     m = measured[measured["status"] == "ok"] if "status" in measured.columns else measured
     m = m[m["arm"].isin(set(predicted["arm"]))]
@@ -285,7 +308,7 @@ def load_predicted(folder: str | Path) -> pd.DataFrame:
     rows = []
     for path, doc in read_records(folder, f"{PREDICTED_DIR}/**/*.json", PREDICTED_KIND):
         rows.append({k: doc.get(k) for k in ("condition", "arm", "workload", "concurrency", "repeat", "temperature",
-                                             "baseline_point", "requests")}
+                                             "baseline_point", "baseline_started_at", "created_at", "requests")}
                     | dict(doc.get("results") or {}) | {"per_request": doc.get("per_request") or [], "path": str(path)})
     out = pd.DataFrame(rows)
     if len(out):  # a sweep outside a study has the frame's plain condition

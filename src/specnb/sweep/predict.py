@@ -170,12 +170,33 @@ def _jobs(folder: Path, outcome: PredictOutcome) -> tuple[list[_Job], list[_Marg
         for led in ledger_files(cond / base.name):
             rel = led.relative_to(cond / base.name)
             for arm, s in measured:
-                out = cond / PREDICTED_DIR / arm.name / rel
-                if out.exists():
+                out = _prediction_path(cond / PREDICTED_DIR / arm.name / rel, led)
+                if out is None:
                     outcome.existing += 1
                     continue
                 jobs.append(_Job(cond, spec, arm, s, led, out))
     return jobs, margins
+
+
+def _prediction_path(canonical: Path, baseline: Path) -> Path | None:
+    """Where the prediction of this baseline measurement goes; None when it is already there.
+    A prediction is of one measurement (the baseline ledger's ``started_at``): a point measured
+    again after it was predicted gets a prediction of its own, beside the stale one (records are
+    write-once), named by the new measurement's start; the analysis reads the current one."""
+    started = read_ledger(baseline).started_at
+    if not canonical.exists():
+        return canonical
+    try:
+        doc = read_json(canonical)
+    except (OSError, ValueError):
+        return None  # unreadable: said where the records are read, not measured again here
+    of = doc.get("baseline_started_at")
+    # a record made before measurements were named: current unless the point was measured after it
+    current = of == started if of else str(doc.get("created_at") or "") >= str(read_ledger(baseline).finished_at or "")
+    if current:
+        return None
+    again = canonical.with_name(f"{canonical.stem}.{''.join(ch for ch in started if ch.isdigit())[:14]}.json")
+    return None if again.exists() else again
 
 
 def _server_key(spec: SweepSpec, base: Arm) -> str:
@@ -309,6 +330,7 @@ def _predict_point(job: _Job, ep: Endpoint, max_len: int, top: int, parallel: in
         "proposer": {"method": "ngram", **job.ngram},
         "baseline_point": led.point_id,
         "baseline_ledger": paths.portable(str(job.ledger)),
+        "baseline_started_at": led.started_at,  # which measurement of that point was replayed
         "condition": (led.parameters or {}).get("condition"),
         "workload": wl_name,
         "concurrency": led.concurrency,

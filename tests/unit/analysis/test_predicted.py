@@ -174,3 +174,46 @@ def test_predicted_folder_is_a_sweep_record(tmp_path):
     p.write_text(json.dumps({"kind": "something else"}))
     assert [f.relative_to(tmp_path).as_posix() for f in ledger_files(tmp_path)] == ["baseline/copy/c001-r00.json"]
     assert pd.DataFrame().pipe(lambda d: predicted_table(d, load_predicted(tmp_path))).empty
+
+
+def test_a_point_measured_again_is_predicted_again_and_only_its_own_prediction_counts(tmp_path):
+    """Predictions were keyed by the baseline point's file name: a point measured again kept the
+    prediction of the measurement it replaced (issue 46 item 6). A prediction names the baseline
+    measurement it replayed (``baseline_started_at``); the driver predicts a newer measurement
+    again, beside the stale record, and the table reads only the current one."""
+    from specnb.sweep.predict import _prediction_path
+
+    base = tmp_path / "baseline" / "copy" / "c001-r00.json"
+    old = ledger("baseline").model_copy(update={"started_at": "2026-11-29T00:00:00+00:00"})
+    write_ledger(base, old, None)
+    write_ledger(tmp_path / "ngram-k4" / "copy" / "c001-r00.json", ledger("ngram-k4", mal=1 + 4 * 0.8), None)
+    canonical = tmp_path / "predicted" / "ngram-k4" / "copy" / "c001-r00.json"
+    assert _prediction_path(canonical, base) == canonical  # nothing predicted yet
+    canonical.parent.mkdir(parents=True)
+    stale = {**_pred_doc(None, 0.0, 400, 0.10 * 400, 0.10 * 400), "baseline_point": old.point_id, "baseline_started_at": old.started_at,
+             "created_at": "2026-11-29T01:00:00Z"}
+    canonical.write_text(json.dumps(stale))
+    assert _prediction_path(canonical, base) is None  # that measurement is predicted
+    # the point is measured again (a new ledger at the same name, as a test may make it)
+    base.unlink()
+    new = ledger("baseline").model_copy(update={"started_at": "2026-11-30T12:00:00+00:00",
+                                                "finished_at": "2026-11-30T12:00:05+00:00"})
+    write_ledger(base, new, None)
+    again = _prediction_path(canonical, base)
+    assert again is not None and again != canonical and again.name == "c001-r00.20261130120000.json"
+    table = predicted_table(load_ledgers(tmp_path), load_predicted(tmp_path))
+    assert table.empty  # the only prediction is of a measurement the ledgers no longer hold
+    again.write_text(json.dumps({**_pred_doc(None, 0.0, 400, 0.8 * 400, 0.8 * 400),
+                                 "baseline_point": new.point_id, "baseline_started_at": new.started_at, "created_at": "2026-11-30T13:00:00Z"}))
+    assert _prediction_path(canonical, base) is None
+    table = predicted_table(load_ledgers(tmp_path), load_predicted(tmp_path))
+    assert len(table) == 1 and table["expected_lo"].iloc[0] == pytest.approx(0.8)  # not pooled with the stale 0.1
+    assert table["baseline_points"].iloc[0] == 1
+    # a record from before measurements were named: current unless the point finished after it
+    canonical.unlink()
+    again.unlink()
+    canonical.write_text(json.dumps({**_pred_doc(None, 0.0, 400, 0.5 * 400, 0.5 * 400), "created_at": "2026-11-30T01:00:00Z"}))
+    assert _prediction_path(canonical, base) is not None  # made before this measurement finished
+    canonical.unlink()
+    canonical.write_text(json.dumps({**_pred_doc(None, 0.0, 400, 0.5 * 400, 0.5 * 400), "created_at": "2026-12-01T01:00:00Z"}))
+    assert _prediction_path(canonical, base) is None
