@@ -218,7 +218,7 @@ def current_predictions(measured: pd.DataFrame, predicted: pd.DataFrame) -> pd.D
     if "baseline_started_at" in out.columns and {"point_id", "started_at"} <= set(measured.columns):
         ok = measured[measured["status"] == "ok"] if "status" in measured.columns else measured
         mcond = ok["condition"].fillna(PLAIN_CONDITION) if "condition" in ok.columns else pd.Series(PLAIN_CONDITION, index=ok.index)
-        now = dict(zip(zip(mcond, ok["point_id"]), ok["started_at"], strict=True))
+        now = dict(zip(zip(mcond, ok["point_id"], strict=True), ok["started_at"], strict=True))
         stamp = out["baseline_started_at"]
         keep = [pd.isna(s) or now.get((c, bp)) in (None, s)
                 for c, bp, s in zip(cond, out["baseline_point"], stamp, strict=True)]
