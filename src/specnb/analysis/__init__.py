@@ -35,7 +35,15 @@ from specnb.analysis.decisions import Decision, decide
 from specnb.analysis.kv import kv_capacity
 from specnb.analysis.lossless import lossless, lossless_summary
 from specnb.analysis.mix import MixEstimate, category_speedups, expected_speedup
-from specnb.analysis.pairing import AnalysisError, PairingError, baseline_arm, paired, speedup_table, usable
+from specnb.analysis.pairing import (
+    AnalysisError,
+    PairingError,
+    baseline_arm,
+    paired,
+    pairing_notes,
+    speedup_table,
+    usable,
+)
 from specnb.analysis.tables import (
     absolute,
     by_category,
@@ -93,6 +101,7 @@ __all__ = [
     "lossless",
     "lossless_summary",
     "paired",
+    "pairing_notes",
     "run_summary",
     "speedup_table",
     "summarize",

@@ -34,6 +34,7 @@ __all__ = [
     "condition_column",
     "pair_keys",
     "paired",
+    "pairing_notes",
     "speedup_table",
     "curve_label",
     "redundant_keys",
@@ -96,23 +97,62 @@ def pair_keys(df: pd.DataFrame) -> list[str]:
 def paired(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
     """One row per (speculative arm, workload, concurrency, repeat) with its paired ratios.
 
-    Baseline columns carry a ``_base`` suffix (``output_tok_s_base``, ``path_base``, ...).
+    Baseline columns carry a ``_base`` suffix (``output_tok_s_base``, ``path_base``, ...). A pair
+    whose two points were measured on two kinds of machine (a fleet's block retried on another
+    node type) is no ratio of arms: it is left out, and :func:`pairing_notes` names it.
     """
+    return _pairs(df, baseline)[0]
+
+
+def pairing_notes(df: pd.DataFrame, baseline: str | None = None) -> list[str]:
+    """One line per kind of pair the report should know of: pairs left out because their points
+    were measured on two kinds of machine, and pairs whose points ran on two nodes of one kind (a
+    retried fleet block), which are kept."""
+    try:
+        merged, dropped = _pairs(df, baseline)
+    except AnalysisError:
+        return []
+    lines = []
+    if len(dropped):
+        shown = "; ".join(f"{r['arm']} vs {r['baseline_arm']} at {r['workload']} c={r['concurrency']} r={r['repeat']} "
+                          f"({r['machine']} vs {r['machine_base']})" for r in dropped.head(5).to_dict("records"))
+        lines.append(f"left out: {len(dropped)} pair(s) measured on two kinds of machine, no ratio of arms: {shown}"
+                     + ("; ..." if len(dropped) > 5 else ""))
+    if len(merged) and {"node_id", "node_id_base"} <= set(merged.columns):
+        a, b = merged["node_id"], merged["node_id_base"]
+        split = merged[a.notna() & b.notna() & (a.astype(str) != b.astype(str))]
+        if len(split):
+            shown = "; ".join(f"{r['arm']} at {r['workload']} c={r['concurrency']} r={r['repeat']}"
+                              for r in split.head(5).to_dict("records"))
+            lines.append(f"{len(split)} pair(s) ran on two nodes of the same kind of machine (a block retried on "
+                         f"another node; kept, node-to-node spread is in their ratio): {shown}"
+                         + ("; ..." if len(split) > 5 else ""))
+    return lines
+
+
+def _pairs(df: pd.DataFrame, baseline: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the pairs, the pairs left out for two kinds of machine)."""
     ok = usable(df)
     if ok.empty or "output_tok_s" not in ok.columns:
-        return pd.DataFrame()
+        return pd.DataFrame(), pd.DataFrame()
     base_name = baseline_arm(ok, baseline)
     base = ok[ok["arm"] == base_name]
     spec = ok[ok["arm"] != base_name]
     keys = pair_keys(ok)
     cols = keys + MUST_MATCH + ["output_tok_s", "per_user_decode_tok_s_mean", "computed_tok_s_wall",
                                 "total_tok_s_wall", "prefix_cache_hit_rate", "p50_tpot_ms", "p50_ttft_ms", "path",
-                                "startup_decisions"]
+                                "startup_decisions", "node_id"]
     cols = [c for c in cols if c in ok.columns]
     # pandas matches null keys with each other: a condition that is None in both arms still pairs
     merged = spec.merge(base[cols], on=keys, suffixes=("", "_base"), how="inner")
+    merged["baseline_arm"] = base_name
+    dropped = merged.iloc[0:0]
+    if "machine" in merged.columns:
+        a, b = merged["machine"], merged["machine_base"]
+        other = (a.astype(str) != b.astype(str)) & ~(a.isna() & b.isna())
+        merged, dropped = merged[~other], merged[other]
     for col in MUST_MATCH:
-        if col not in merged.columns:
+        if col not in merged.columns or col == "machine":
             continue
         a, b = merged[col], merged[f"{col}_base"]
         bad = merged[(a.astype(str) != b.astype(str)) & ~(a.isna() & b.isna())]
@@ -122,7 +162,7 @@ def paired(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
                 f"{row['arm']} vs {base_name} at {row['workload']} c={row['concurrency']} "
                 f"r={row['repeat']}: {col} differs ({row[col]} vs {row[f'{col}_base']})"
             )
-    merged["baseline_arm"] = base_name
+    merged = merged.copy()
     merged["speedup"] = merged["output_tok_s"] / merged["output_tok_s_base"]
     if "per_user_decode_tok_s_mean" in merged.columns:
         merged["per_user_speedup"] = (merged["per_user_decode_tok_s_mean"]
@@ -131,7 +171,7 @@ def paired(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
         merged["computed_speedup"] = merged["computed_tok_s_wall"] / merged["computed_tok_s_wall_base"]
     if "total_tok_s_wall" in merged.columns:  # prompt + output tokens over the wall time (seed 002's "total")
         merged["total_speedup"] = merged["total_tok_s_wall"] / merged["total_tok_s_wall_base"]
-    return merged
+    return merged, dropped
 
 
 def speedup_table(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:

@@ -37,6 +37,7 @@ from specnb.analysis.pairing import (
     curve_label,
     isna,
     paired,
+    pairing_notes,
     redundant_keys,
     usable,
 )
@@ -425,7 +426,7 @@ def format_report(
     first differing tokens were)."""
     is_rate = (df["load_mode"] == "rate") if "load_mode" in df.columns else pd.Series(False, index=df.index)
     closed, open_loop = df[~is_rate], df[is_rate]
-    parts = [format_machine(df)]
+    parts = [format_machine(df), *pairing_notes(df, baseline)]
     if len(closed):
         boot = bootstrap_speedups(closed, baseline, n_boot=n_boot, seed=seed, level=level)
         parts += ["", format_speedup_table(boot.table, level)]

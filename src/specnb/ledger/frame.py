@@ -152,6 +152,8 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
         "structured_output": led.sampling.structured_output,
         "engine_version": led.server.engine_version if led.server else None,
         "machine": machine_label(led.provenance.hardware),
+        # the node an executor ran the point on (a fleet's Ray node id; None for a local run)
+        "node_id": (led.provenance.executor or {}).get("node_id"),
         "vllm_version": led.provenance.versions.get("vllm"),
         "server_mode": led.server.mode if led.server else None,
         "server_ready_s": led.server.ready_s if led.server else None,

@@ -113,12 +113,29 @@ def test_category_acceptance_is_never_pooled_across_a_studys_sweeps():
     assert [(ln[0], ln[-3]) for ln in lines] == [("t-t0", "4.00"), ("t-t1", "1.00")]  # not 2.50 pooled
 
 
-def test_refuses_a_pair_measured_on_two_kinds_of_machine(tmp_path):
-    """A fleet block retried on another node type would pair an H100 with an A100: refused."""
-    base = ledger("baseline")
-    spec = ledger("ngram-k4", mal=2.0)
-    hw = {**spec.provenance.hardware, "gpus": [{"name": "NVIDIA A100-SXM4-80GB", "driver": "550.54"}]}
-    spec = spec.model_copy(update={"provenance": spec.provenance.model_copy(update={"hardware": hw})})
-    df = _frame(tmp_path, [base, spec])
-    with pytest.raises(PairingError, match="machine differs"):
-        paired(df)
+def test_a_pair_measured_on_two_kinds_of_machine_is_left_out_and_named(tmp_path):
+    """A fleet block retried on another node type would pair an H100 with an A100: that pair is
+    no ratio of arms. It is left out with a line naming it, and the rest of the run is reported
+    (it used to raise PairingError for the whole report; issue 46 item 4)."""
+    from specnb.analysis import pairing_notes
+    from specnb.analysis.text import format_report
+
+    def on(led, gpu=None, node=None):
+        hw = {**led.provenance.hardware, **({"gpus": [{"name": gpu, "driver": "550.54"}]} if gpu else {})}
+        ex = {"kind": "ray", "node_id": node} if node else None
+        return led.model_copy(update={"provenance": led.provenance.model_copy(update={"hardware": hw, "executor": ex})})
+
+    h100, a100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
+    leds = [on(ledger("baseline", c=1, r=0), h100, "n1"), on(ledger("ngram-k4", c=1, r=0, mal=2.0, tok_s=150.0), h100, "n1"),
+            on(ledger("baseline", c=1, r=1), h100, "n1"), on(ledger("ngram-k4", c=1, r=1, mal=2.0, tok_s=150.0), a100, "n3"),
+            on(ledger("baseline", c=1, r=2), h100, "n1"), on(ledger("ngram-k4", c=1, r=2, mal=2.0, tok_s=150.0), h100, "n2")]
+    df = _frame(tmp_path, leds)
+    pairs = paired(df)
+    assert sorted(pairs["repeat"]) == [0, 2]  # the H100 / A100 pair left out, the others kept
+    notes = pairing_notes(df)
+    assert len(notes) == 2
+    assert notes[0].startswith("left out: 1 pair(s) measured on two kinds of machine") and "r=1" in notes[0]
+    assert "A100" in notes[0] and "H100" in notes[0]
+    assert notes[1].startswith("1 pair(s) ran on two nodes of the same kind of machine") and "r=2" in notes[1]
+    text = format_report(df, n_boot=50)
+    assert notes[0] in text and notes[1] in text and "1.50x" in text
