@@ -139,7 +139,10 @@ def timing_lines(folder: Path | str) -> list[str]:
     records = read_timings(folder)
     if not records:
         return []
-    out = [f"sweep time ({len(records)} invocation(s)): {overhead_line(total_phases(records))}"]
+    # a fleet's blocks write records of their own beside their driver's: they are not invocations
+    blocks = sum(1 for r in records if (r.get("executor") or {}).get("kind") and (r.get("executor") or {}).get("role") != "driver")
+    what = f"{len(records) - blocks} invocation(s)" + (f", {blocks} Ray block record(s)" if blocks else "")
+    out = [f"sweep time ({what}): {overhead_line(total_phases(records))}"]
     start = startup_line(records)
     if start:
         out.append(start)

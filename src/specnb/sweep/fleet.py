@@ -226,7 +226,10 @@ def _block_task(order: _Order) -> dict[str, Any]:  # pragma: no cover - runs in 
     def send(kind: str, payload: Any) -> None:
         ray.get(order.mailbox.put.remote([(order.key, kind, payload)]))
 
-    send("started", node)
+    from specnb.ledger import provenance
+
+    # the node's own hardware, for the failure records the driver writes if this block is lost
+    send("started", {**node, "hardware": provenance.hardware()})
     staging = Path(tempfile.mkdtemp(prefix="specnb-block-"))
     shipper = _Shipper(staging, send, order.sweep)
     old = os.getcwd()
@@ -335,6 +338,17 @@ def _sidecar_of(data: bytes) -> str | None:
     except (ValueError, UnicodeDecodeError):
         return None
     return doc.get("requests_file") if isinstance(doc, dict) else None
+
+
+def lost_provenance(prov: Any, node: dict[str, Any], block: str, attempt: int) -> Any:
+    """The provenance of a lost block's failure records, written by the driver: the lost node's
+    hardware as it reported it when the block started (never the driver's), or a line saying the
+    node was lost before it reported any; where the block ran, as ``executor``."""
+    hardware = node.get("hardware") or {"cpu_model": "unknown: the node was lost before its block reported its "
+                                                     "hardware"}
+    executor = {k: v for k, v in node.items() if k != "hardware"}
+    return prov.model_copy(update={"hardware": hardware, "executor": {**executor, "kind": "ray", "block": block,
+                                                                      "attempt": attempt}})
 
 
 def _where(node: dict[str, Any] | None) -> str:
@@ -680,8 +694,7 @@ class _Fleet:
             "returned_s": round(time.monotonic() - blk.submitted, 2)})
         left = [pt for pt in blk.points if not run.path(pt).exists()]
         prov = run.provenance
-        run.provenance = prov.model_copy(update={"executor": {**node, "kind": "ray", "block": blk.key,
-                                                              "attempt": blk.attempt}})
+        run.provenance = lost_provenance(prov, node, blk.key, blk.attempt)
         try:
             for pt in left:
                 run.record_failure(pt, kind(f"block {blk.key} on {where} (try {blk.attempt + 1} of {self.ex.retries + 1}): {why}"),
@@ -689,6 +702,8 @@ class _Fleet:
         finally:
             run.provenance = prov
         retry = kind is not BlockCancelled and blk.attempt < self.ex.retries and left
+        if not retry:  # these points end here: the progress bar counts them as done, like measured ones
+            self.bar_points(len(left))
         self.echo(f"ray: block {blk.key} on {where} ended early ({why.splitlines()[0][:200]}); {len(left)} point(s) "
                   + ("recorded as failed, block submitted again" if retry else "recorded as failed"))
         if retry:

@@ -175,6 +175,10 @@ def test_blocks_on_ray_send_every_file_to_the_driver_and_resume(local_ray, fake,
     # the two blocks ran at the same time (an endpoint block asks for one CPU; this Ray has two)
     placed = next(r for r in records if r["executor"].get("role") == "driver")["executor"]["blocks"]
     assert max(b["node_began"] for b in placed) < min(b["node_ended"] for b in placed), placed
+    # the report counts one invocation, its blocks' records apart (each was counted as one)
+    from specnb.ledger.timing import timing_lines
+
+    assert timing_lines(out)[0].startswith("sweep time (1 invocation(s), 2 Ray block record(s)): ")
     again = run_sweep(spec, out, progress=False, echo=lines.append, executor="ray")
     assert again.ok and not again.written and len(again.skipped) == 4
 
@@ -195,3 +199,43 @@ def test_a_block_no_node_can_hold_is_refused_before_any_is_submitted(local_ray, 
     with pytest.raises(FleetError, match="no node of the cluster can hold a block"):
         run_sweep(fake_spec(fake.url), tmp_path / "out", progress=False, echo=lambda s: None, executor=ex)
     assert not list((tmp_path / "out").rglob("c*.json"))
+
+
+def test_a_lost_blocks_failure_records_carry_the_nodes_hardware_not_the_drivers():
+    from specnb.ledger.schema import Provenance
+    from specnb.sweep.fleet import lost_provenance
+
+    driver = Provenance(git_sha="a", git_dirty=False, versions={}, hardware={"cpu_model": "the driver's CPU"})
+    node = {"kind": "ray", "node_id": "n2", "host": "gpu-7", "hardware": {"cpu_model": "EPYC", "gpus": [{"name": "H100"}]}}
+    got = lost_provenance(driver, node, "s/r1", 0)
+    assert got.hardware == node["hardware"] and got.executor["node_id"] == "n2" and "hardware" not in got.executor
+    assert got.executor["block"] == "s/r1" and driver.hardware == {"cpu_model": "the driver's CPU"}  # untouched
+    early = lost_provenance(driver, {}, "s/r1", 1)  # lost before its block started: said, not the driver's
+    assert early.hardware["cpu_model"].startswith("unknown: the node was lost before")
+
+
+def test_a_lost_blocks_points_are_counted_done_when_they_are_not_retried(tmp_path):
+    """The progress bar counted measured points only, so a block lost for good left it short of
+    its total: its points now count as done when no retry is left (a retried block's count when
+    measured)."""
+    from collections import deque
+
+    from specnb.ledger.schema import Provenance
+    from specnb.sweep.fleet import _Block
+
+    ticks: list[int] = []
+    fl, _ = _fleet(tmp_path)
+    fl.bar = SimpleNamespace(update=ticks.append)
+    fl.ray = SimpleNamespace(exceptions=SimpleNamespace(
+        TaskCancelledError=type("TaskCancelled", (Exception,), {}), WorkerCrashedError=type("Crashed", (Exception,), {}),
+        RayTaskError=type("RayTaskError", (Exception,), {})))
+    fl.queue, fl.blocks_done = deque(), 0
+    run = SimpleNamespace(out_dir=tmp_path, spec=SimpleNamespace(name="s"), path=lambda pt: tmp_path / f"{pt}.json",
+                          record_failure=lambda *a, **k: None,
+                          provenance=Provenance(git_sha="a", git_dirty=False, versions={}, hardware={}))
+    fl.runs, fl.records = [run], {0: []}
+    for retries, want in ((1, []), (0, [2])):
+        ticks.clear()
+        fl.ex = SimpleNamespace(retries=retries)
+        fl.lost(_Block(run, 0, 0, {}, ["p1", "p2"]), RuntimeError("node n2 died"))
+        assert ticks == want, (retries, ticks)
