@@ -149,7 +149,9 @@ def fleet_run(real_sweep, baseline_server, tmp_path_factory):
 def test_blocks_land_on_both_nodes_and_match_the_local_run(fleet_run):
     out, outcome = fleet_run["out"], fleet_run["outcome"]
     assert outcome.ok, outcome.summary()
-    measured = sorted(p for p in out.rglob("c001-r0*.json") if ".failed-" not in p.name)
+    # the points' own ledgers (c001-r00.json), not the failure or superseded records beside them: a
+    # point measured on a busy host is kept as superseded and measured again, which is behaviour
+    measured = sorted(p for p in out.rglob("c001-r0*.json") if p.name.count(".") == 1)
     assert len(measured) == 4, measured  # baseline and n-gram, two repeats
     nodes = {json.loads(p.read_text())["provenance"]["executor"]["node_id"] for p in measured}
     assert len(nodes) == 2, "the blocks ran on one node only"
