@@ -174,6 +174,18 @@ def test_frame_carries_provenance_and_never_looks_measured():
     assert (df["value"].notna() | df["low"].notna() | df["note"].notna()).all()
 
 
+def _row_prints_its_number(row) -> None:
+    """A row's text is inside its quote and prints exactly the number (or range) the row holds."""
+    assert normalize_space(row.text) in normalize_space(row.quote)
+    printed = numbers_in(row.text)
+    if row.value is not None:
+        assert printed == [pytest.approx(row.value)], (row.text, row.value)
+    elif row.low is not None:
+        assert printed == [pytest.approx(row.low), pytest.approx(row.high)], row.text
+    else:
+        assert printed == [] and row.text == "not measured", row.text
+
+
 @pytest.mark.parametrize("ledger_id", IDS)
 def test_every_number_is_the_one_its_quote_prints_and_names_the_seed_it_came_from(ledger_id):
     """What the repo ships, checked without the seeds: each row's number is the one printed in its
@@ -182,14 +194,7 @@ def test_every_number_is_the_one_its_quote_prints_and_names_the_seed_it_came_fro
     led = read_published(ledger_id)
     assert re.fullmatch(r"[0-9a-f]{64}", led.source.seed_sha256) and led.source.seed_file.endswith(".txt")
     for row in led.rows:
-        assert normalize_space(row.text) in normalize_space(row.quote)
-        printed = numbers_in(row.text)
-        if row.value is not None:
-            assert printed == [pytest.approx(row.value)], (row.text, row.value)
-        elif row.low is not None:
-            assert printed == [pytest.approx(row.low), pytest.approx(row.high)], row.text
-        else:
-            assert printed == [] and row.text == "not measured", row.text
+        _row_prints_its_number(row)
 
 
 # ---- every number is in its seed: a maintainer check, outside `make test` ----------------------
@@ -218,14 +223,7 @@ def test_every_number_and_caveat_is_in_the_seed(ledger_id):
         assert normalize_space(caveat) in text, caveat
     for row in led.rows:
         assert normalize_space(row.quote) in text, row.quote
-        assert normalize_space(row.text) in normalize_space(row.quote)
-        printed = numbers_in(row.text)
-        if row.value is not None:
-            assert printed == [pytest.approx(row.value)], (row.text, row.value)
-        elif row.low is not None:
-            assert printed == [pytest.approx(row.low), pytest.approx(row.high)], row.text
-        else:
-            assert printed == [] and row.text == "not measured", row.text
+        _row_prints_its_number(row)
 
 
 def _seed_table(seed: Path, header_start: str, n_rows: int) -> tuple[list[str], list[list[str]]]:
