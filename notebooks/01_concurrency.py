@@ -298,3 +298,14 @@ nb.save(fig, "concurrency-published-seeds", sources=sources,
 # is not your GPU: the shape (falling with concurrency, and the sign set by the workload) is what
 # may carry over, not the numbers. Failed points are kept as failure records and are left out of
 # the pairs.
+
+# %% [markdown]
+# ## The report
+#
+# What `specnb report` prints for this run: the same pipeline and the same text (a test holds
+# the executed notebook's copy against the command), for a reviewer who wants every number in one place.
+
+# %%
+nb.report()
+if rate_nb is not None:
+    rate_nb.report()

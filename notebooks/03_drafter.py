@@ -241,16 +241,18 @@ if lossless_folder is not None and len(same):
 # fast as the real arm, or the synthetic path costs something of its own.
 
 # %%
-from specnb.analysis.ceiling import arm_configs, ceiling_lines, ceiling_table, is_ceiling
+from specnb.analysis.ceiling import ceiling_lines, ceiling_table, is_ceiling
 from specnb.analysis.tables import summarize
+from specnb.ledger import arm_configs
 
 ceiling_folder = _study_run(ceiling_study)
 if ceiling_folder is None:
     display(Markdown(f"No `{ceiling_study}` run under {ledger_root}/drafter/: this section is skipped."))
     ct = None
 else:
-    configs = arm_configs(ceiling_folder)
-    ctab = summarize(load_ledgers(ceiling_folder))
+    ceiling_df = load_ledgers(ceiling_folder)
+    configs = arm_configs(ceiling_df)
+    ctab = summarize(ceiling_df)
     ct = ceiling_table(ctab, configs)
     display(Markdown(f"Run `{paths.portable(str(ceiling_folder))}`:\n\n```\n" + "\n".join(ceiling_lines(ct)) + "\n```"))
 if ceiling_folder is not None and len(ctab):
@@ -419,3 +421,12 @@ if stepcost_check is not None:
 # to the engine's steps are 5.7 ms a step + 0.6 ms per proposed token against the preset's 5.7 +
 # 4.2, with the proposer itself at 0.13-0.19 ms: the terms are an effective premium of the
 # speculative engine (a slower forward, engine core), not drafting.
+
+# %% [markdown]
+# ## The report
+#
+# What `specnb report` prints for this run: the same pipeline and the same text (a test holds
+# the executed notebook's copy against the command), for a reviewer who wants every number in one place.
+
+# %%
+nb.report()

@@ -161,3 +161,12 @@ nb.save(fig, "temperature-published-seed000", sources=sources, caption="Seed 000
 #
 # The draft-model arm is not predicted: its drafts are the draft model's argmax, which would need
 # the draft model's own probabilities along the same text (not built yet).
+
+# %% [markdown]
+# ## The report
+#
+# What `specnb report` prints for this run: the same pipeline and the same text (a test holds
+# the executed notebook's copy against the command), for a reviewer who wants every number in one place.
+
+# %%
+nb.report()

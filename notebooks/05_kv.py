@@ -126,3 +126,12 @@ pub[["condition", "arm", "metric", "value", "context_length", "text"]]
 # server; the sessions figure is the pool divided by one context, an upper bound that ignores
 # fragmentation. Throughput under the small pool is paired like every other speedup; its
 # interval is over repeats.
+
+# %% [markdown]
+# ## The report
+#
+# What `specnb report` prints for this run: the same pipeline and the same text (a test holds
+# the executed notebook's copy against the command), for a reviewer who wants every number in one place.
+
+# %%
+nb.report()

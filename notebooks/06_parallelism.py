@@ -137,3 +137,12 @@ nb.save(fig, "parallelism-published-seed002", sources=sources,
 # one core, so c=1 favours the single engine and higher concurrency favours the layout that
 # keeps both cores busy. Compare the layout gap with the drafter gap at each concurrency:
 # that is seed 002's question, asked of your stack.
+
+# %% [markdown]
+# ## The report
+#
+# What `specnb report` prints for this run: the same pipeline and the same text (a test holds
+# the executed notebook's copy against the command), for a reviewer who wants every number in one place.
+
+# %%
+nb.report()

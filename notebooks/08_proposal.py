@@ -151,3 +151,12 @@ choose_k(choice[choice.workload == sorted(set(nb.df.workload))[0]], rule)
 # the method, not GPU numbers: what carries over is how the best K moves with concurrency and
 # how sure each choice is. The GPU parameter file sweeps K = 1 to 8 for n-gram and EAGLE-3 on
 # Llama-3.1-8B.
+
+# %% [markdown]
+# ## The report
+#
+# What `specnb report` prints for this run: the same pipeline and the same text (a test holds
+# the executed notebook's copy against the command), for a reviewer who wants every number in one place.
+
+# %%
+nb.report()

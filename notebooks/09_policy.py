@@ -61,9 +61,10 @@ import json
 import pandas as pd
 from IPython.display import Markdown, display
 
-from specnb.analysis.schedule import boundary_levels, policy_check, policy_file_for
+from specnb.analysis.schedule import policy_check
 from specnb.figures import arm_colors, panels
 from specnb.notebooks import open_axis
+from specnb.sweep.policy import boundary_levels, policy_file_for
 
 policy = policy_file_for(policy_from, policy_workload, rule, ledger_root, method=drafters["always-on"].get("method"))
 levels = boundary_levels(policy, concurrency)
@@ -132,17 +133,19 @@ check[["concurrency", "k_scheduled", "running_mean", "drafts_per_output_token", 
 
 # %%
 from specnb.analysis.tables import summarize
-from specnb.analysis.tune import tune_lines, tune_result
+from specnb.analysis.tune import tune_lines
 from specnb.ledger import load_ledgers
+from specnb.ledger.runs import read_tune
 from specnb.paths import resolve
 
 tune_runs = sorted(p for p in (resolve(ledger_root) / "tune" / tune_study).glob("*")
-                   if tune_result(p) is not None) if (resolve(ledger_root) / "tune" / tune_study).is_dir() else []
+                   if (t := read_tune(p)) is not None and t.result is not None) \
+    if (resolve(ledger_root) / "tune" / tune_study).is_dir() else []
 if not tune_runs:
     display(Markdown(f"No finished tune run under `{ledger_root}/tune/{tune_study}/`: `make tune` measures one."))
 else:
     tune_run = tune_runs[-1]
-    result = tune_result(tune_run)
+    result = read_tune(tune_run).result
     rnd = result["verified_in"] or f"round-{result['rounds']:02d}"
     last = summarize(load_ledgers(tune_run / rnd))
     prop = summarize(load_ledgers(resolve(result["derivation"]["from"])))  # the proposal the tune derived from
@@ -164,5 +167,13 @@ else:
             "drafting off) from the proposal, and the deployed config beside the best static K from the round that "
             "verified it; each against its own run's baseline; dashed: the envelope max(1, static K) of that round; "
             "bands: 95 % bootstrap intervals.")
-    display(Markdown("\n".join(f"    {line}" for line in tune_lines(tune_run))))
+    display(Markdown("\n".join(f"    {line}" for line in tune_lines(read_tune(tune_run)))))
 
+# %% [markdown]
+# ## The report
+#
+# What `specnb report` prints for this run: the same pipeline and the same text (a test holds
+# the executed notebook's copy against the command), for a reviewer who wants every number in one place.
+
+# %%
+nb.report()

@@ -171,3 +171,12 @@ gains.assign(condition=gains.condition.map(lambda c: nb.labels.get(c, c)))[
 # config's answer: quote it only with the config named. A compiled server's start costs minutes on
 # this CPU, which is why the other notebooks' CPU defaults stay eager even where compiling serves
 # faster: their runs restart servers dozens of times, and the start-up is paid on every one.
+
+# %% [markdown]
+# ## The report
+#
+# What `specnb report` prints for this run: the same pipeline and the same text (a test holds
+# the executed notebook's copy against the command), for a reviewer who wants every number in one place.
+
+# %%
+nb.report()

@@ -291,3 +291,12 @@ else:
                     "drafter's speedup on output, total and computed tokens (right; bars: range over server starts).")
     show(f"run `{paths.portable(str(conv_folder))}`")
     display(gains.round(3))
+
+# %% [markdown]
+# ## The report
+#
+# What `specnb report` prints for this run: the same pipeline and the same text (a test holds
+# the executed notebook's copy against the command), for a reviewer who wants every number in one place.
+
+# %%
+nb.report()

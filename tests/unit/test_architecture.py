@@ -209,3 +209,48 @@ def test_the_layer_check_fails_on_a_new_circle_or_back_arrow(tmp_path):
     assert any("specnb.ledger.frame" in v and "specnb.analysis.tables" in v and "higher" in v for v in found)
     assert "import circle: specnb.engine.a -> specnb.engine.b" in found
     assert len(found) == 2
+
+
+# --------------------------------------------------------------------------- the analysis reads no files
+# The frame carries what an analysis needs of a point (its speculative config, its server's env and
+# argv, a failure's log tail), and the records beside the points are loaded once per run by
+# specnb.ledger.records.load_run: no analysis module touches the file system. The one reader it
+# calls is the ledger's load_requests (a point's per-request Parquet, too large to carry in a frame
+# and read on demand by the bootstrap), named here so that any other is a failure.
+FILE_METHODS = {"read_text", "read_bytes", "write_text", "write_bytes", "open", "glob", "rglob", "iterdir", "exists",
+                "is_file", "is_dir", "mkdir", "unlink", "stat", "touch", "to_csv", "to_parquet"}
+FILE_FUNCTIONS = {"open", "read_ledger", "load_ledgers", "read_json", "read_records", "load_spec_by_category",
+                  "load_turns", "read_timings", "write_once", "write_ledger", "load_run", "read_tune", "search_lines",
+                  "timing_lines", "load_margins", "load_predicted", "load_anatomy"}
+MODULE_READERS = {("json", "load"), ("json", "dump"), ("pd", "read_json"), ("pd", "read_csv"), ("pd", "read_parquet"),
+                  ("os", "listdir"), ("os", "walk"), ("os", "remove"), ("shutil", "copy"), ("shutil", "rmtree")}
+
+
+def file_access(source: str) -> list[str]:
+    """Each call in ``source`` that touches the file system, as 'line: call'."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        fn = node.func
+        if isinstance(fn, ast.Name) and fn.id in FILE_FUNCTIONS:
+            out.append(f"{node.lineno}: {fn.id}()")
+        elif isinstance(fn, ast.Attribute):
+            owner = fn.value.id if isinstance(fn.value, ast.Name) else None
+            if (owner, fn.attr) in MODULE_READERS or fn.attr in FILE_FUNCTIONS or (
+                    fn.attr in FILE_METHODS and owner not in ("json", "pd", "np", "re")):
+                out.append(f"{node.lineno}: .{fn.attr}()")
+    return out
+
+
+def test_no_analysis_module_opens_a_file():
+    found = {f.name: bad for f in sorted((PACKAGE / "analysis").glob("*.py")) if (bad := file_access(f.read_text()))}
+    assert found == {}, f"analysis modules that touch files (read through specnb.ledger.records instead): {found}"
+
+
+def test_the_file_check_sees_each_way_in():
+    for code in ("Path(p).read_text()", "open(p)", "read_ledger(p)", "json.load(f)", "df.to_csv(p)", "x.rglob('*')",
+                 "ledger.load_ledgers(p)", "pd.read_parquet(p)", "os.walk(p)"):
+        assert file_access(code), code
+    for code in ("json.loads(s)", "df.to_json(orient='records')", "load_requests(p)", "re.compile('x')"):
+        assert not file_access(code), code

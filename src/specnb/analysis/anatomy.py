@@ -4,12 +4,14 @@ rule (the drafter's share of the step against its share of the output)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from specnb.ledger.records import ANATOMY_KIND as KIND  # noqa: F401 - re-exported
+from specnb.ledger.records import ANATOMY_RUN_KIND as RUN_KIND  # noqa: F401 - re-exported
+from specnb.ledger.records import load_anatomy  # noqa: F401 - re-exported
 
 # the parts of a step (specnb.engine.anatomy parses them out of a trace), in stacking order
 PARTS = ("prepare_ms", "forward_ms", "logits_ms", "sample_ms", "draft_ms", "bookkeep_ms", "unscoped_ms", "between_ms")
@@ -19,22 +21,6 @@ PART_LABELS = {
     "bookkeep_ms": "book-keeping", "unscoped_ms": "unscoped", "between_ms": "engine core (scheduling, between steps)",
 }
 
-KIND = "step_anatomy"
-RUN_KIND = "anatomy_run"
-
-
-def load_anatomy(folder: str | Path) -> list[dict[str, Any]]:
-    """Every ``step_anatomy`` record under ``folder`` (ok and failed), by arm, workload, level, repeat."""
-    out = []
-    for p in sorted(Path(folder).rglob("anatomy-c*.json")):
-        try:
-            doc = json.loads(p.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(doc, dict) and doc.get("kind") == KIND:
-            doc["path"] = str(p)
-            out.append(doc)
-    return sorted(out, key=lambda d: (d["arm"], d["workload"], d["concurrency"], d["repeat"], d["status"]))
 
 
 def anatomy_frame(records: list[dict[str, Any]]) -> pd.DataFrame:

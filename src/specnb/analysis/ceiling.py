@@ -17,27 +17,15 @@ the intervals.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["SYNTHETIC_KEYS", "arm_configs", "ceiling_lines", "ceiling_table", "is_ceiling", "twins"]
+__all__ = ["SYNTHETIC_KEYS", "ceiling_lines", "ceiling_table", "is_ceiling", "twins"]
 
 SYNTHETIC_KEYS = ("rejection_sample_method", "synthetic_acceptance_rates", "synthetic_acceptance_length")
-
-
-def arm_configs(folder: str | Path) -> dict[str, dict[str, Any] | None]:
-    """Arm -> speculative config, from the ``sweep.json`` files of a run (one sweep or a study's
-    conditions: the first config seen under an arm's name)."""
-    out: dict[str, dict[str, Any] | None] = {}
-    for path in sorted(Path(folder).rglob("sweep.json")):
-        for arm in json.loads(path.read_text()).get("spec", {}).get("arms", []):
-            out.setdefault(arm["name"], arm.get("speculative_config"))
-    return out
 
 
 def is_ceiling(config: Mapping[str, Any] | None) -> bool:

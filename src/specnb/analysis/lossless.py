@@ -16,7 +16,6 @@ Spec-Bench checks output equality the same way; the load tools do not check it a
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,8 +25,7 @@ from specnb.analysis.bootstrap import level_of
 from specnb.analysis.pairing import LOAD_KEYS, condition_column, condition_keys, paired, usable
 from specnb.analysis.requests import by_conversation_turn
 from specnb.ledger import load_requests
-from specnb.ledger.names import PLAIN_CONDITION
-from specnb.ledger.store import read_records
+from specnb.ledger.records import MARGINS_DIR, MARGINS_KIND, load_margins  # noqa: F401 - re-exported
 
 __all__ = ["DEFAULT_THRESHOLD", "MARGINS_DIR", "MARGINS_KIND", "compare_outputs", "divergence_margin", "load_margins",
            "lossless", "lossless_summary", "top_gaps"]
@@ -36,8 +34,6 @@ DEFAULT_THRESHOLD = 0.5
 
 # specnb predict's records of the baseline's logprobs at each first difference:
 # <condition>/predicted/margins/<arm>/<workload>/<point>.json
-MARGINS_DIR = "margins"
-MARGINS_KIND = "lossless_margins"
 
 
 def _outputs(path: str) -> pd.DataFrame:
@@ -205,20 +201,6 @@ def _margin_line(m: pd.DataFrame) -> str:
     return (f"; at the first differing token the two candidates are {gap.median():.2f} nats apart in the baseline's "
             f"own logits (median of {len(got)}; {share:.1%} of the text's ordinary positions are as close; "
             f"{far} more than 1 nat apart; {flips} where a full-sequence pass ranks the other token first)")
-
-
-def load_margins(folder: str | Path) -> pd.DataFrame:
-    """Every first difference recorded by ``specnb predict`` under ``folder``, one row each:
-    condition, arm, workload, concurrency, repeat, reference, position, tokens, in flight,
-    margin (nats), margin_is_bound, argmax_is_base, as_close_share, typical_gap_p50."""
-    rows = []
-    for path, doc in read_records(folder, f"{MARGINS_DIR}/**/*.json", MARGINS_KIND):
-        head = {k: doc.get(k) for k in ("condition", "arm", "workload", "concurrency", "repeat", "reference")}
-        rows += [{**head, **d, "path": str(path)} for d in doc.get("divergences") or []]
-    out = pd.DataFrame(rows)
-    if len(out):
-        out["condition"] = out["condition"].fillna(PLAIN_CONDITION)
-    return out
 
 
 def lossless_summary(table: pd.DataFrame, threshold: float = DEFAULT_THRESHOLD,

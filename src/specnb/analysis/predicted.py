@@ -29,14 +29,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from specnb.ledger.names import PLAIN_CONDITION
-from specnb.ledger.store import read_records
+from specnb.ledger.records import PREDICTED_DIR, PREDICTED_KIND, load_predicted  # noqa: F401 - re-exported
 
 __all__ = ["PREDICTED_DIR", "PREDICTED_KIND", "PredictError", "load_predicted", "Step", "expected_accepted", "flag_disagreement", "ngram_propose", "predicted_lines", "predicted_table",
            "summarize_steps", "tempered", "walk"]
@@ -46,8 +45,6 @@ __all__ = ["PREDICTED_DIR", "PREDICTED_KIND", "PredictError", "load_predicted", 
 # few points, and batch numerics move greedy ties
 DISAGREE_MARGIN = 0.10
 
-PREDICTED_DIR = "predicted"  # <condition>/predicted/<arm>/<workload>/<baseline point>.json
-PREDICTED_KIND = "predicted_acceptance"
 
 
 class PredictError(ValueError):
@@ -299,18 +296,3 @@ def flag_disagreement(row: Mapping[str, Any], margin: float = DISAGREE_MARGIN) -
     if meas is None or (isinstance(meas, float) and math.isnan(meas)) or not vals:
         return False
     return bool(meas < min(vals) - margin or meas > max(vals) + margin)
-
-
-def load_predicted(folder: str | Path) -> pd.DataFrame:
-    """Every prediction record under ``folder`` (a run, a condition or a study tree), one row
-    each: condition, arm, workload, concurrency, repeat, temperature, the summed counts and
-    rates of :func:`summarize_steps`, path."""
-    rows = []
-    for path, doc in read_records(folder, f"{PREDICTED_DIR}/**/*.json", PREDICTED_KIND):
-        rows.append({k: doc.get(k) for k in ("condition", "arm", "workload", "concurrency", "repeat", "temperature",
-                                             "baseline_point", "baseline_started_at", "created_at", "requests")}
-                    | dict(doc.get("results") or {}) | {"per_request": doc.get("per_request") or [], "path": str(path)})
-    out = pd.DataFrame(rows)
-    if len(out):  # a sweep outside a study has the frame's plain condition
-        out["condition"] = out["condition"].fillna(PLAIN_CONDITION)
-    return out

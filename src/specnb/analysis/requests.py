@@ -10,7 +10,6 @@ Parquet sidecar, read once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -124,11 +123,14 @@ class Sidecars:
         self._cache: dict[str, RequestTerms | None] = {}
 
     def terms(self, path: Any, concurrency: int) -> RequestTerms | None:
-        if path is None or (isinstance(path, float) and np.isnan(path)) or not Path(str(path)).is_file():
+        if path is None or (isinstance(path, float) and np.isnan(path)):
             return None
         key = str(path)
         if key not in self._cache:
-            self._cache[key] = request_terms(load_requests(key), concurrency)
+            req = load_requests(key, missing_ok=True)
+            if req is None:  # the ledger is gone: no terms (and nothing kept, it may come back)
+                return None
+            self._cache[key] = request_terms(req, concurrency)
         return self._cache[key]
 
 

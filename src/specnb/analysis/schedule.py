@@ -32,21 +32,19 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from specnb import paths
 from specnb.errors import SpecnbError
-from specnb.ledger import utcnow
+from specnb.ledger import json_cell, utcnow
 from specnb.ledger.names import BASELINE, Status
 
 __all__ = ["ScheduleError", "SCHEDULE_KEY", "SCHEDULE_KEY_NEW", "SCHEDULE_KEYS", "canonical_schedule",
            "with_schedule_key", "RULES", "check_schedule", "choose_k", "derive_schedule",
            "policy_config", "policy_document", "k_at", "derive_policy", "drafter_methods", "off_arms", "deployable", "format_policy", "policy_check",
-           "policy_file_for", "boundary_levels", "derive_policies", "batch_of", "measured_batch",
+           "derive_policies", "batch_of", "measured_batch",
            "best_static_arm"]
 
 # the schedule's name in --speculative-config: specnb keeps it under vLLM's name up to 0.32, which
@@ -201,12 +199,10 @@ def _share(g: pd.DataFrame, row: pd.Series | None) -> float | None:
 def off_arms(df: pd.DataFrame) -> set[str]:
     """The arms of a frame with the drafter loaded and K = 0 at every batch size (the cost of
     "off inside a schedule", measured)."""
-    from specnb.ledger import read_ledger
-
     out = set()
     spec = df[df["speculative"].astype(bool)] if len(df) else df
     for arm, g in spec.groupby("arm"):
-        sched = (read_ledger(g["path"].iloc[0]).arm.speculative_config or {}).get(SCHEDULE_KEY)
+        sched = (json_cell(g["speculative_config"].iloc[0]) or {}).get(SCHEDULE_KEY)
         if sched and all(int(r[2]) == 0 for r in sched):
             out.add(str(arm))
     return out
@@ -357,7 +353,6 @@ def derive_policy(df: pd.DataFrame, *, workload: str | None = None, rule: str = 
     from specnb.analysis.bootstrap import bootstrap_speedups
     from specnb.analysis.pairing import usable
     from specnb.analysis.proposal import k_choice
-    from specnb.ledger import read_ledger
 
     ok = usable(df)
     if ok.empty or not ok["speculative"].astype(bool).any():
@@ -393,17 +388,17 @@ def derive_policy(df: pd.DataFrame, *, workload: str | None = None, rule: str = 
     keep = chosen.loc[chosen["k"] > 0, "k"]
     k_ref = int(keep.max()) if len(keep) else int(pd.to_numeric(spec_rows["num_speculative_tokens"]).max())
     ref = spec_rows[pd.to_numeric(spec_rows["num_speculative_tokens"]) == k_ref].iloc[0]
-    base = read_ledger(ref["path"]).arm.speculative_config or {}
+    base = json_cell(ref["speculative_config"]) or {}
     if SCHEDULE_KEY in base:
         raise ScheduleError("the run's drafter arms already carry a schedule: derive from a K sweep")
     if max_batch is None:
-        argv = read_ledger(ref["path"]).server.argv or []
+        argv = json_cell(ref["server_argv"]) or []
         seqs = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--max-num-seqs"), None)
         max_batch = int(seqs) if seqs and seqs.isdigit() else DEFAULT_MAX_BATCH
     schedule = derive_schedule(chosen, max_batch)
     deploy, static_arm, claim = deployable(choice, chosen)
     if deploy == "static":
-        config = dict(read_ledger(spec_rows[spec_rows["arm"] == static_arm]["path"].iloc[0]).arm.speculative_config)
+        config = dict(json_cell(spec_rows[spec_rows["arm"] == static_arm]["speculative_config"].iloc[0]))
     else:
         config = policy_config(base, schedule)
     chosen.attrs.update(deploy=deploy, claim=claim, static_arm=best_static_arm(choice, sorted(chosen["concurrency"])))
@@ -438,14 +433,12 @@ def policy_check(table: pd.DataFrame, df: pd.DataFrame, *, policy: str, always_o
     ``num_requests_running``: requests in prefill count, waiting ones do not).
 
     ``table`` is a bootstrap table (:func:`specnb.analysis.tables.summarize`) holding both arms."""
-    from specnb.ledger import read_ledger
-
     pol = table[table["arm"] == policy].set_index("level")
     on = table[table["arm"] == always_on].set_index("level")
     if pol.empty or on.empty:
         raise ScheduleError(f"the table needs arms {policy!r} and {always_on!r} (has {sorted(set(table['arm']))})")
     rows_pol = df[(df["arm"] == policy) & (df["status"] == Status.OK)]
-    schedule = (read_ledger(rows_pol["path"].iloc[0]).arm.speculative_config or {}).get(SCHEDULE_KEY) if len(rows_pol) else None
+    schedule = (json_cell(rows_pol["speculative_config"].iloc[0]) or {}).get(SCHEDULE_KEY) if len(rows_pol) else None
     out = []
     for level in sorted(set(pol.index) & set(on.index)):
         p, a = pol.loc[level], on.loc[level]
@@ -482,48 +475,3 @@ def usable_rows(df: pd.DataFrame, workload: str) -> pd.DataFrame:
 
     ok = usable(df)
     return ok[ok["workload"] == workload] if len(ok) else ok
-
-
-def policy_file_for(source: str, workload: str, rule: str = "lower_bound", root: str | None = None,
-                    method: str | None = None) -> Path:
-    """The policy to measure: ``source`` is a policy JSON file, a run folder, or ``"<axis>/<study>"``
-    (its newest run). A policy derived from a run is written once beside it
-    (``policy-<workload>-<rule>[-<method>].json``; the method where the run has several drafter
-    methods) and read from there afterwards, so a notebook re-run measures and draws the same
-    schedule."""
-    from specnb.ledger import load_ledgers, write_once
-    from specnb.ledger.runs import find_run
-
-    p = Path(source)
-    if p.suffix == ".json":
-        if not p.is_file():
-            raise ScheduleError(f"no policy file {source}")
-        return p
-    if p.is_dir() and not (Path(root or paths.LEDGERS) / source).is_dir():
-        run = p
-    else:
-        axis, _, study = source.partition("/")
-        if not study:
-            raise ScheduleError(f"policy source {source!r}: give a policy .json, a run folder or '<axis>/<study>'")
-        run = find_run(axis, study, "", root)
-    stem = f"policy-{workload.replace('/', '_').replace(':', '-')}-{rule}"
-    plain, by_method = run / f"{stem}.json", run / f"{stem}-{method}.json"
-    if method is not None and by_method.is_file():
-        return by_method
-    if plain.is_file():
-        return plain
-    df = load_ledgers(run)
-    several = len(drafter_methods(usable_rows(df, workload))) > 1
-    out = by_method if method is not None and several else plain
-    _, _, doc = derive_policy(df, workload=workload, rule=rule, source=str(run), method=method if several else None)
-    write_once(out, doc.encode())
-    return out
-
-
-def boundary_levels(policy: Path, levels: Sequence[int]) -> list[int]:
-    """The levels plus both sides of every switch of the policy's schedule (b and b + 1), where
-    vLLM flips K as the batch size crosses the boundary."""
-    cfg = json.loads(Path(policy).read_text())["speculative_config"]
-    sched = cfg.get(SCHEDULE_KEY) or []
-    extra = {b for (_, hi, k), (_, _, k2) in zip(sched, sched[1:], strict=False) if k != k2 for b in (hi, hi + 1)}
-    return sorted(set(levels) | extra)

@@ -16,9 +16,9 @@ import pandas as pd
 
 from specnb.analysis.bootstrap import bootstrap_speedups
 from specnb.analysis.pairing import condition_keys, usable
-from specnb.ledger import PLAIN_CONDITION, Flag, has_flag, load_requests, read_ledger
+from specnb.ledger import PLAIN_CONDITION, Flag, has_flag, load_requests
 from specnb.ledger.names import Status
-from specnb.ledger.timing import overhead_line, read_timings, total_phases
+from specnb.ledger.timing import overhead_line, total_phases
 
 __all__ = ["summarize", "absolute", "by_category", "run_summary", "failure_reasons", "label_conditions"]
 
@@ -96,8 +96,11 @@ def by_category(df: pd.DataFrame) -> pd.DataFrame:
                  hi=("per_user_speedup", "max")).reset_index())
 
 
-def run_summary(folder: Path | str, df: pd.DataFrame, labels: Mapping[str, str] | None = None) -> str:
-    """One markdown line: which run, on which engine, what it holds and what to distrust."""
+def run_summary(folder: Path | str, df: pd.DataFrame, labels: Mapping[str, str] | None = None,
+                timings: list[dict] | None = None) -> str:
+    """One markdown line: which run, on which engine, what it holds and what to distrust;
+    ``timings``: the run's timing records (:func:`specnb.ledger.timing.read_timings`), for where
+    its time went."""
     failed = int((df["status"] != Status.OK).sum()) if len(df) else 0
     busy = int(has_flag(df, Flag.HOST_BUSY).sum())
     engines = sorted({str(v) for v in df.get("engine_version", pd.Series(dtype=str)).dropna()})
@@ -108,10 +111,13 @@ def run_summary(folder: Path | str, df: pd.DataFrame, labels: Mapping[str, str] 
                      "read those points with care)")
     if labels and (len(labels) > 1 or PLAIN_CONDITION not in labels):
         parts.append("conditions: " + ", ".join(labels.values()))
-    timings = read_timings(folder)
     if timings:
         parts.append(f"sweep time {overhead_line(total_phases(timings))}")
     return "; ".join(parts) + "."
+
+
+def _text(v: object) -> str | None:
+    return v if isinstance(v, str) and v else None
 
 
 def failure_reasons(df: pd.DataFrame, labels: Mapping[str, str] | None = None) -> pd.DataFrame:
@@ -123,8 +129,8 @@ def failure_reasons(df: pd.DataFrame, labels: Mapping[str, str] | None = None) -
     groups = failed.groupby(by, sort=False) if by else [(PLAIN_CONDITION, failed)] if len(failed) else []
     for cond, g in groups:
         cond = cond[0] if isinstance(cond, tuple) else cond
-        failure = read_ledger(g["path"].iloc[0]).failure
-        tail = ((failure.log_tail or failure.message or "") if failure else "").strip().splitlines()
+        first = g.iloc[0]
+        tail = (_text(first.get("error_detail")) or "").strip().splitlines()
         why = next((ln for ln in reversed(tail) if ("Error" in ln or "error" in ln)
                     and "For further information" not in ln),
                    tail[-1] if tail else "")

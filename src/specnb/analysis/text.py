@@ -42,7 +42,7 @@ from specnb.analysis.pairing import (
     usable,
 )
 from specnb.analysis.thresholds import Threshold, thresholds
-from specnb.ledger import PLAIN_CONDITION, REFUSED_ERROR
+from specnb.ledger import PLAIN_CONDITION, REFUSED_ERROR, arm_configs
 from specnb.ledger.names import Status
 
 __all__ = [
@@ -309,7 +309,7 @@ def _schedules(df: pd.DataFrame, n_boot: int, seed: int) -> str:
         return ""  # a tune round measures a candidate: its verdict is the tune's (specnb.analysis.tune)
     offs = off_arms(df)  # drafter loaded, K = 0 everywhere: evidence for a derivation, not a schedule under test
     if any((cfg or {}).get("num_speculative_tokens_per_batch_size")
-           for arm, cfg in _arm_configs(df) if arm not in offs):
+           for arm, cfg in arm_configs(df).items() if arm not in offs):
         return ""  # a run that measures a schedule: the verdict is in its table, not a new schedule
     out = []
     for wl in sorted(set(df["workload"])):
@@ -323,13 +323,6 @@ def _schedules(df: pd.DataFrame, n_boot: int, seed: int) -> str:
                 continue
             out.append(f"{label}:\n" + format_policy(config, chosen, "lower_bound"))
     return "\n".join(out)
-
-
-def _arm_configs(df: pd.DataFrame) -> list[tuple[str, dict | None]]:
-    from specnb.ledger import read_ledger
-
-    firsts = df.drop_duplicates("arm")
-    return [(arm, read_ledger(p).arm.speculative_config) for arm, p in zip(firsts["arm"], firsts["path"], strict=True)]
 
 
 def format_machine(df: pd.DataFrame) -> str:

@@ -32,17 +32,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from specnb import paths
 from specnb.analysis.schedule import SCHEDULE_KEY, derive_schedule, policy_check
-from specnb.ledger.store import read_json
+from specnb.ledger.runs import TuneRecords
 
 __all__ = ["TUNED", "STATIC", "round_check", "thrash_levels", "Rederived", "rederive", "claim_text",
-           "schedule_levels", "tune_lines", "tune_result", "is_tune_run"]
+           "schedule_levels", "tune_lines"]
 
 TUNED = "tuned"  # the candidate config of a round
 STATIC = "static"  # the best static K of the proposal, measured again in every round
@@ -172,15 +171,13 @@ def k_scheduled(check: pd.DataFrame) -> dict[int, int]:
             if r.k_scheduled is not None and pd.notna(r.k_scheduled)}
 
 
-def tune_lines(folder: Path | str) -> list[str]:
-    """The report's lines for a tune run: each round's config and verdict, what it changed, and
-    the config to deploy with its claim."""
-    rec = Path(folder) / "tune"
-    if not rec.is_dir():
+def tune_lines(rec: TuneRecords | None) -> list[str]:
+    """The report's lines for a tune run (its records, :func:`specnb.ledger.runs.read_tune`): each
+    round's config and verdict, what it changed, and the config to deploy with its claim."""
+    if rec is None:
         return []
-    lines = [f"tune run {paths.portable(str(folder))}:"]
-    for f in sorted(rec.glob("round-*.json")):
-        r = read_json(f)
+    lines = [f"tune run {paths.portable(str(rec.folder))}:"]
+    for r in rec.rounds:
         lines.append(f"  round {r['round']}: --speculative-config '{json.dumps(r['speculative_config'])}' "
                      f"({'verified' if r['verified'] else 'short'})")
         lines.append(f"    {r['claim']}")
@@ -192,9 +189,8 @@ def tune_lines(folder: Path | str) -> list[str]:
             lines.append(f"    next: {a}")
         if r.get("thrash"):
             lines.append(f"    thrash at c={', '.join(map(str, r['thrash']))}")
-    res = rec / "result.json"
-    if res.is_file():
-        r = read_json(res)
+    r = rec.result
+    if r is not None:
         how = ("not verified everywhere" if not r["verified"] else
                "verified against the baseline" if r["deploy"] == "static" else "verified against the envelope")
         lines.append(f"deploy ({r['deploy']}, {how} in {r.get('verified_in')}): "
@@ -203,16 +199,3 @@ def tune_lines(folder: Path | str) -> list[str]:
     else:
         lines.append("no tune/result.json yet: the tune has not finished (rerun with the same --out to resume)")
     return lines
-
-
-def tune_result(folder: Path | str) -> dict[str, Any] | None:
-    """A finished tune's ``tune/result.json``, or None."""
-    p = Path(folder) / "tune" / "result.json"
-    return read_json(p) if p.is_file() else None
-
-
-def is_tune_run(folder: Path | str) -> bool:
-    """A folder ``specnb tune`` wrote (its ``tune/`` records), not the ``tune`` axis folder above runs."""
-    rec = Path(folder) / "tune"
-    return rec.is_dir() and any(rec.glob("candidate-*.json"))
-

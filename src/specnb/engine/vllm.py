@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specnb import paths
+from specnb.ledger.names import TWO_PROCESSES  # noqa: F401 - re-exported (specnb.engine.server)
 
 __all__ = ["LOCALHOST", "installed_vllm", "vllm_package_dirs", "engine_supports_flag", "engine_environment", "recorded_environment",
            "serve_command", "MODULE_ENTRY"]
@@ -121,7 +122,7 @@ _PARALLEL_FLAGS = ("--tensor-parallel-size", "-tp", "--pipeline-parallel-size", 
 # baseline's tok/s did not move (1.03x, 1.02x) but n-gram's rose 1.21x / 1.52x at c=1 / 4 with
 # the same acceptance. A recorded option: a sweep's env, or SPECNB_CPU_TWO_PROCESSES=1 for every
 # launched single-worker CPU server (the test suite's servers).
-TWO_PROCESSES = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+# (the env pair itself is named in specnb.ledger.names: the report reads it back from a ledger's env)
 TWO_PROCESSES_OPT_IN = "SPECNB_CPU_TWO_PROCESSES"
 
 

@@ -14,7 +14,15 @@ It imports nothing from either.
 
 from __future__ import annotations
 
-from specnb.ledger.frame import ledger_files, load_ledgers, load_requests, load_spec_by_category, load_turns
+from specnb.ledger.frame import (
+    arm_configs,
+    json_cell,
+    ledger_files,
+    load_ledgers,
+    load_requests,
+    load_spec_by_category,
+    load_turns,
+)
 from specnb.ledger.names import (
     BASELINE,
     PLAIN_CONDITION,
@@ -49,6 +57,8 @@ from specnb.ledger.schema import (
 from specnb.ledger.store import read_ledger, write_ledger, write_once
 
 __all__ = [
+    "arm_configs",
+    "json_cell",
     "SCHEMA_VERSION",
     "BASELINE",
     "REFUSED_ERROR",

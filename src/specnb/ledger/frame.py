@@ -23,7 +23,7 @@ from specnb.ledger.names import PLAIN_CONDITION
 from specnb.ledger.schema import PointLedger, drafter_method, synthetic_rates
 from specnb.ledger.store import LedgerError, read_ledger
 
-__all__ = ["load_ledgers", "load_requests", "load_spec_by_category", "load_turns", "ledger_files", "machine_label",
+__all__ = ["arm_configs", "json_cell", "load_ledgers", "load_requests", "load_spec_by_category", "load_turns", "ledger_files", "machine_label",
            "SkippedLedgersWarning"]
 
 
@@ -170,6 +170,13 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
         "error_type": led.failure.error_type if led.failure else None,
         "error_message": led.failure.message[:500] if led.failure else None,
         "started_at": led.started_at,
+        # what an analysis needs of the arm and its server, so none opens a ledger file (JSON text:
+        # a frame cell stays hashable for grouping and de-duplication; :func:`json_cell` reads it)
+        "speculative_config": _json_or_none(led.arm.speculative_config),
+        "server_env": _json_or_none(led.server.env if led.server else None),
+        "server_argv": _json_or_none(led.server.argv if led.server else None),
+        # a failure's engine log tail, else its whole message (error_message is cut at 500 characters)
+        "error_detail": (led.failure.log_tail or led.failure.message) if led.failure else None,
         "path": str(path),
     }
     res = led.results or {}
@@ -188,6 +195,24 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
     for k, v in (led.cache or {}).items():
         row[k] = v
     return row
+
+
+def _json_or_none(v: Any) -> str | None:
+    return None if v is None else json.dumps(v, sort_keys=True)
+
+
+def json_cell(v: Any) -> Any:
+    """A JSON column of the frame (``speculative_config``, ``server_env``, ``server_argv``) read
+    back: None for a missing cell."""
+    return json.loads(v) if isinstance(v, str) else None
+
+
+def arm_configs(df: pd.DataFrame) -> dict[str, dict[str, Any] | None]:
+    """Arm -> its speculative config (the first row of each arm; None for the baseline)."""
+    if df.empty or "speculative_config" not in df.columns:
+        return {}
+    firsts = df.drop_duplicates("arm")
+    return {str(a): json_cell(c) for a, c in zip(firsts["arm"], firsts["speculative_config"], strict=True)}
 
 
 _ISA_NAMES = {"none": "no AVX2", "avx2": "AVX2", "avx512": "AVX-512", "avx512_bf16": "AVX-512 BF16",
@@ -279,8 +304,12 @@ def load_turns(sources: Iterable[Path | str] | Path | str, *, skip_bad: bool = F
     return df
 
 
-def load_requests(ledger_path: Path | str) -> pd.DataFrame:
+def load_requests(ledger_path: Path | str, *, missing_ok: bool = False) -> pd.DataFrame | None:
+    """The per-request records of a point (its Parquet sidecar; empty when it has none). With
+    ``missing_ok``, None where the ledger file itself is gone."""
     path = Path(ledger_path)
+    if missing_ok and not path.is_file():
+        return None
     led = read_ledger(path)
     if led.requests_file is None:
         return pd.DataFrame()

@@ -12,7 +12,7 @@ from enum import StrEnum
 
 import pandas as pd
 
-__all__ = ["Status", "LoadMode", "Flag", "BASELINE", "REFUSED_ERROR", "usable", "PLAIN_CONDITION", "has_flag"]
+__all__ = ["Status", "LoadMode", "Flag", "BASELINE", "REFUSED_ERROR", "usable", "PLAIN_CONDITION", "has_flag", "TWO_PROCESSES"]
 
 
 class Status(StrEnum):
@@ -83,3 +83,7 @@ def usable(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return df
     return df[(df["status"] == Status.OK) & ~has_flag(df, Flag.SPEC_NO_DRAFTS) & ~has_flag(df, Flag.INVALID)]
+
+# vLLM-CPU's two-process layout (its worker inside the engine core: multiprocessing off), as a
+# launched server's env records it; specnb.engine.vllm sets it, the report notes runs that used it
+TWO_PROCESSES = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from specnb.errors import SpecnbError, plain_name
 
 __all__ = ["AXES", "RunError", "new_run_name", "run_folder", "latest_run", "find_run", "OUTCOME_FILE_ENV",
            "report_failed_points", "read_failed_points", "report_refused_all", "read_refused_all", "search_record",
-           "search_lines"]
+           "search_lines", "TuneRecords", "read_tune", "is_tune_run"]
 
 # Set by the notebook runner for the kernel it starts: the measuring notebook appends the points
 # that failed, so `make measure-<axis>` exits non-zero although the notebook itself finished.
@@ -147,3 +148,32 @@ def search_lines(folder: Path | str) -> list[str]:
             left = f" (c={c['level']} not measured: the search stopped)" if stopped and c.get("level") else ""
             out.append(f"  {c.get('arm')} / {c.get('workload')}: {c.get('reason')}{left}")
     return out
+
+
+@dataclass(frozen=True)
+class TuneRecords:
+    """What ``specnb tune`` wrote under ``<run>/tune/``: its rounds in order and, once it
+    finished, its result (the config to deploy)."""
+
+    folder: Path
+    rounds: list[dict[str, Any]]
+    result: dict[str, Any] | None
+
+
+def is_tune_run(folder: Path | str) -> bool:
+    """A folder ``specnb tune`` wrote (its ``tune/`` records), not the ``tune`` axis folder above runs."""
+    rec = Path(folder) / "tune"
+    return rec.is_dir() and any(rec.glob("candidate-*.json"))
+
+
+def read_tune(folder: Path | str) -> TuneRecords | None:
+    """The tune records of ``folder``; None where it has no ``tune/`` folder. A record that
+    cannot be read raises :class:`~specnb.ledger.store.LedgerError` naming it."""
+    from specnb.ledger.store import read_json
+
+    rec = Path(folder) / "tune"
+    if not rec.is_dir():
+        return None
+    res = rec / "result.json"
+    return TuneRecords(folder=Path(folder), rounds=[read_json(f) for f in sorted(rec.glob("round-*.json"))],
+                       result=read_json(res) if res.is_file() else None)

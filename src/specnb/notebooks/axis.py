@@ -73,7 +73,18 @@ class AxisRun:
 
     @property
     def summary(self) -> str:
-        return run_summary(self.folder, self.df, self.labels)
+        from specnb.ledger.timing import read_timings
+
+        return run_summary(self.folder, self.df, self.labels, read_timings(self.folder))
+
+    def report(self, opts: Any = None) -> None:
+        """Print the run's report, the same text ``specnb report <folder>`` prints (one pipeline:
+        :mod:`specnb.analysis.report`), under the command that prints it."""
+        from specnb.analysis.report import format_run_report
+        from specnb.ledger.records import load_run
+
+        text = format_run_report(load_run(self.folder), opts)
+        print(f"$ specnb report {paths.portable(str(self.folder))}\n{text}")
 
     def save(self, fig: Any, fig_id: str, caption: str = "", sources: Iterable[Path | str] | None = None,
              **kwargs: Any) -> dict[str, Path]:

@@ -39,7 +39,6 @@ from specnb.analysis.schedule import (
     RULES,
     SCHEDULE_KEY,
     ScheduleError,
-    boundary_levels,
     derive_policy,
     off_arms,
     policy_config,
@@ -59,6 +58,7 @@ from specnb.ledger import load_ledgers, read_ledger, utcnow, write_once
 from specnb.ledger.names import BASELINE
 from specnb.ledger.store import read_json
 from specnb.prompts.sources import resolve
+from specnb.sweep.policy import boundary_levels
 from specnb.sweep.preflight import flag_value
 from specnb.sweep.spec import SweepSpec
 

@@ -7,7 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from specnb.analysis.ceiling import arm_configs, ceiling_lines, ceiling_table, twins
+from specnb.analysis.ceiling import ceiling_lines, ceiling_table, twins
+from specnb.ledger import arm_configs
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
 SYN = {"rejection_sample_method": "synthetic"}
@@ -52,9 +53,7 @@ def test_a_twin_that_accepts_as_much_and_runs_slower_is_called_out():
     assert "SLOWER" in "\n".join(ceiling_lines(ct.reset_index()))
 
 
-def test_arm_configs_come_from_the_runs_sweep_files(tmp_path):
-    for cond, arms in (("a", [{"name": "baseline"}, {"name": "ngram-k4", "speculative_config": NGRAM}]),
-                       ("b", [{"name": "baseline"}])):
-        (tmp_path / cond).mkdir()
-        (tmp_path / cond / "sweep.json").write_text(json.dumps({"spec": {"arms": arms}}))
-    assert arm_configs(tmp_path) == {"baseline": None, "ngram-k4": NGRAM}
+def test_arm_configs_come_from_the_frame():
+    df = pd.DataFrame({"arm": ["baseline", "ngram-k4", "ngram-k4", "baseline"],
+                       "speculative_config": [None, json.dumps(NGRAM), json.dumps({"other": 1}), None]})
+    assert arm_configs(df) == {"baseline": None, "ngram-k4": NGRAM}  # the first row of each arm

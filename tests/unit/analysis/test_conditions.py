@@ -58,11 +58,13 @@ def test_an_arm_missing_under_the_reference_is_skipped_not_fatal(tmp_path):
 
 
 def test_the_report_names_a_non_default_layout_and_compares_conditions(tmp_path):
-    from specnb import cli
+    from specnb.analysis.report import ReportOptions, conditions, layout
+    from specnb.ledger.records import RunRecords
 
     df = _study(tmp_path, {"ref": [1.0, 0.9], "two": [1.5, 1.4]})
-    assert cli._layout_lines(df) == []  # vLLM's own layout: nothing to say
-    lines = cli._condition_lines(df, n_boot=200, seed=0)
+    opts = ReportOptions(n_boot=200, seed=0)
+    assert layout(RunRecords(tmp_path, df), opts) == []  # vLLM's own layout: nothing to say
+    lines = conditions(RunRecords(tmp_path, df), opts)
     assert lines[1].startswith("conditions against ref (the first one run)") and any("two 1.5" in x for x in lines)
     # and the serving option weighed against the drafter, on the reference's baseline
     at = lines.index(next(x for x in lines if x.startswith("the serving config against the drafter")))
@@ -73,7 +75,7 @@ def test_the_report_names_a_non_default_layout_and_compares_conditions(tmp_path)
     led.server.env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     write_ledger(tmp_path / "zz.json", led)
     df2 = load_ledgers(tmp_path)
-    (line,) = cli._layout_lines(df2)
+    (line,) = layout(RunRecords(tmp_path, df2), opts)
     assert line.startswith("serving layout: some launched server ran vLLM-CPU's worker inside its engine core")
 
 

@@ -201,6 +201,7 @@ def test_the_loop_moves_a_thrashing_boundary_verifies_the_next_schedule_and_resu
     the level just past the switch (c=6) thrashes; round 2 measures the boundary moved past it
     and verifies; a rerun measures nothing and reads the answer back."""
     from specnb.analysis.tune import tune_lines
+    from specnb.ledger.runs import read_tune
     from specnb.sweep.tune import TuneSpec, run_tune
 
     calls = _fake_sweeps(monkeypatch, {4: [1.5, 1.4, 1.2, 0.85], 2: [1.2, 1.15, 1.1, 1.05], "off": [0.99] * 4},
@@ -220,7 +221,7 @@ def test_the_loop_moves_a_thrashing_boundary_verifies_the_next_schedule_and_resu
     res = outcome.result
     assert res["deploy"] == "schedule" and res["verified"] and res["verified_in"] == "round-02"
     assert res["claim"].startswith("at every measured level")
-    text = "\n".join(tune_lines(out))
+    text = "\n".join(tune_lines(read_tune(out)))
     assert "round 1:" in text and "thrash at c=6" in text and "deploy (schedule, verified against the envelope in round-02)" in text
     calls.clear()
     again = run_tune(spec, out, progress=False, echo=lambda s: None)
@@ -323,7 +324,7 @@ def test_a_round_without_a_usable_arm_is_unjudged_not_a_crash(tmp_path):
 
 
 def test_the_ledgers_root_is_not_a_tune_run(tmp_path):
-    from specnb.analysis.tune import is_tune_run
+    from specnb.ledger.runs import is_tune_run
 
     (tmp_path / "tune" / "cpu" / "run1" / "tune").mkdir(parents=True)
     (tmp_path / "tune" / "cpu" / "run1" / "tune" / "candidate-01.json").write_text("{}")

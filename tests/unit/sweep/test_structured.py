@@ -3,9 +3,10 @@ in the ledger, and read by the report (the flag's cause named under a grammar)."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from specnb import cli
 from specnb.ledger import load_ledgers, write_ledger
 from specnb.ledger.schema import Sampling
 from specnb.prompts.workload import bundled
@@ -52,6 +53,13 @@ def test_the_bundled_json_set_has_extraction_and_copy_categories():
     assert {p.category for p in wl.prompts} == {"json-extract", "json-copy"} and len(wl.prompts) >= 16
 
 
+def _structured(df):
+    from specnb.analysis.report import ReportOptions, structured
+    from specnb.ledger.records import RunRecords
+
+    return structured(RunRecords(Path("run"), df), ReportOptions())
+
+
 def _frame(tmp_path, mal_or_none):
     rf = {"type": "json_object"}
     base = ledger("baseline")
@@ -64,15 +72,15 @@ def _frame(tmp_path, mal_or_none):
 
 def test_the_report_names_the_grammar_and_says_whether_the_drafter_drafted(tmp_path):
     df = _frame(tmp_path / "a", 3.0)
-    lines = cli._structured_lines(df)
+    lines = _structured(df)
     assert lines[0].startswith("structured output: 2 point(s) ran under a grammar (json_object")
     assert lines[1].startswith("the drafter drafted under the grammar: 100 drafts")
-    assert cli._structured_lines(df.assign(structured_output=None)) == []  # no grammar: nothing to say
+    assert _structured(df.assign(structured_output=None)) == []  # no grammar: nothing to say
 
 
 def test_no_drafts_under_a_grammar_is_flagged_with_its_cause(tmp_path):
     df = _frame(tmp_path / "b", None)
     df.loc[df["arm"] == "ngram-k4", "flags"] = "spec_no_drafts"
-    (_, line) = cli._structured_lines(df)
+    (_, line) = _structured(df)
     assert line.startswith("spec_no_drafts under structured output: 1 of 1 speculative point(s) made no drafts")
     assert "fell back to plain decoding" in line

@@ -100,7 +100,7 @@ def test_sweep_writes_one_timing_record_per_invocation_and_frames_skip_it(fake, 
     printed = capsys.readouterr().out
     assert "sweep time (2 invocation(s)): wall " in printed and "measuring" in printed
     assert "server start(s): median" in printed
-    assert "sweep time wall " in run_summary(out, load_ledgers(out))
+    assert "sweep time wall " in run_summary(out, load_ledgers(out), timings=read_timings(out))
 
 
 def test_a_timing_record_outside_timings_is_still_not_a_ledger(tmp_path):

@@ -1,0 +1,207 @@
+"""The report of one run, as ``specnb report`` prints it and every notebook shows it.
+
+A report is a list of sections; each is a function of the run's records
+(:class:`specnb.ledger.records.RunRecords`, loaded once by :func:`specnb.ledger.records.load_run`)
+and the report's options, returning its lines (none when it has nothing to say). No section
+opens a file. :func:`report_blocks` yields the blocks in order (the CLI prints each as it comes,
+so a section that fails leaves the ones before it printed); :func:`format_run_report` is the
+whole text::
+
+    from specnb.analysis.report import format_run_report
+    from specnb.ledger.records import load_run
+    print(format_run_report(load_run("ledgers/concurrency/cpu-demo/<run>")))
+
+A tune run (``specnb tune``) reports its rounds and the config to deploy, then the report of
+its last round.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pandas as pd
+
+from specnb import paths
+from specnb.analysis.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED
+from specnb.analysis.text import format_category_acceptance, format_report
+from specnb.ledger import Flag, json_cell
+from specnb.ledger.names import TWO_PROCESSES, Status
+from specnb.ledger.records import RunRecords
+
+__all__ = ["ReportOptions", "SECTIONS", "format_run_report", "report_blocks"]
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """What a reader may change about a report: the bootstrap's replicates and seed, a context
+    length for the KV sessions, and SLOs for goodput (``{"ttft_ms": 500, ...}``)."""
+
+    n_boot: int = DEFAULT_N_BOOT
+    seed: int = DEFAULT_SEED
+    context_tokens: int | None = None
+    slos: dict[str, float] | None = None
+
+
+Section = Callable[[RunRecords, ReportOptions], list[str]]
+
+
+def paired(run: RunRecords, opts: ReportOptions) -> list[str]:
+    """The machine, the paired table, thresholds, decisions, KV cost, open loop, goodput, the
+    schedule to deploy, start-up differences, refusals and the lossless check."""
+    return [format_report(run.df, n_boot=opts.n_boot, seed=opts.seed, context_tokens=opts.context_tokens,
+                          slos=opts.slos, margins=run.margins)]
+
+
+def categories(run: RunRecords, opts: ReportOptions) -> list[str]:
+    """Acceptance per prompt category (vLLM --per-request-spec-decode-metrics)."""
+    return ["", format_category_acceptance(run.categories)] if not run.categories.empty else []
+
+
+def failures(run: RunRecords, opts: ReportOptions) -> list[str]:
+    failed = int((run.df["status"] != Status.OK).sum())
+    where = paths.portable(str(run.folder))  # as a ledger writes a path: never the reader's home or checkout
+    return [f"{failed} failed point record(s) under {where} (status=failed in the ledgers)"] if failed else []
+
+
+def flags(run: RunRecords, opts: ReportOptions) -> list[str]:
+    seen = Counter(f for cell in run.df["flags"].fillna("") for f in cell.split(",") if f and f != Flag.FAILED)
+    if not seen:
+        return []
+    return ["flags: " + ", ".join(f"{k} x{v}" for k, v in sorted(seen.items()))
+            + f"  (see the ledgers; {Flag.SPEC_NO_DRAFTS} and {Flag.INVALID} points are left out of the pairs)"]
+
+
+def structured(run: RunRecords, opts: ReportOptions) -> list[str]:
+    """Which points ran under a grammar (a response_format), and the cause named where a
+    speculative arm did not draft under one (seed 004: some stacks fall back to plain decoding
+    when a grammar is active, silently)."""
+    from specnb.ledger.names import has_flag
+
+    df = run.df
+    if "structured_output" not in df.columns or df["structured_output"].isna().all():
+        return []
+    under = df[df["structured_output"].notna() & (df["status"] == Status.OK)]
+    if under.empty:
+        return []
+    modes = ", ".join(sorted(set(under["structured_output"])))
+    out = [f"structured output: {len(under)} point(s) ran under a grammar ({modes}: every request carried that "
+           "response_format); their acceptance is the drafter's under the grammar"]
+    spec = under[under["speculative"].astype(bool)]
+    if len(spec):
+        dead = spec[has_flag(spec, Flag.SPEC_NO_DRAFTS)]
+        if len(dead):
+            out.append(f"{Flag.SPEC_NO_DRAFTS} under structured output: {len(dead)} of {len(spec)} speculative point(s) "
+                       f"made no drafts with the grammar on ({', '.join(sorted(set(dead['arm'])))}): the engine fell "
+                       "back to plain decoding under the grammar, so those points measure no drafter")
+        else:
+            drafts = int(pd.to_numeric(spec["num_drafts"], errors="coerce").fillna(0).sum())
+            out.append(f"the drafter drafted under the grammar: {drafts:,} drafts over {len(spec)} speculative point(s)")
+    return out
+
+
+def conversation(run: RunRecords, opts: ReportOptions) -> list[str]:
+    """Conversation points: what the prefix cache served turn by turn, and the speedup on total
+    and on computed tokens beside the output one (:mod:`specnb.analysis.conversation`)."""
+    if "load_mode" not in run.df.columns or not (run.df["load_mode"] == "conversation").any():
+        return []
+    from specnb.analysis.conversation import conversation_lines
+
+    return conversation_lines(run.df, run.turns)
+
+
+def layout(run: RunRecords, opts: ReportOptions) -> list[str]:
+    """A note when the run's launched servers did not use vLLM's own process layout (the
+    two-process option changes the drafter arm's speed on vLLM-CPU: docs/timing.md)."""
+    (key, value), = TWO_PROCESSES.items()
+    ok = run.df[run.df["status"] == Status.OK]
+    layouts = {(json_cell(env) or {}).get(key) == value
+               for env in ok.drop_duplicates("path")["server_env"]} if "server_env" in ok.columns else set()
+    if True not in layouts:
+        return []
+    which = "every" if layouts == {True} else "some"
+    return [f"serving layout: {which} launched server ran vLLM-CPU's worker inside its engine core ({key}={value}: two "
+            "processes, not vLLM's three); on this engine that makes the drafter arm faster and leaves the baseline "
+            "as it is (docs/timing.md), so compare with runs of the same layout"]
+
+
+def search(run: RunRecords, opts: ReportOptions) -> list[str]:
+    return list(run.search)
+
+
+def timing(run: RunRecords, opts: ReportOptions) -> list[str]:
+    return list(run.timing)
+
+
+def predicted(run: RunRecords, opts: ReportOptions) -> list[str]:
+    """The prediction records of the run (``specnb predict``) beside the measured acceptance."""
+    from specnb.analysis.predicted import predicted_lines, predicted_table
+
+    return predicted_lines(predicted_table(run.df, run.predicted)) if not run.predicted.empty else []
+
+
+def conditions(run: RunRecords, opts: ReportOptions) -> list[str]:
+    """A study's conditions against the first one it ran (a serving lever paired like an arm);
+    none where there is one condition or the conditions change the sampling (not a serving lever)."""
+    from specnb.analysis.conditions import (
+        condition_effects,
+        condition_lines,
+        serving_gains,
+        serving_verdicts,
+        verdict_lines,
+    )
+    from specnb.analysis.pairing import AnalysisError, usable
+
+    df = run.df
+    if "condition" not in df.columns or df["condition"].nunique() < 2:
+        return []
+    ok = usable(df)
+    if ok.empty or ok["condition"].nunique() < 2 or ok["sampling_key"].nunique() > 1:
+        return []
+    ref = ok.sort_values("started_at")["condition"].iloc[0]
+    try:
+        eff = condition_effects(df, ref, n_boot=opts.n_boot, seed=opts.seed)
+    except AnalysisError as exc:  # PairingError among them
+        return [f"conditions not compared with each other: {exc}"]
+    if eff.empty:
+        return []
+    out = ["", f"conditions against {ref} (the first one run): each arm's tok/s under the condition over "
+               "its tok/s under the reference, paired per repeat, bootstrap over starts and prompts:",
+           *condition_lines(eff)]
+    try:
+        verdicts = serving_verdicts(serving_gains(df, ref, n_boot=opts.n_boot, seed=opts.seed), ref)
+    except AnalysisError:  # no single baseline arm, or none under the reference: nothing to weigh
+        return out
+    if len(verdicts):
+        out += ["", f"the serving config against the drafter (seed 000: fix the serving config first; every "
+                    f"condition and arm over {ref}'s baseline, paired per repeat):", *verdict_lines(verdicts, ref)]
+    return out
+
+
+# the report's sections, in the order it prints them
+SECTIONS: tuple[Section, ...] = (paired, categories, failures, flags, structured, conversation, layout, search, timing,
+                                 predicted, conditions)
+
+
+def report_blocks(run: RunRecords, opts: ReportOptions | None = None) -> Iterator[str]:
+    """The report's lines (a line may hold several, a table), section by section. A run without
+    ledgers yields nothing (the caller says so); an error in a section propagates."""
+    opts = opts or ReportOptions()
+    if run.tune is not None:
+        from specnb.analysis.tune import tune_lines
+
+        yield from tune_lines(run.tune)
+        if run.last_round is None:
+            return
+        yield f"\n{run.last_round.folder.name} (baseline, static K and the candidate, paired on one run):"
+        run = run.last_round
+    if run.df.empty:
+        return
+    for section in SECTIONS:
+        yield from section(run, opts)
+
+
+def format_run_report(run: RunRecords, opts: ReportOptions | None = None) -> str:
+    """The whole report as one text, as ``specnb report`` prints it."""
+    return "\n".join(report_blocks(run, opts))
