@@ -198,14 +198,13 @@ def _share(g: pd.DataFrame, row: pd.Series | None) -> float | None:
 
 def off_arms(df: pd.DataFrame) -> set[str]:
     """The arms of a frame with the drafter loaded and K = 0 at every batch size (the cost of
-    "off inside a schedule", measured)."""
-    out = set()
+    "off inside a schedule", measured): the frame's ``drafting_off`` (specnb.ledger.frame says
+    what an off arm is, once), read on each arm's first row."""
     spec = df[df["speculative"].astype(bool)] if len(df) else df
-    for arm, g in spec.groupby("arm"):
-        sched = (json_cell(g["speculative_config"].iloc[0]) or {}).get(SCHEDULE_KEY)
-        if sched and all(int(r[2]) == 0 for r in sched):
-            out.add(str(arm))
-    return out
+    if spec.empty or "drafting_off" not in spec.columns:
+        return set()
+    firsts = spec.drop_duplicates("arm")
+    return {str(a) for a, off in zip(firsts["arm"], firsts["drafting_off"], strict=True) if off is True or off == 1}
 
 
 def deployable(choice: pd.DataFrame, chosen: pd.DataFrame) -> tuple[str, str | None, str]:
