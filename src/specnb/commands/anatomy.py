@@ -1,0 +1,37 @@
+"""``specnb anatomy CONFIG``: profile one window per arm and level and split each engine step
+into drafting, verification, sampling and scheduling (vLLM's torch profiler)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from specnb import paths
+from specnb.commands.common import Command, add_run_args, echo, finished, overrides
+from specnb.ledger.runs import new_run_name
+
+
+class Anatomy(Command):
+    name = "anatomy"
+    help = ("profile one window per arm and level on servers of their own and split each engine step into drafting, "
+            "verification, sampling and scheduling (vLLM's torch profiler)")
+
+    @staticmethod
+    def add_cli_args(p: argparse.ArgumentParser) -> None:
+        add_run_args(p, config="sweep TOML file (its arms, levels, workloads and sampling)",
+                     out="record folder (default: ledgers/anatomy/<name>/<UTC time>); an existing one resumes",
+                     override="override a top-level setting, value in TOML syntax")
+        p.add_argument("--window-requests", type=int, default=None, metavar="N",
+                       help="requests per profiled window (default: the level; at least the level)")
+
+    @staticmethod
+    def run(a: argparse.Namespace) -> int:
+        from specnb.sweep.anatomy import format_anatomy, load_anatomy, run_anatomy  # the engine side
+        from specnb.sweep.spec import SweepSpec
+
+        spec = SweepSpec.from_toml(a.config, overrides(a.set))
+        out = a.out or paths.LEDGERS / "anatomy" / spec.name / new_run_name()
+        outcome = run_anatomy(spec, out, window_requests=a.window_requests, progress=not a.no_progress, echo=echo)
+        print(outcome.summary(), file=sys.stderr)
+        print(format_anatomy(load_anatomy(out)))
+        return finished(out, outcome.failed, 0)

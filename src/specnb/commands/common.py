@@ -1,0 +1,154 @@
+"""What several subcommands share: a parser that refuses bad arguments in one line, ``--set``
+overrides, the measuring commands' common arguments and exit status, the executor options and
+the report printer."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+import warnings
+from pathlib import Path
+from typing import Any, ClassVar
+
+from specnb.analysis.report import ReportOptions
+from specnb.errors import EXIT_BAD_INPUT, EXIT_FAILED_POINTS, SpecnbError
+from specnb.ledger import load_ledgers
+from specnb.ledger.frame import SkippedLedgersWarning
+
+__all__ = ["Command", "Parser", "overrides", "load_announced", "print_report", "add_run_args", "add_executor_args",
+           "executor_from_args", "echo", "finished"]
+
+
+class Command:
+    """One subcommand: ``name`` and ``help`` as ``specnb --help`` lists it, its arguments, and
+    what it does (the exit status)."""
+
+    name: ClassVar[str]
+    help: ClassVar[str]
+
+    @staticmethod
+    def add_cli_args(p: argparse.ArgumentParser) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def run(a: argparse.Namespace) -> int:
+        raise NotImplementedError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that refuses bad arguments in one line (its usage block is ``--help``'s)."""
+
+    def error(self, message: str):
+        print(f"specnb: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def overrides(items: list[str]) -> dict:
+    """``--set KEY=VALUE`` items as a dict, each value in TOML syntax (a bare word is a string)."""
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise SpecnbError(f"--set {item!r}: expected key=value")
+        key, value = item.split("=", 1)
+        try:
+            out[key.strip()] = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[key.strip()] = value  # a bare string
+    return out
+
+
+def load_announced(out_dir: Path, skip_bad: bool, loader: Any = load_ledgers, announce: bool = True) -> Any:
+    """``loader(out_dir)``; with ``skip_bad``, bad files are left out and counted on stderr."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", SkippedLedgersWarning)
+        df = loader(out_dir, skip_bad=skip_bad)
+    for w in seen:
+        if issubclass(w.category, SkippedLedgersWarning):
+            if announce:
+                print(f"specnb: {w.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return df
+
+
+def print_report(folder: Path, opts: ReportOptions | None = None, skip_bad: bool = False) -> int:
+    """A run's report (:mod:`specnb.analysis.report`), printed section by section; 1 when the
+    folder holds no ledgers, 2 when the report cannot be made (said in one line)."""
+    from specnb.analysis.report import report_blocks
+    from specnb.ledger.records import load_run
+
+    run = load_announced(folder, skip_bad, load_run)
+    if run.tune is None and run.df.empty:
+        print(f"no ledgers under {folder}", file=sys.stderr)
+        return 1
+    try:
+        for block in report_blocks(run, opts):
+            print(block)
+    except SpecnbError as exc:
+        print(f"specnb: {exc}", file=sys.stderr)
+        return 2
+    last = run.last_round if run.tune is not None else run
+    if last is not None and last.df.empty:
+        print(f"no ledgers under {last.folder}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_run_args(c: argparse.ArgumentParser, *, config: str, out: str, override: str) -> None:
+    """A command that measures into a resumable folder: ``sweep``, ``anatomy`` and ``tune``."""
+    c.add_argument("config", type=Path, help=config)
+    c.add_argument("--out", type=Path, help=out)
+    c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=override)
+    c.add_argument("--no-progress", action="store_true")
+
+
+def add_executor_args(c: argparse.ArgumentParser) -> None:
+    c.add_argument("--executor", default="local", metavar="local|ray|ADDRESS",
+                   help="where the pairing blocks run: here one after another (local, the default), or on a Ray "
+                   "cluster (ray: RAY_ADDRESS or a Ray started here; or its address), each block on one node "
+                   "(docs/fleet.md)")
+    c.add_argument("--max-blocks", type=int, default=None, metavar="N", help="Ray: blocks running at once")
+    c.add_argument("--retries", type=int, default=None, metavar="N",
+                   help="Ray: times a block lost with its node is submitted again (default 2)")
+    c.add_argument("--accelerator-type", default=None, metavar="TYPE", help="Ray: run blocks on this GPU type only")
+    c.add_argument("--node-label", action="append", default=[], metavar="KEY=VALUE",
+                   help="Ray: run blocks only on nodes with this label (repeat for several)")
+
+
+def executor_from_args(a: Any) -> Any:
+    """The executor from its options, checked before anything starts."""
+    from pydantic import ValidationError
+
+    from specnb.sweep.executor import ExecutorSpec
+    from specnb.sweep.spec import SweepError
+
+    labels = {}
+    for item in a.node_label:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SweepError(f"--node-label {item!r}: use KEY=VALUE")
+        labels[key] = value
+    try:
+        ex = ExecutorSpec.model_validate(a.executor)
+        ray_opts = {"max_blocks": a.max_blocks, "accelerator_type": a.accelerator_type,
+                    "labels": labels or None, "retries": a.retries}
+        given = {k: v for k, v in ray_opts.items() if v is not None}
+        if given and ex.local:
+            raise SweepError(f"--{next(iter(given)).replace('_', '-')} is a Ray option: add --executor ray")
+        return ExecutorSpec.model_validate({**ex.model_dump(), **given})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise SweepError(f"--executor: {err['msg'].removeprefix('Value error, ')}") from None
+
+
+def echo(line: str) -> None:
+    print(f"specnb: {line}", file=sys.stderr)
+
+
+def finished(out: Path, failed_points: list[str], rc: int) -> int:
+    """The exit status of a measuring command: 1 when points failed (a rerun measures only them)."""
+    if failed_points:
+        echo(f"{len(failed_points)} point(s) failed; rerun with --out {out} to measure only them (exit status 1)")
+        return EXIT_FAILED_POINTS
+    return rc

@@ -1,0 +1,36 @@
+"""``specnb predict FOLDER``: each n-gram arm's acceptance predicted from the target's own
+probabilities, printed beside the measured acceptance."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from specnb.commands.common import Command, echo
+
+
+class Predict(Command):
+    name = "predict"
+    help = ("predict each n-gram arm's acceptance from the target's own probabilities (the baseline's text replayed "
+            "through vLLM's n-gram rule; a baseline server is started after the measurement) and print it beside the "
+            "measured acceptance")
+
+    @staticmethod
+    def add_cli_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("folder", type=Path, help="a measured run (a sweep folder or a study's run of conditions)")
+        p.add_argument("--endpoint", help="attach to this running baseline server instead of launching one")
+        p.add_argument("--top", type=int, default=20, help="prompt logprobs per position (vLLM serves up to 20)")
+        p.add_argument("--no-progress", action="store_true")
+
+    @staticmethod
+    def run(a: argparse.Namespace) -> int:
+        from specnb.analysis.report import ReportOptions, predicted
+        from specnb.ledger.records import load_run
+        from specnb.sweep.predict import predict_run  # the engine side, only here
+
+        outcome = predict_run(a.folder, endpoint=a.endpoint, top=a.top, progress=not a.no_progress, echo=echo)
+        print(outcome.summary(), file=sys.stderr)
+        lines = predicted(load_run(a.folder), ReportOptions())
+        print("\n".join(lines) if lines else "no n-gram arm to predict in this run")
+        return 0

@@ -1,0 +1,36 @@
+"""``specnb report FOLDER``: the run's report (:mod:`specnb.analysis.report`), the text every
+notebook prints for its run."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from specnb.analysis import DEFAULT_N_BOOT, DEFAULT_SEED
+from specnb.analysis.latency import parse_slos
+from specnb.analysis.report import ReportOptions
+from specnb.commands.common import Command, print_report
+
+
+class Report(Command):
+    name = "report"
+    help = ("print the paired table of a ledger folder, with bootstrap intervals, where each curve crosses 1.0, and "
+            "whether to attach the drafter")
+
+    @staticmethod
+    def add_cli_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("folder", type=Path)
+        p.add_argument("--n-boot", type=int, default=DEFAULT_N_BOOT, help="bootstrap replicates")
+        p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
+        p.add_argument("--context", type=int, default=None, metavar="TOKENS",
+                       help="also report concurrent sessions the KV pool holds at this context length")
+        p.add_argument("--slo", action="append", default=[], metavar="KEY=VALUE",
+                       help="an SLO for goodput: ttft_ms, itl_p99_ms, e2el_ms (at most) or decode_tok_s (at least); "
+                       "repeat for several; the report then names the arm and level with the most goodput")
+        p.add_argument("--skip-bad", action="store_true",
+                       help="leave out ledger files that cannot be read (counted on stderr) instead of stopping")
+
+    @staticmethod
+    def run(a: argparse.Namespace) -> int:
+        opts = ReportOptions(n_boot=a.n_boot, seed=a.seed, context_tokens=a.context, slos=parse_slos(a.slo))
+        return print_report(a.folder, opts, a.skip_bad)

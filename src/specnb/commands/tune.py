@@ -1,0 +1,33 @@
+"""``specnb tune CONFIG``: a K sweep with an off arm, the schedule derived from it, measured
+against the baseline and the best static K, re-derived until it wins (or says where it cannot)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from specnb import paths
+from specnb.commands.common import Command, add_run_args, echo, finished, overrides, print_report
+from specnb.ledger.runs import new_run_name
+
+
+class Tune(Command):
+    name = "tune"
+    help = ("measure a K sweep with an off arm, derive the schedule, measure it against the baseline and the best "
+            "static K, re-derive until it wins (or say where it cannot)")
+
+    @staticmethod
+    def add_cli_args(p: argparse.ArgumentParser) -> None:
+        add_run_args(p, config="tune TOML: a proposal sweep and a [tune] table",
+                     out="tune folder (default: ledgers/tune/<name>/<UTC time>); an existing one resumes",
+                     override="override a setting (tune.<key> for the [tune] table), value in TOML syntax")
+
+    @staticmethod
+    def run(a: argparse.Namespace) -> int:
+        from specnb.sweep.tune import TuneSpec, run_tune  # the engine side, only for a tune
+
+        spec = TuneSpec.from_toml(a.config, overrides(a.set))
+        out = a.out or paths.LEDGERS / "tune" / spec.proposal.name / new_run_name()
+        outcome = run_tune(spec, out, progress=not a.no_progress, echo=echo)
+        print(outcome.summary(), file=sys.stderr)
+        return finished(out, outcome.failed_points, print_report(out))
