@@ -7,20 +7,21 @@ import argparse
 import sys
 
 from specnb import paths
-from specnb.commands.common import Command, add_run_args, echo, finished, overrides
+from specnb.commands.common import MeasuringCommand, echo, finished, overrides
 from specnb.ledger.runs import new_run_name
 
 
-class Anatomy(Command):
+class Anatomy(MeasuringCommand):
     name = "anatomy"
     help = ("profile one window per arm and level on servers of their own and split each engine step into drafting, "
             "verification, sampling and scheduling (vLLM's torch profiler)")
 
-    @staticmethod
-    def add_cli_args(p: argparse.ArgumentParser) -> None:
-        add_run_args(p, config="sweep TOML file (its arms, levels, workloads and sampling)",
-                     out="record folder (default: ledgers/anatomy/<name>/<UTC time>); an existing one resumes",
-                     override="override a top-level setting, value in TOML syntax")
+    config_help = "sweep TOML file (its arms, levels, workloads and sampling)"
+    out_help = "record folder (default: ledgers/anatomy/<name>/<UTC time>); an existing one resumes"
+
+    @classmethod
+    def add_cli_args(cls, p: argparse.ArgumentParser) -> None:
+        super().add_cli_args(p)
         p.add_argument("--window-requests", type=int, default=None, metavar="N",
                        help="requests per profiled window (default: the level; at least the level)")
 

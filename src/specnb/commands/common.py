@@ -16,7 +16,7 @@ from specnb.errors import EXIT_BAD_INPUT, EXIT_FAILED_POINTS, SpecnbError
 from specnb.ledger import load_ledgers
 from specnb.ledger.frame import SkippedLedgersWarning
 
-__all__ = ["Command", "Parser", "overrides", "load_announced", "print_report", "add_run_args", "add_executor_args",
+__all__ = ["Command", "Parser", "overrides", "load_announced", "print_report", "MeasuringCommand", "add_executor_args",
            "executor_from_args", "echo", "finished"]
 
 
@@ -34,6 +34,22 @@ class Command:
     @staticmethod
     def run(a: argparse.Namespace) -> int:
         raise NotImplementedError
+
+
+class MeasuringCommand(Command):
+    """A command that measures into a resumable folder (``sweep``, ``anatomy``, ``tune``): a
+    config file, ``--out``, ``--set`` overrides and ``--no-progress``, each said in its own words."""
+
+    config_help: ClassVar[str]
+    out_help: ClassVar[str]
+    override_help: ClassVar[str] = "override a top-level setting, value in TOML syntax"
+
+    @classmethod
+    def add_cli_args(cls, p: argparse.ArgumentParser) -> None:
+        p.add_argument("config", type=Path, help=cls.config_help)
+        p.add_argument("--out", type=Path, help=cls.out_help)
+        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=cls.override_help)
+        p.add_argument("--no-progress", action="store_true")
 
 
 class Parser(argparse.ArgumentParser):
@@ -93,14 +109,6 @@ def print_report(folder: Path, opts: ReportOptions | None = None, skip_bad: bool
         print(f"no ledgers under {last.folder}", file=sys.stderr)
         return 1
     return 0
-
-
-def add_run_args(c: argparse.ArgumentParser, *, config: str, out: str, override: str) -> None:
-    """A command that measures into a resumable folder: ``sweep``, ``anatomy`` and ``tune``."""
-    c.add_argument("config", type=Path, help=config)
-    c.add_argument("--out", type=Path, help=out)
-    c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=override)
-    c.add_argument("--no-progress", action="store_true")
 
 
 def add_executor_args(c: argparse.ArgumentParser) -> None:

@@ -7,9 +7,8 @@ import sys
 
 from specnb import paths
 from specnb.commands.common import (
-    Command,
+    MeasuringCommand,
     add_executor_args,
-    add_run_args,
     echo,
     executor_from_args,
     finished,
@@ -20,15 +19,15 @@ from specnb.errors import EXIT_BAD_INPUT
 from specnb.ledger.runs import new_run_name
 
 
-class Sweep(Command):
+class Sweep(MeasuringCommand):
     name = "sweep"
     help = "run or resume a sweep, then print the paired table"
+    config_help = "sweep TOML file"
+    out_help = "ledger folder (default: ledgers/<name>/<UTC time>); an existing folder of the same sweep resumes"
 
-    @staticmethod
-    def add_cli_args(p: argparse.ArgumentParser) -> None:
-        add_run_args(p, config="sweep TOML file",
-                     out="ledger folder (default: ledgers/<name>/<UTC time>); an existing folder of the same sweep "
-                     "resumes", override="override a top-level setting, value in TOML syntax")
+    @classmethod
+    def add_cli_args(cls, p: argparse.ArgumentParser) -> None:
+        super().add_cli_args(p)
         add_executor_args(p)
 
     @staticmethod

@@ -7,20 +7,18 @@ import argparse
 import sys
 
 from specnb import paths
-from specnb.commands.common import Command, add_run_args, echo, finished, overrides, print_report
+from specnb.commands.common import MeasuringCommand, echo, finished, overrides, print_report
 from specnb.ledger.runs import new_run_name
 
 
-class Tune(Command):
+class Tune(MeasuringCommand):
     name = "tune"
     help = ("measure a K sweep with an off arm, derive the schedule, measure it against the baseline and the best "
             "static K, re-derive until it wins (or say where it cannot)")
 
-    @staticmethod
-    def add_cli_args(p: argparse.ArgumentParser) -> None:
-        add_run_args(p, config="tune TOML: a proposal sweep and a [tune] table",
-                     out="tune folder (default: ledgers/tune/<name>/<UTC time>); an existing one resumes",
-                     override="override a setting (tune.<key> for the [tune] table), value in TOML syntax")
+    config_help = "tune TOML: a proposal sweep and a [tune] table"
+    out_help = "tune folder (default: ledgers/tune/<name>/<UTC time>); an existing one resumes"
+    override_help = "override a setting (tune.<key> for the [tune] table), value in TOML syntax"
 
     @staticmethod
     def run(a: argparse.Namespace) -> int:
