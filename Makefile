@@ -48,7 +48,7 @@ ledgers_of  = $(shell find $(addprefix ledgers/,$(call ledger_dirs,$(1))) ledger
 export HF_HUB_OFFLINE := 1
 
 .PHONY: help setup demo test test-unit test-integration test-browser schemas lint clean figures executed notebooks \
-        measure-% tune workloads notebook-defaults lab reports chromium screenshots gpu-check bench check-seeds
+        measure-% tune workloads notebook-defaults lab reports chromium prometheus screenshots gpu-check bench check-seeds
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_%-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -140,6 +140,9 @@ lab: $(LAB_STAMP) ## JupyterLab on 127.0.0.1:8888 (LAB_PORT=) in notebooks/: the
 chromium: ## Debian's chromium for the browser tests (apt-get when missing; playwright never downloads a browser)
 	@bash tools/install_chromium.sh
 
+prometheus: ## Debian's prometheus and promtool for the alert tests (apt-get when missing)
+	@bash tools/install_prometheus.sh
+
 screenshots: $(BROWSER_STAMP) chromium ## retake docs/jupyterlab.png and docs/gallery.png (what the browser tests see)
 	SPECNB_SCREENSHOTS=$(CURDIR)/docs $(PY) -m pytest -q -ra -m browser tests/browser $(PYTEST_ARGS)
 
@@ -163,7 +166,7 @@ $(EXECUTED)/%.ipynb: notebooks/%.py $$(call ledgers_of,$$(call axis_of,$$*)) $(L
 TEST_WORKERS ?= 2
 TEST_SIDE_BY_SIDE = $(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile -m "not integration and not browser and not serial and not maintainer" $(PYTEST_ARGS)
 TEST_ONE_AT_A_TIME = $(PY) -m pytest -q -ra --durations=15 -m "(integration or browser or serial) and not maintainer" $(PYTEST_ARGS)
-test: setup $(BROWSER_STAMP) chromium ## all tests: unit and notebooks in analysis mode (TEST_WORKERS at once), then real vLLM-CPU and browser
+test: setup $(BROWSER_STAMP) chromium prometheus ## all tests: unit and notebooks in analysis mode (TEST_WORKERS at once), then real vLLM-CPU and browser
 	@case " $(PYTEST_ARGS) " in *" -m "*|*" -m="*) echo "make test: PYTEST_ARGS may not carry -m (each pass has its own); use make test-unit, test-browser or test-integration"; exit 2;; esac; \
 	status=0; empty=0; full=$(if $(strip $(PYTEST_ARGS)),0,1); \
 	echo '$(TEST_SIDE_BY_SIDE)'; \
@@ -172,7 +175,7 @@ test: setup $(BROWSER_STAMP) chromium ## all tests: unit and notebooks in analys
 	$(TEST_ONE_AT_A_TIME) || { s=$$?; case $$s in 5) if [ $$full -eq 1 ]; then echo "make test: the second pass selected no test"; status=5; elif [ $$empty -eq 1 ]; then status=5; fi;; *) status=$$s;; esac; }; \
 	exit $$status
 
-test-unit: $(STAMP) ## unit tests and every notebook in analysis mode (no server, no browser)
+test-unit: $(STAMP) prometheus ## unit tests and every notebook in analysis mode (no server, no browser)
 	$(PY) -m pytest -q -ra -m "not integration and not browser and not maintainer" $(PYTEST_ARGS)
 
 check-seeds: $(STAMP) ## maintainer check: every published ledger's quotes, numbers and hash against the seed write-ups (SPECNB_SEEDS=, default ../shared/seeds)

@@ -9,6 +9,7 @@ A command's module imports the engine side only inside ``run``, so ``specnb repo
 
 from __future__ import annotations
 
+from specnb.commands.alerts import Alerts
 from specnb.commands.anatomy import Anatomy
 from specnb.commands.common import Command
 from specnb.commands.mix import Mix
@@ -18,8 +19,9 @@ from specnb.commands.report import Report
 from specnb.commands.schema import Schema
 from specnb.commands.sweep import Sweep
 from specnb.commands.tune import Tune
+from specnb.commands.watch import Watch
 
 __all__ = ["COMMANDS", "Command"]
 
 # in the order ``specnb --help`` lists them
-COMMANDS: tuple[type[Command], ...] = (Sweep, Anatomy, Report, Policy, Tune, Predict, Schema, Mix)
+COMMANDS: tuple[type[Command], ...] = (Sweep, Anatomy, Report, Policy, Tune, Predict, Schema, Mix, Watch, Alerts)

@@ -156,6 +156,7 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
         "node_id": (led.provenance.executor or {}).get("node_id"),
         "vllm_version": led.provenance.versions.get("vllm"),
         "server_mode": led.server.mode if led.server else None,
+        "served_model": led.server.model if led.server else None,
         "server_ready_s": led.server.ready_s if led.server else None,
         "kv_cache_tokens": (led.server.kv_capacity or {}).get("total_tokens") if led.server else None,
         "startup_decisions": (json.dumps(led.server.startup_decisions, sort_keys=True)

@@ -1,0 +1,253 @@
+"""A live endpoint held against its measured answer (``specnb watch``, ``specnb alerts``).
+
+A run says, for one drafter arm and workload: the speedup at each measured load with its
+interval, where the curve crosses 1.0 with its interval, and the acceptance the drafter reached.
+A served endpoint is seen in the scheduler's units, the requests it is running, not the client's
+concurrency; so the run's levels are placed by the batch the server really ran at each of them
+(the mean of ``vllm:num_requests_running`` over the point), and the threshold is carried into
+those units by log-linear interpolation between the measured levels.
+
+:func:`expectation` builds that answer from a run's frame; :func:`judge` reads one window of the
+endpoint's metrics (:class:`WindowStats`, counters as deltas over the window) against it. Both are
+pure: the scraping is :mod:`specnb.engine.watch`'s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specnb.analysis.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, bootstrap_speedups
+from specnb.analysis.pairing import AnalysisError, usable
+from specnb.analysis.schedule import measured_batch
+from specnb.analysis.thresholds import thresholds
+from specnb.ledger import json_cell
+
+__all__ = ["Expectation", "Level", "Verdict", "WindowStats", "expectation", "judge", "status_line",
+           "MIN_DRAFT_TOKENS"]
+
+# fewer draft tokens than this in a window: acceptance is not judged (too few to tell a drop from noise)
+MIN_DRAFT_TOKENS = 200
+# a window whose mean running requests is below this is idle
+IDLE_RUNNING = 0.05
+
+
+class Verdict(StrEnum):
+    PAYS = "pays"
+    ABOVE_THRESHOLD = "above_threshold"
+    ACCEPTANCE_FELL = "acceptance_fell"
+    SPEC_OFF = "spec_off"
+    IDLE = "idle"
+    UNKNOWN = "cannot_tell"
+
+    @property
+    def exit_status(self) -> int:
+        """``--once``: 0 pays or idle, 1 a warning, 2 cannot tell."""
+        return {Verdict.PAYS: 0, Verdict.IDLE: 0, Verdict.UNKNOWN: 2}.get(self, 1)
+
+
+@dataclass(frozen=True)
+class Level:
+    """One measured level of the run: the client's concurrency, the batch the server ran there
+    (mean running requests; None where the run did not sample it) and the paired speedup."""
+
+    concurrency: int
+    running: float | None
+    speedup: float
+    lo: float
+    hi: float
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a run measured for one drafter arm on one workload, in the scheduler's units."""
+
+    run: str
+    arm: str
+    workload: str
+    model: str | None
+    engine_version: str | None
+    speculative_config: dict[str, Any] | None
+    levels: list[Level]
+    kind: str  # the curve's threshold kind (specnb.analysis.thresholds): crosses, rises, above, below
+    threshold_running: float | None  # where the speedup crosses 1.0, in running requests
+    threshold_lo: float | None
+    threshold_hi: float | None
+    acceptance_rate: float | None  # mean over the arm's points
+    acceptance_floor: float | None  # the lowest any of its points measured
+    acceptance_length: float | None
+    points: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def k(self) -> int | None:
+        cfg = self.speculative_config or {}
+        k = cfg.get("num_speculative_tokens")
+        return int(k) if k is not None else None
+
+    def nearest(self, running: float) -> Level | None:
+        """The measured level whose batch is nearest ``running`` (on a log scale)."""
+        placed = [lv for lv in self.levels if lv.running is not None and lv.running > 0]
+        if not placed:
+            return None
+        x = math.log(max(running, 0.05))
+        return min(placed, key=lambda lv: abs(math.log(lv.running) - x))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _to_running(c: float | None, levels: list[Level]) -> float | None:
+    """A client concurrency in the scheduler's units: log-linear between measured levels; beyond
+    them, scaled by the nearest level's running-per-client ratio."""
+    if c is None or not np.isfinite(c):
+        return None
+    placed = sorted((lv.concurrency, lv.running) for lv in levels if lv.running is not None and lv.running > 0)
+    if not placed:
+        return None
+    cs = np.log([p[0] for p in placed])
+    rs = np.log([p[1] for p in placed])
+    x = math.log(c)
+    if x <= cs[0]:
+        return float(c * placed[0][1] / placed[0][0])
+    if x >= cs[-1]:
+        return float(c * placed[-1][1] / placed[-1][0])
+    return float(np.exp(np.interp(x, cs, rs)))
+
+
+def expectation(df: pd.DataFrame, run: str, *, arm: str | None = None, workload: str | None = None,
+                n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED) -> Expectation:
+    """The run's answer for one drafter arm and workload (named where the run has several)."""
+    ok = usable(df)
+    if ok.empty:
+        raise AnalysisError(f"{run}: no measured point")
+    if "load_mode" in ok.columns:
+        ok = ok[ok["load_mode"].isin(["closed"])]
+    spec = ok[ok["speculative"].astype(bool)]
+    if spec.empty:
+        raise AnalysisError(f"{run}: no drafter arm measured in closed loop: nothing to hold an endpoint against")
+    arms = sorted(set(spec["arm"]))
+    if arm is None and len(arms) > 1:
+        raise AnalysisError(f"{run} has drafter arms {arms}: name the one the endpoint serves (--arm)")
+    arm = arm or arms[0]
+    if arm not in arms:
+        raise AnalysisError(f"{run} has no drafter arm {arm!r} (it has {arms})")
+    workloads = sorted(set(spec.loc[spec["arm"] == arm, "workload"]))
+    if workload is None and len(workloads) > 1:
+        raise AnalysisError(f"{run} measured {arm} on workloads {workloads}: name the one the traffic looks like "
+                            "(--workload)")
+    workload = workload or workloads[0]
+    if workload not in workloads:
+        raise AnalysisError(f"{run} has no workload {workload!r} for {arm} (it has {workloads})")
+    rows = ok[(ok["workload"] == workload) & ((ok["arm"] == arm) | ~ok["speculative"].astype(bool))]
+    boot = bootstrap_speedups(rows, n_boot=n_boot, seed=seed)
+    table = boot.table[boot.table["arm"] == arm].sort_values("concurrency")
+    batch = measured_batch(rows)
+    levels = [Level(int(r.concurrency), batch.get((arm, int(r.concurrency))), float(r.speedup),
+                    float(r.speedup_lo), float(r.speedup_hi)) for r in table.itertuples(index=False)]
+    th = next((t for t in thresholds(boot) if t.group.get("arm") == arm), None)
+    kind = th.kind if th else "unknown"
+    mine = spec[(spec["arm"] == arm) & (spec["workload"] == workload)]
+    rate = pd.to_numeric(mine["acceptance_rate"], errors="coerce").dropna()
+    length = pd.to_numeric(mine["mean_acceptance_length"], errors="coerce").dropna()
+    models = sorted(set(mine["served_model"].dropna())) if "served_model" in mine.columns else []
+    engines = sorted(set(mine["engine_version"].dropna()))
+    notes = []
+    if len(rate) < 3:
+        notes.append(f"acceptance from {len(rate)} point(s) only: its floor is thin")
+    return Expectation(
+        run=run, arm=arm, workload=workload, model=models[0] if models else None,
+        engine_version=engines[0] if engines else None,
+        speculative_config=json_cell(mine["speculative_config"].iloc[0]) if "speculative_config" in mine else None,
+        levels=levels, kind=kind,
+        threshold_running=_to_running(th.concurrency, levels) if th else None,
+        threshold_lo=_to_running(th.lo, levels) if th and th.lo is not None else None,
+        threshold_hi=_to_running(th.hi, levels) if th and th.hi is not None else None,
+        acceptance_rate=float(rate.mean()) if len(rate) else None,
+        acceptance_floor=float(rate.min()) if len(rate) else None,
+        acceptance_length=float(length.mean()) if len(length) else None,
+        points=len(mine), notes=notes)
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """One window of an endpoint's metrics: counter deltas over ``seconds`` and gauge means."""
+
+    seconds: float
+    drafts: float | None  # None: the endpoint exports no speculative metrics
+    draft_tokens: float | None
+    accepted_tokens: float | None
+    output_tokens: float
+    running_mean: float
+    waiting_mean: float
+    positions: int | None = None  # the endpoint's K (accepted-per-position series)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def acceptance_length(self) -> float | None:
+        return 1.0 + self.accepted_tokens / self.drafts if self.drafts else None
+
+    @property
+    def draft_tok_s(self) -> float | None:
+        return self.draft_tokens / self.seconds if self.draft_tokens is not None and self.seconds > 0 else None
+
+    @property
+    def output_tok_s(self) -> float:
+        return self.output_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "acceptance_rate": self.acceptance_rate, "acceptance_length": self.acceptance_length,
+                "draft_tok_s": self.draft_tok_s, "output_tok_s": self.output_tok_s}
+
+
+def judge(w: WindowStats, exp: Expectation | None) -> tuple[Verdict, str]:
+    """The window's verdict against the run, and why, in one phrase."""
+    if w.drafts is None:
+        return Verdict.UNKNOWN, "the endpoint exports no speculative-decoding metrics (is a drafter configured?)"
+    if w.running_mean < IDLE_RUNNING and w.output_tokens == 0:
+        return Verdict.IDLE, "no request ran in the window"
+    if w.drafts == 0:
+        return Verdict.SPEC_OFF, (f"no drafts while {w.running_mean:.1f} request(s) ran: speculation is off "
+                                  "(a grammar, a fallback or a schedule at K = 0)")
+    if exp is None:
+        return Verdict.UNKNOWN, "no run to hold it against (--run)"
+    rate, floor = w.acceptance_rate, exp.acceptance_floor
+    if rate is not None and floor is not None and (w.draft_tokens or 0) >= MIN_DRAFT_TOKENS:
+        # below the lowest point the run measured by more than the window's own sampling error
+        # (two binomial standard errors over its draft tokens: a short window is noisy)
+        margin = 2 * math.sqrt(floor * (1 - floor) / w.draft_tokens)
+        if rate < floor - margin:
+            return Verdict.ACCEPTANCE_FELL, (
+                f"acceptance {rate:.0%} is below the lowest the run measured for {exp.arm} ({floor:.0%}, less "
+                f"{margin:.0%} for this window's {w.draft_tokens:.0f} draft tokens; mean {exp.acceptance_rate:.0%}): "
+                "the traffic changed, re-measure")
+    near = exp.nearest(w.running_mean)
+    at = (f"at {w.running_mean:.1f} running the run measured {near.speedup:.2f}x [{near.lo:.2f}, {near.hi:.2f}] "
+          f"(c={near.concurrency}, batch {near.running:.1f})") if near else "the run has no batch per level"
+    beyond = ""
+    placed = [lv.running for lv in exp.levels if lv.running]
+    if placed and w.running_mean > max(placed) * 1.25:
+        beyond = f"; beyond the measured range (up to {max(placed):.1f} running)"
+    th = exp.threshold_running
+    if exp.kind == "below" or (exp.kind == "crosses" and th is not None and w.running_mean > th) or (
+            exp.kind == "rises" and th is not None and w.running_mean < th):
+        where = f"threshold {th:.1f} running" if th is not None else "it loses over the whole measured range"
+        slower = f" ({near.speedup:.2f}x there)" if near else ""
+        return Verdict.ABOVE_THRESHOLD, f"past the {where}: the drafter slows this server{slower}; {at}{beyond}"
+    return Verdict.PAYS, f"{at}{beyond}"
+
+
+def status_line(w: WindowStats, verdict: Verdict, why: str) -> str:
+    rate = f"{w.acceptance_rate:.0%}" if w.acceptance_rate is not None else "-"
+    length = f"{w.acceptance_length:.2f}" if w.acceptance_length is not None else "-"
+    drafts = f"{w.draft_tok_s:.1f}" if w.draft_tok_s is not None else "-"
+    return (f"{verdict.value:<15} acc {rate:>4} len {length:>5} draft {drafts:>6} tok/s  out {w.output_tok_s:7.1f} tok/s  "
+            f"running {w.running_mean:5.1f} waiting {w.waiting_mean:4.1f}  {why}")

@@ -1,0 +1,117 @@
+"""``specnb watch URL --run RUN``: a live vLLM endpoint's speculative decoding, window by window,
+held against what a run measured (:mod:`specnb.analysis.watch`): pays here, past the threshold,
+acceptance fallen, speculation silently off, or idle."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from urllib.parse import urlparse
+
+from specnb import paths
+from specnb.analysis.pairing import AnalysisError
+from specnb.commands.common import Command
+from specnb.errors import EXIT_BAD_INPUT, SpecnbError
+
+
+def load_expectation(run: Path, arm: str | None, workload: str | None):
+    """The run's answer (a sweep, tune or policy run folder, or a ``specnb policy`` file)."""
+    from specnb.analysis.watch import expectation
+    from specnb.ledger.records import load_run
+
+    if run.suffix == ".json":
+        try:
+            doc = json.loads(run.read_text())
+            folder, workload = Path(doc["source"]), workload or doc.get("workload")
+        except (OSError, ValueError, KeyError, TypeError):
+            raise SpecnbError(f"--run {run}: not a run folder or a policy file written by specnb policy") from None
+    else:
+        folder = run
+    if not folder.is_dir():
+        raise SpecnbError(f"--run {run}: no such run folder")
+    rec = load_run(folder)
+    if rec.tune is not None:
+        rec = rec.last_round or rec
+    if rec.df.empty:
+        raise SpecnbError(f"--run {run}: no ledgers under {rec.folder}")
+    try:
+        return expectation(rec.df, paths.portable(str(rec.folder)), arm=arm, workload=workload)
+    except AnalysisError as exc:
+        raise SpecnbError(str(exc)) from None
+
+
+def check_endpoint(url: str, exp) -> list[str]:
+    """Refusals (one line each) when the endpoint cannot be held against the run: unreachable,
+    no speculative metrics, another model or another K than the run measured."""
+    from specnb.engine.metrics import SPEC_ACCEPTED_PER_POS, SPEC_DRAFTS
+    from specnb.engine.watch import read, served_models
+
+    snap = read(url)
+    if not snap.has(SPEC_DRAFTS):
+        return [f"{url} exports no speculative-decoding metrics ({SPEC_DRAFTS}): the endpoint runs no drafter"]
+    if exp is None:
+        return []
+    out = []
+    models = served_models(url)
+    if exp.model and models and Path(exp.model).name not in {Path(m).name for m in models}:
+        out.append(f"{url} serves {', '.join(models)}; the run measured {exp.model}: measure this model first")
+    k = len(snap.by_label(SPEC_ACCEPTED_PER_POS, "position"))
+    if exp.k and k and k != exp.k:
+        out.append(f"{url} drafts {k} token(s) per step; the run's {exp.arm} drafts {exp.k}: another drafter config")
+    return out
+
+
+class Watch(Command):
+    name = "watch"
+    help = ("watch a live vLLM endpoint's acceptance, drafting and batch against a run's measured threshold and "
+            "acceptance (one line per interval)")
+
+    @staticmethod
+    def add_cli_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("url", help="the endpoint's base URL (http://HOST:PORT), whose /metrics is read")
+        p.add_argument("--run", type=Path, help="a run folder (sweep, tune or policy run) or a specnb policy file "
+                       "whose measured answer the endpoint is held against")
+        p.add_argument("--arm", help="the run's drafter arm the endpoint serves (needed when it has several)")
+        p.add_argument("--workload", help="the run's workload the traffic looks like (needed when it has several)")
+        p.add_argument("--interval", type=float, default=10.0, metavar="S", help="seconds between reads (default 10)")
+        p.add_argument("--window", type=float, default=60.0, metavar="S",
+                       help="seconds of counters each line covers (default 60)")
+        p.add_argument("--once", action="store_true", help="one whole window, then exit 0 (pays or idle), 1 (a "
+                       "warning) or 2 (cannot tell)")
+        p.add_argument("--json", action="store_true", help="one JSON object per line")
+        p.add_argument("--count", type=int, default=None, help=argparse.SUPPRESS)  # tests: stop after N lines
+
+    @staticmethod
+    def run(a: argparse.Namespace) -> int:
+        from specnb.analysis.watch import judge, status_line
+        from specnb.engine.watch import windows
+
+        u = urlparse(a.url)
+        if u.scheme not in ("http", "https") or not u.netloc:
+            raise SpecnbError(f"{a.url!r}: give the endpoint as http://HOST:PORT")
+        if a.interval <= 0 or a.window <= 0:
+            raise SpecnbError("--interval and --window take seconds above 0")
+        exp = load_expectation(a.run, a.arm, a.workload) if a.run else None
+        refused = check_endpoint(a.url, exp)
+        for line in refused:
+            print(f"specnb: {line}", file=sys.stderr)
+        if refused:
+            return EXIT_BAD_INPUT
+        if exp is not None and not a.json:
+            th = f"{exp.threshold_running:.1f} running" if exp.threshold_running is not None else exp.kind
+            acc = f"{exp.acceptance_floor:.0%}" if exp.acceptance_floor is not None else "-"
+            print(f"watching {a.url} against {exp.run} ({exp.arm} on {exp.workload}; threshold {th}; "
+                  f"acceptance floor {acc})", file=sys.stderr)
+        interval = min(a.interval, a.window) if a.once else a.interval
+        verdict = None
+        for w in windows(a.url, interval_s=interval, window_s=a.window, full_only=a.once,
+                         count=1 if a.once else a.count):
+            verdict, why = judge(w, exp)
+            if a.json:
+                print(json.dumps({"verdict": verdict.value, "why": why, **w.to_dict(),
+                                  "run": exp.run if exp else None}), flush=True)
+            else:
+                print(status_line(w, verdict, why), flush=True)
+        return verdict.exit_status if a.once and verdict is not None else 0

@@ -1,0 +1,134 @@
+"""specnb watch's verdicts and specnb alerts' rules, on the committed demo run and on hand-made
+windows: each verdict where it must come, the threshold carried into running requests between
+the measured levels, one-line refusals, and promtool (Debian's prometheus) checking and testing
+every rule file the command writes."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import replace
+
+import pytest
+import yaml
+
+from specnb import paths
+from specnb.analysis.alerts import AlertsError, check_selector, rule_groups, threshold_of
+from specnb.analysis.pairing import AnalysisError
+from specnb.analysis.watch import Verdict, WindowStats, expectation, judge
+from specnb.cli import main
+from specnb.ledger.records import load_run
+from tests.conftest import require
+
+DEMO = paths.LEDGERS / "concurrency" / "cpu-demo" / "20261201T184823Z"
+PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return expectation(load_run(DEMO).df, "demo", n_boot=400)
+
+
+def _w(running=3.0, drafts=100.0, draft_tokens=400.0, accepted=340.0, out=1000.0, seconds=60.0):
+    return WindowStats(seconds, drafts, draft_tokens, accepted, out, running, 0.0, 4)
+
+
+def test_the_demo_runs_answer_in_running_requests(demo):
+    assert demo.arm == "ngram-k4" and demo.workload == "copy" and demo.k == 4 and demo.kind == "crosses"
+    placed = {lv.concurrency: lv.running for lv in demo.levels}
+    below = max(c for c, lv in zip(placed, demo.levels, strict=True) if lv.speedup > 1)
+    # the crossing lies between the last level that paid and the next, in the batch the server ran
+    assert placed[8] < demo.threshold_running < placed[32] and below >= 8
+    assert 0 < demo.acceptance_floor <= demo.acceptance_rate < 1
+
+
+@pytest.mark.parametrize("window,verdict", [
+    (dict(running=1.0), Verdict.PAYS),
+    (dict(running=20.0), Verdict.ABOVE_THRESHOLD),
+    (dict(accepted=200.0), Verdict.ACCEPTANCE_FELL),
+    (dict(drafts=0.0, draft_tokens=0.0, accepted=0.0), Verdict.SPEC_OFF),
+    (dict(running=0.0, drafts=0.0, draft_tokens=0.0, accepted=0.0, out=0.0), Verdict.IDLE),
+    (dict(accepted=200.0, draft_tokens=40.0, drafts=10.0), Verdict.PAYS),  # too few drafts to judge acceptance
+])
+def test_each_verdict_where_it_must_come(demo, window, verdict):
+    got, why = judge(_w(**window), demo)
+    assert got == verdict, why
+
+
+def test_verdicts_exit_as_cron_reads_them(demo):
+    assert judge(replace(_w(), drafts=None), demo)[0] == Verdict.UNKNOWN  # no speculative metrics
+    assert judge(_w(), None)[0] == Verdict.UNKNOWN
+    assert [v.exit_status for v in (Verdict.PAYS, Verdict.IDLE, Verdict.ABOVE_THRESHOLD, Verdict.UNKNOWN)] == [0, 0, 1, 2]
+
+
+def test_a_run_without_a_drafter_arm_is_refused(demo):
+    df = load_run(DEMO).df
+    with pytest.raises(AnalysisError, match="no drafter arm"):
+        expectation(df[df["arm"] == "baseline"], "demo")
+    with pytest.raises(AnalysisError, match="no drafter arm 'eagle'"):
+        expectation(df, "demo", arm="eagle")
+
+
+def test_selectors_are_label_matchers():
+    assert check_selector('{job="vllm", instance=~"10\\\\..*"}') == 'job="vllm",instance=~"10\\\\..*"'
+    for bad in ("job=vllm", 'job="a" or 1', '"x"="y"'):
+        with pytest.raises(AlertsError):
+            check_selector(bad)
+
+
+def test_alerts_cli_refuses_bad_input_in_one_line(tmp_path, capsys):
+    assert main(["alerts", str(DEMO), "--out", str(tmp_path), "--selector", "job=vllm"]) == 2
+    assert main(["alerts", str(tmp_path / "none"), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "label matcher" in err[0] and "no such run folder" in err[1]
+    assert not list(tmp_path.glob("*.yml"))
+
+
+def test_promtool_accepts_the_rules_and_each_alert_fires_on_its_series(tmp_path, demo):
+    require(shutil.which("promtool") is not None, "promtool", "make prometheus installs Debian's prometheus")
+    assert main(["alerts", str(DEMO), "--out", str(tmp_path / "out"), "--selector", 'job="vllm"']) == 0
+    (rules,) = (tmp_path / "out").glob("*.rules.yml")
+    check = subprocess.run([PROMTOOL, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+    th, _ = threshold_of(demo)
+    # the same rules with a 1m window and 2m hold, fed series a minute apart: each alert fires on the
+    # series made for it and on no other (promtool test rules)
+    fast = tmp_path / "fast.rules.yml"
+    fast.write_text(yaml.safe_dump(rule_groups(demo, 'job="vllm"', window_s=60, for_s=120)))
+    lab = 'job="vllm"'
+
+    def series(running, drafts_per_min, accepted_per_min):
+        return [{"series": f'vllm:num_requests_running{{{lab}}}', "values": f"{running}x30"},
+                {"series": f'vllm:spec_decode_num_drafts_total{{{lab}}}', "values": f"0+{drafts_per_min / 4}x30"},
+                {"series": f'vllm:spec_decode_num_draft_tokens_total{{{lab}}}', "values": f"0+{drafts_per_min}x30"},
+                {"series": f'vllm:spec_decode_num_accepted_tokens_total{{{lab}}}',
+                 "values": f"0+{accepted_per_min}x30"}]
+
+    good = demo.acceptance_rate * 4000
+    loaded = round(th * 2, 1)
+    cases = [("healthy", series(1, 4000, good), []),
+             ("loaded", series(loaded, 4000, good), ["SpecDecodeAboveThreshold"]),
+             ("traffic changed", series(1, 4000, 0.3 * 4000), ["SpecDecodeAcceptanceLow"]),
+             ("spec off", series(2, 0, 0), ["SpecDecodeNoDrafts"])]
+    rendered = {'{{ $value | printf "%.1f" }}': f"{loaded:.1f}", "{{ $value | humanizePercentage }}": "30%"}
+    annotations = {}
+    for rule in rule_groups(demo, lab)["groups"][0]["rules"]:
+        if "alert" in rule:  # what each alert says, its $value rendered as the series make it
+            ann = dict(rule["annotations"])
+            for k, v in ann.items():
+                for tmpl, value in rendered.items():
+                    v = v.replace(tmpl, value)
+                ann[k] = v
+            annotations[rule["alert"]] = ann
+    labels = {"severity": "warning", "specnb_run": "demo", "specnb_arm": "ngram-k4", "specnb_workload": "copy"}
+    tests = {"rule_files": [fast.name], "evaluation_interval": "1m", "tests": [
+        {"name": name, "interval": "1m", "input_series": s, "alert_rule_test": [
+            {"eval_time": "10m", "alertname": a,
+             "exp_alerts": [{"exp_labels": labels, "exp_annotations": ann}] if a in firing else []}
+            for a, ann in annotations.items()]}
+        for name, s, firing in cases]}
+    spec = tmp_path / "alerts.test.yml"
+    spec.write_text(yaml.safe_dump(tests))
+    run = subprocess.run([PROMTOOL, "test", "rules", spec.name], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
