@@ -300,6 +300,34 @@ nb.save(fig, "concurrency-published-seeds", sources=sources,
 # the pairs.
 
 # %% [markdown]
+# ## Into production: the alerts this run would set
+#
+# `specnb alerts <run> --out DIR` turns this run into Prometheus rules and a dashboard, and
+# `specnb watch URL --run <run>` holds a live endpoint to it (docs/watch.md). What they would carry,
+# per drafter arm and workload, in the scheduler's units (running requests, not client concurrency):
+
+# %%
+from specnb import paths as _paths
+from specnb.analysis.alerts import threshold_of
+from specnb.analysis.pairing import AnalysisError
+from specnb.analysis.watch import expectation
+
+rows = []
+for (arm, wl), _g in usable(nb.df)[usable(nb.df)["speculative"].astype(bool)].groupby(["arm", "workload"]):
+    try:
+        exp = expectation(nb.df, _paths.portable(str(nb.folder)), arm=arm, workload=wl)
+    except AnalysisError as exc:
+        rows.append({"arm": arm, "workload": wl, "alert above (running)": None, "meaning": str(exc)})
+        continue
+    th, meaning = threshold_of(exp)
+    rows.append({"arm": arm, "workload": wl, "alert above (running)": None if th is None else round(th, 1),
+                 "threshold interval": (f"{exp.threshold_lo:.1f} to {exp.threshold_hi:.1f}"
+                                        if exp.threshold_lo is not None and exp.threshold_hi is not None else "-"),
+                 "acceptance floor": f"{exp.acceptance_floor:.0%}" if exp.acceptance_floor is not None else "-",
+                 "meaning": meaning})
+display(pd.DataFrame(rows))
+
+# %% [markdown]
 # ## The report
 #
 # What `specnb report` prints for this run: the same pipeline and the same text (a test holds

@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 from specnb import paths
 from specnb.analysis.pairing import AnalysisError
 from specnb.commands.common import Command
-from specnb.errors import EXIT_BAD_INPUT, SpecnbError
+from specnb.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, SpecnbError
 
 
 def load_expectation(run: Path, arm: str | None, workload: str | None):
@@ -106,12 +106,15 @@ class Watch(Command):
                   f"acceptance floor {acc})", file=sys.stderr)
         interval = min(a.interval, a.window) if a.once else a.interval
         verdict = None
-        for w in windows(a.url, interval_s=interval, window_s=a.window, full_only=a.once,
-                         count=1 if a.once else a.count):
-            verdict, why = judge(w, exp)
-            if a.json:
-                print(json.dumps({"verdict": verdict.value, "why": why, **w.to_dict(),
-                                  "run": exp.run if exp else None}), flush=True)
-            else:
-                print(status_line(w, verdict, why), flush=True)
+        try:
+            for w in windows(a.url, interval_s=interval, window_s=a.window, full_only=a.once,
+                             count=1 if a.once else a.count):
+                verdict, why = judge(w, exp)
+                if a.json:
+                    print(json.dumps({"verdict": verdict.value, "why": why, **w.to_dict(),
+                                      "run": exp.run if exp else None}), flush=True)
+                else:
+                    print(status_line(w, verdict, why), flush=True)
+        except KeyboardInterrupt:  # the way a watch loop ends: nothing to keep or resume
+            return EXIT_INTERRUPTED
         return verdict.exit_status if a.once and verdict is not None else 0
