@@ -68,6 +68,20 @@ CPU_LINE = ("(EngineCore pid=1) INFO 11-29 07:58:32 [kv_cache_utils.py:2327] CPU
             "46,592 tokens, Maximum concurrency for 2,048 tokens per request: 22.75x")
 
 
+def group_members(pgid: int) -> list:
+    """The processes of a process group that are not zombies (a stopped server leaves none)."""
+    import psutil
+
+    out = []
+    for p in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return out
+
+
 def fake_python(folder: Path) -> Path:
     """An executable that runs this fake with whatever argv VllmServer gives ``python``."""
     exe = Path(folder) / "fake-python"

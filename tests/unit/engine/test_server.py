@@ -23,7 +23,7 @@ from specnb.engine.server import (
     parse_kv_capacity,
     recorded_environment,
 )
-from tests.unit.fakevllm import FakeVllm, plain_python
+from tests.unit.fakevllm import FakeVllm, group_members, plain_python
 
 CPU_LINE = ("(EngineCore pid=2276) INFO 11-29 07:58:32 [kv_cache_utils.py:2327] CPU KV cache size: "
             "46,592 tokens, Maximum concurrency for 2,048 tokens per request: 22.75x")
@@ -220,17 +220,6 @@ def script(path, text: str):
     path.write_text(text)
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path
-
-
-def group_members(pgid: int) -> list[psutil.Process]:
-    out = []
-    for p in psutil.process_iter(["status"]):
-        try:
-            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return out
 
 
 def test_start_failure_raises_with_log_tail(tmp_path):
