@@ -1,5 +1,5 @@
-"""The unit tests' one fake vLLM server module: a stand-in for vLLM's OpenAI-compatible server in
-three shapes, so fault handling, clients and life cycles are tested in seconds without an engine.
+"""The unit tests' one fake vLLM server module: stand-ins for vLLM's OpenAI-compatible server, so
+fault handling, clients and life cycles are tested in seconds without an engine.
 
 - :class:`FakeVllm`, in process (aiohttp): the routes a sweep or a client uses, with a chat
   stream shaped per test (:func:`four_tokens`, :func:`cumulative_stream`, :func:`echo_stream`),
@@ -11,9 +11,10 @@ three shapes, so fault handling, clients and life cycles are tested in seconds w
 - :func:`fake_python`: this file run as vLLM's process (below).
 - :class:`RawServer`: raw HTTP/1.1 bytes scripted per request, for what no well-behaved server
   sends (framing, silence, dropped streams).
+- :func:`group_members`: what is left of a server's process group.
 
-A stand-in for ``python -m vllm.entrypoints.openai.api_server``: the routes a sweep uses,
-with faults on demand.
+The process (``python -m vllm.entrypoints.openai.api_server``'s stand-in): the routes a sweep
+uses, with faults on demand.
 
 :func:`fake_python` writes an executable that a :class:`~specnb.engine.server.VllmServer`
 takes as its ``python``; the server then runs this file with vLLM's argv. Like vLLM it
