@@ -38,17 +38,21 @@ BROWSER_STAMP := $(VENV)/.installed-browser
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 nb_of      = $(filter %_$(1),$(NOTEBOOKS))
 axis_of    = $(word 2,$(subst _, ,$(1)))
-# which ledgers a notebook draws from (the calculator marks the concurrency run's acceptance; the
-# policy notebook measures the schedule derived from the newest proposal run; the drafter notebook
-# reads the newest step-anatomy run too; the context notebook reads a draft model's KV pool from the kv run)
-ledger_dirs = $(if $(filter calculator,$(1)),concurrency,$(if $(filter index,$(1)),.,$(if $(filter policy,$(1)),policy proposal tune,$(if $(filter drafter,$(1)),drafter anatomy,$(if $(filter context,$(1)),context kv,$(1))))))
+# which ledger folders a notebook draws from: notebooks/ledgers.txt says it ("axis: folder ..."; an
+# axis not listed reads its own folder), read once here into ledgers.<axis> (the tests read the same file)
+comma := ,
+$(foreach l,$(shell sed -e 's/\#.*//' -e 's/[[:space:]]*$$//' -e '/^[[:space:]]*$$/d' -e 's/[[:space:]]*:[[:space:]]*/:/' \
+                          -e 's/[[:space:]][[:space:]]*/,/g' notebooks/ledgers.txt),\
+  $(eval ledgers.$(firstword $(subst :, ,$(l))) := $(subst $(comma), ,$(word 2,$(subst :, ,$(l))))))
+ledger_dirs = $(or $(ledgers.$(1)),$(1))
 ledgers_of  = $(shell find $(addprefix ledgers/,$(call ledger_dirs,$(1))) ledgers/published -type f \
                  ! -path '*/logs/*' ! -path '*/traces/*' 2>/dev/null | sed 's/ /\\ /g')
 
 export HF_HUB_OFFLINE := 1
 
 .PHONY: help setup demo test test-unit test-integration test-browser schemas lint clean figures executed notebooks \
-        measure-% tune workloads notebook-defaults lab reports chromium prometheus screenshots gpu-check bench check-seeds
+        measure-% tune workloads notebook-defaults lab reports chromium prometheus screenshots gpu-check bench \
+        check-seeds print-ledger-dirs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_%-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -127,6 +131,11 @@ figures: ## re-execute every notebook on the committed ledgers (measure=False): 
 	@rm -f $(EXECUTED)/.stale
 
 executed: $(addprefix $(EXECUTED)/,$(addsuffix .ipynb,$(NOTEBOOKS)))
+
+# what the Makefile read from notebooks/ledgers.txt, one "axis: folder ..." line per notebook (prints only;
+# tests/unit/notebooks/test_figures_stable.py checks it against the file)
+print-ledger-dirs:
+	@:$(foreach a,$(AXES),$(info $(a): $(call ledger_dirs,$(a))))
 
 reports: $(STAMP) ## an HTML page per executed notebook (figures embedded, code folded) + reports/index.html, the figure gallery
 	$(PY) -m specnb.notebooks.reports --out reports

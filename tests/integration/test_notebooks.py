@@ -16,7 +16,6 @@ import glob
 import json
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from specnb import paths
@@ -25,14 +24,12 @@ from specnb.ledger import load_ledgers, read_ledger
 from specnb.notebooks.runner import execute, notebook_parameters
 from tests.conftest import require
 from tests.integration.conftest import DTYPE, SERVER_ARGS
+from tests.notebook_outputs import axis as _axis
+from tests.notebook_outputs import errors as _errors
 
 NOTEBOOKS = sorted(glob.glob(str(paths.ROOT / "notebooks" / "[0-9][0-9]_*.py")))
 MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
 DRAFT = paths.MODELS / "SmolLM2-135M-Instruct-noise0.05"
-
-
-def _axis(nb: str) -> str:
-    return Path(nb).stem.split("_", 1)[1]
 
 
 def _check_figures(fig_dir: Path) -> list[dict]:
@@ -43,12 +40,6 @@ def _check_figures(fig_dir: Path) -> list[dict]:
         for src in side["sources"]:
             assert (paths.ROOT / src).exists() or Path(src).exists(), src
     return sidecars
-
-
-def _errors(nb_path: Path) -> list[str]:
-    nb = nbformat.read(nb_path, as_version=4)
-    return [o.get("ename", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-            if o.get("output_type") == "error"]
 
 
 def _measure(nb: str, tmp_path: Path, **params) -> tuple[Path, object]:

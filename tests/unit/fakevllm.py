@@ -1,5 +1,20 @@
-"""A stand-in for ``python -m vllm.entrypoints.openai.api_server``: the routes a sweep uses,
-with faults on demand, so fault handling is tested in seconds without an engine.
+"""The unit tests' one fake vLLM server module: stand-ins for vLLM's OpenAI-compatible server, so
+fault handling, clients and life cycles are tested in seconds without an engine.
+
+- :class:`FakeVllm`, in process (aiohttp): the routes a sweep or a client uses, with a chat
+  stream shaped per test (:func:`four_tokens`, :func:`cumulative_stream`, :func:`echo_stream`),
+  a delay before each answer, failures on demand (all, or for given last messages), non-streamed
+  answers for the openai client, and a fixed route table for ``attach`` checks. It runs in the
+  test's event loop (:meth:`FakeVllm.run`) or in a thread of its own (:meth:`FakeVllm.start`).
+- :func:`plain_python`: an executable as small as a server gets (``/health``, ``/v1/models``,
+  ``/version``, the KV line; SIGTERM's default action), for the start/stop life cycle.
+- :func:`fake_python`: this file run as vLLM's process (below).
+- :class:`RawServer`: raw HTTP/1.1 bytes scripted per request, for what no well-behaved server
+  sends (framing, silence, dropped streams).
+- :func:`group_members`: what is left of a server's process group.
+
+The process (``python -m vllm.entrypoints.openai.api_server``'s stand-in): the routes a sweep
+uses, with faults on demand.
 
 :func:`fake_python` writes an executable that a :class:`~specnb.engine.server.VllmServer`
 takes as its ``python``; the server then runs this file with vLLM's argv. Like vLLM it
@@ -33,6 +48,8 @@ import os
 import stat
 import subprocess
 import sys
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 # the lines vLLM-CPU logs when the AVX2 extension lacks the W4A16 kernel (issue seen on AMD EPYC)
@@ -52,6 +69,20 @@ CPU_LINE = ("(EngineCore pid=1) INFO 11-29 07:58:32 [kv_cache_utils.py:2327] CPU
             "46,592 tokens, Maximum concurrency for 2,048 tokens per request: 22.75x")
 
 
+def group_members(pgid: int) -> list:
+    """The processes of a process group that are not zombies (a stopped server leaves none)."""
+    import psutil
+
+    out = []
+    for p in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return out
+
+
 def fake_python(folder: Path) -> Path:
     """An executable that runs this fake with whatever argv VllmServer gives ``python``."""
     exe = Path(folder) / "fake-python"
@@ -67,6 +98,331 @@ def fake_model(folder: Path) -> Path:
     (folder / "config.json").write_text(json.dumps({"vocab_size": 8, "bos_token_id": 1, "eos_token_id": 2}))
     (folder / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {"a": 0}}}))
     return folder
+
+
+# ----------------------------------------------------------------------------- in process
+
+METRICS = """# HELP vllm:num_requests_running Running.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="fake"} 0.0
+"""
+
+Stream = Callable[["FakeVllm", dict], AsyncIterator[bytes]]
+
+
+def sse(obj: dict, **dumps) -> bytes:
+    return b"data: " + json.dumps(obj, **dumps).encode() + b"\n\n"
+
+
+async def four_tokens(srv: FakeVllm, body: dict) -> AsyncIterator[bytes]:
+    """Four chunks of one token ("x", 5 prompt tokens), ``srv.chunk_delay_s`` after each; with
+    ``srv.spec``, vLLM's per-request ``metrics.speculative_decoding`` on a last usage chunk: one
+    step accepting 2 tokens for a prompt that says "fix", none otherwise."""
+    for i in range(1, 5):
+        yield sse({"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}],
+                   "usage": {"prompt_tokens": 5, "completion_tokens": i}})
+        await asyncio.sleep(srv.chunk_delay_s)
+    if srv.spec:
+        copying = "fix" in body["messages"][-1]["content"].lower()
+        hist = [0, 0, 1] if copying else [1, 0, 0]  # 1 step: 2 accepted, or 0 accepted
+        sd = {"mean_acceptance_length": 3.0 if copying else 1.0,
+              "draft_acceptance_rate": 1.0 if copying else 0.0, "acceptance_histogram": hist,
+              "num_spec_steps": 1, "num_accepted_draft_tokens": 2 if copying else 0,
+              "num_draft_tokens": 2, "num_spec_tokens": 2}
+        yield sse({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 4},
+                   "metrics": {"speculative_decoding": sd}})
+
+
+def cumulative_stream(cumulative=(1, 3, 4), prompt: int = 7) -> Stream:
+    """vLLM's chunk shape with ``continuous_usage_stats``: an empty assistant chunk, then one chunk
+    per cumulative completion count (``t<n>``, ``srv.delay_s`` before each, the last with
+    finish_reason "stop"), then a usage-only chunk."""
+
+    def chunk(content, completion, role=None, finish=None) -> bytes:
+        delta = {**({"role": role} if role is not None else {}), "content": content}
+        return sse({"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 1, "model": "smol",
+                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish,
+                                 "token_ids": None}],
+                    "usage": {"prompt_tokens": prompt, "total_tokens": prompt + completion,
+                              "completion_tokens": completion, "completion_tokens_details": None}},
+                   separators=(",", ":"))
+
+    async def stream(srv: FakeVllm, body: dict) -> AsyncIterator[bytes]:
+        yield chunk("", 0, role="assistant")
+        for i, n in enumerate(cumulative):
+            await asyncio.sleep(srv.delay_s)
+            yield chunk(f"t{n}", n, finish="stop" if i == len(cumulative) - 1 else None)
+        yield sse({"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 1, "model": "smol",
+                   "choices": [], "usage": {"prompt_tokens": prompt, "total_tokens": prompt + cumulative[-1],
+                                            "completion_tokens": cumulative[-1]}}, separators=(",", ":"))
+
+    return stream
+
+
+def words(messages: list[dict]) -> int:
+    return sum(len(m["content"].split()) for m in messages)
+
+
+async def echo_stream(srv: FakeVllm, body: dict) -> AsyncIterator[bytes]:
+    """Answers ``echo <last message>`` in two chunks (``srv.delay_s`` after each); prompt tokens are
+    the words of all messages, and the words before the last message count as cached (a prefix
+    cache's view, in ``usage.prompt_tokens_details``)."""
+    msgs = body["messages"]
+    prompt, cached = words(msgs), words(msgs[:-1])
+    for i, piece in enumerate(("echo ", msgs[-1]["content"]), start=1):
+        yield sse({"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None if i < 2 else "stop"}],
+                   "usage": {"prompt_tokens": prompt, "completion_tokens": i,
+                             "prompt_tokens_details": {"cached_tokens": cached}}})
+        await asyncio.sleep(srv.delay_s)
+
+
+def copy_or_fresh(body: dict) -> str:
+    """A non-streamed answer: the prompt itself when it asks to copy, words of its own otherwise."""
+    prompt = body["messages"][-1]["content"]
+    return prompt if "copy" in prompt else "a fresh answer with words of its own, nothing repeated here"
+
+
+class FakeVllm:
+    """vLLM's OpenAI-compatible routes in this process: ``/health``, ``/v1/models`` (one model,
+    ``model``), ``/version``, ``/metrics`` (``metrics``), ``/reset_prefix_cache`` and
+    ``/v1/chat/completions``.
+
+    A chat request is kept (``bodies``; ``in_flight`` and its ``peak`` count it until its last
+    chunk), waits ``delay_s``, then fails with HTTP 500 (``fail_body``: text, or a JSON error
+    object) when ``fail`` is set or its last message is in ``fail_contents``; otherwise a streamed
+    request gets ``stream``'s chunks then ``[DONE]``, and a non-streamed one a chat.completion
+    whose content is ``answer(body)``. ``routes`` (``{"/path": body}``, ``"POST /path"`` for a
+    POST; a dict is sent as JSON, bytes as they are) replaces every route: the others answer 404.
+    The attributes can be changed while it serves.
+    """
+
+    def __init__(self, stream: Stream = four_tokens, *, model: str = "fake", version: str = "0.0-fake",
+                 metrics: str = METRICS, delay_s: float = 0.0, chunk_delay_s: float = 0.005, fail: bool = False,
+                 fail_contents=(), fail_body: str | dict = "engine on fire", spec: bool = False,
+                 answer: Callable[[dict], str] = copy_or_fresh, routes: dict[str, object] | None = None):
+        self.stream, self.model, self.version, self.metrics = stream, model, version, metrics
+        self.delay_s, self.chunk_delay_s = delay_s, chunk_delay_s
+        self.fail, self.fail_contents, self.fail_body = fail, set(fail_contents), fail_body
+        self.spec, self.answer, self.routes = spec, answer, routes
+        self.bodies: list[dict] = []
+        self.in_flight = 0
+        self.peak = 0
+        self.url: str | None = None
+        self._stop: Callable[[], None] | None = None
+
+    # ------------------------------------------------------------------ handlers
+
+    def _failure(self):
+        from aiohttp import web
+
+        if isinstance(self.fail_body, dict):
+            return web.json_response(self.fail_body, status=500)
+        return web.Response(status=500, text=self.fail_body)
+
+    async def chat(self, request):
+        from aiohttp import web
+
+        body = await request.json()
+        self.bodies.append(body)
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
+            if self.fail or body["messages"][-1]["content"] in self.fail_contents:
+                return self._failure()
+            if not body.get("stream"):
+                return web.json_response({
+                    "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": self.answer(body)}}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            async for part in self.stream(self, body):
+                await resp.write(part)
+        finally:
+            # before [DONE]: once the client has its last line, this request no longer counts
+            self.in_flight -= 1
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    def app(self):
+        from aiohttp import web
+
+        def fixed(make):
+            async def handler(request):
+                return make()
+            return handler
+
+        app = web.Application()
+        if self.routes is not None:
+            for key, body in self.routes.items():
+                method, path = key.split(" ", 1) if " " in key else ("GET", key)
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                app.router.add_route(method, path, fixed(lambda data=data: web.Response(body=data)))
+            return app
+        app.router.add_get("/health", fixed(lambda: web.Response(text="")))
+        app.router.add_get("/v1/models", fixed(lambda: web.json_response({"object": "list", "data": [
+            {"id": self.model, "object": "model", "owned_by": "fake", "created": 0}]})))
+        app.router.add_get("/version", fixed(lambda: web.json_response({"version": self.version})))
+        app.router.add_get("/metrics", fixed(lambda: web.Response(text=self.metrics)))
+        app.router.add_post("/reset_prefix_cache", fixed(lambda: web.json_response({})))
+        app.router.add_post("/v1/chat/completions", self.chat)
+        return app
+
+    # ------------------------------------------------------------------ serving
+
+    async def run(self, coro_fn: Callable[[str], Awaitable]):
+        """Serve in the running loop while ``coro_fn(url)`` runs (the URL ends in a slash)."""
+        from aiohttp import web
+
+        runner = web.AppRunner(self.app())
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        try:
+            return await coro_fn(self.url + "/")
+        finally:
+            await runner.cleanup()
+
+    def start(self) -> str:
+        """Serve from a thread of its own until :meth:`stop`; returns the URL (no trailing slash)."""
+        ready, done = threading.Event(), asyncio.Event()
+        loop = asyncio.new_event_loop()
+
+        async def serve(url: str):
+            ready.set()
+            await done.wait()
+
+        thread = threading.Thread(target=loop.run_until_complete, args=(self.run(serve),), daemon=True)
+        thread.start()
+        assert ready.wait(10), "the fake did not start"
+
+        def stop():
+            loop.call_soon_threadsafe(done.set)
+            thread.join(10)
+            loop.close()
+
+        self._stop = stop
+        return self.url
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._stop, stop = None, self._stop
+            stop()
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+# ----------------------------------------------------------------------------- raw bytes
+
+
+class RawServer:
+    """A raw HTTP/1.1 server whose reply is scripted per request (bytes, or None: say nothing)."""
+
+    def __init__(self, reply):
+        self.reply = reply
+        self.requests = 0
+        self.heads: list[bytes] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                self.heads.append(head)
+                n = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                             if line.lower().startswith(b"content-length")))
+                await reader.readexactly(n)
+                self.requests += 1
+                out = self.reply(self.requests)
+                if out is None:
+                    await asyncio.sleep(30)
+                    return
+                for part in out:
+                    writer.write(part)
+                    await writer.drain()
+                    await asyncio.sleep(0.005)
+                if b"Connection: close" in out[0] or out[-1] == b"<close>":
+                    writer.close()
+                    return
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return
+
+    async def run(self, coro_fn):
+        server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            return await coro_fn(f"http://127.0.0.1:{port}")
+        finally:
+            server.close()
+
+
+# ----------------------------------------------------------------------------- the plainest process
+
+PLAIN = """#!{python}
+import json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+args = sys.argv[1:]
+port = int(args[args.index("--port") + 1])
+name = args[args.index("--served-model-name") + 1]
+print({cpu_line!r}, flush=True)
+routes = {{"/health": {{}}, "/v1/models": {{"data": [{{"id": name}}]}}, "/version": {{"version": "0.32.0"}}}}
+
+
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = routes.get(self.path)
+        if body is None:
+            self.send_error(404)
+            return
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *a):
+        pass
+
+
+HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+LINGERING = PLAIN.replace(
+    "HTTPServer((\"127.0.0.1\", port), H).serve_forever()",
+    "import os, signal, threading, time\n"
+    "srv = HTTPServer((\"127.0.0.1\", port), H)\n"
+    "def linger(*_):  # what a SIGKILLed engine looks like from outside for a moment\n"
+    "    srv.socket.close()\n"
+    "    time.sleep(1.5)\n"
+    "    os._exit(9)\n"
+    "signal.signal(signal.SIGUSR1, linger)\n"
+    "srv.serve_forever()",
+)
+
+
+def plain_python(folder: Path, *, cpu_line: str, linger: bool = False) -> Path:
+    """An executable a :class:`~specnb.engine.server.VllmServer` takes as its ``python``: the
+    plainest server (``/health``, ``/v1/models``, ``/version`` 0.32.0; ``cpu_line`` in its log;
+    no engine child, no signal handler: SIGTERM ends it as SIGTERM does). With ``linger``,
+    SIGUSR1 closes its socket, and it exits 9 1.5 s later (a SIGKILLed engine's leader, seen
+    from outside)."""
+    exe = Path(folder) / ("lingering" if linger else "fakevllm")
+    exe.write_text((LINGERING if linger else PLAIN).format(python=sys.executable, cpu_line=cpu_line))
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return exe
+
+
+# ----------------------------------------------------------------------------- as vLLM's process
 
 
 def _arg(args: list[str], flag: str) -> str | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 import psutil
 
@@ -41,8 +42,11 @@ class HostLoad:
     the client processes it reaped: the noisy neighbour a paired measurement cannot cancel if it
     comes and goes."""
 
-    def __init__(self, server_pid: int | None):
+    def __init__(self, server_pid: int | None, busy_seconds: Callable[[], float] | None = None):
+        """``busy_seconds``: the host's busy CPU seconds so far (default: all cores', from psutil)."""
         self.server_pid = server_pid
+        if busy_seconds is not None:
+            self._busy = busy_seconds
         self._t0 = time.perf_counter()
         self._busy0 = self._busy()
         self._srv0 = self._tree(server_pid)

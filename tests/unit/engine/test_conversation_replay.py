@@ -6,73 +6,25 @@ recorded or the model's own answers in the history, and the per-turn numbers of 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from itertools import pairwise
 
 import pytest
-from aiohttp import web
 
 from specnb.analysis.point import by_turn, summarize_point
 from specnb.engine.loadgen import run_conversation_load
 from specnb.prompts.conversation import Conversation
+from tests.unit.fakevllm import FakeVllm, echo_stream
 
 
 def conv(cid, turns, answers=None, system=None, category="edit"):
     return Conversation(cid, category, system, tuple(turns), tuple(answers or [None] * len(turns)))
 
 
-def words(messages):
-    return sum(len(m["content"].split()) for m in messages)
-
-
-class ConvServer:
+def conv_server(delay_s=0.01, fail_contents=()) -> FakeVllm:
     """Answers ``echo <last user message>`` in two chunks; prompt tokens are the words of all
     messages, and the words before the last message count as cached (a prefix cache's view)."""
-
-    def __init__(self, delay_s=0.01, fail_contents=()):
-        self.delay_s = delay_s
-        self.fail_contents = set(fail_contents)
-        self.bodies: list[dict] = []
-        self.in_flight = 0
-        self.peak = 0
-
-    async def handle(self, request):
-        body = await request.json()
-        self.bodies.append(body)
-        self.in_flight += 1
-        self.peak = max(self.peak, self.in_flight)
-        try:
-            msgs = body["messages"]
-            await asyncio.sleep(self.delay_s)
-            if msgs[-1]["content"] in self.fail_contents:
-                return web.Response(status=500, text="fake failure")
-            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await resp.prepare(request)
-            prompt, cached = words(msgs), words(msgs[:-1])
-            for i, piece in enumerate(("echo ", msgs[-1]["content"]), start=1):
-                obj = {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None if i < 2 else "stop"}],
-                       "usage": {"prompt_tokens": prompt, "completion_tokens": i,
-                                 "prompt_tokens_details": {"cached_tokens": cached}}}
-                await resp.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
-                await asyncio.sleep(self.delay_s)
-        finally:
-            self.in_flight -= 1
-        await resp.write(b"data: [DONE]\n\n")
-        await resp.write_eof()
-        return resp
-
-    async def run(self, coro_fn):
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self.handle)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        try:
-            return await coro_fn(f"http://127.0.0.1:{runner.addresses[0][1]}/")
-        finally:
-            await runner.cleanup()
+    return FakeVllm(echo_stream, delay_s=delay_s, fail_contents=fail_contents, fail_body="fake failure")
 
 
 RECORDED = [conv("a", ["a one", "a two", "a three"], ["A1", "A2", None], system="sys"),
@@ -93,7 +45,7 @@ def _by_conversation(pl):
 
 
 def test_recorded_history_sends_every_turn_in_order_with_the_whole_history():
-    srv = ConvServer()
+    srv = conv_server()
     pl = replay(srv, RECORDED, users=2, n=5, history="recorded")
     assert pl.conversations == 5 and pl.turns_skipped == 0 and len(pl.records) == 3 + 2 + 4 + 3 + 2
     assert all(r.ok for r in pl.records)
@@ -119,7 +71,7 @@ def test_recorded_history_sends_every_turn_in_order_with_the_whole_history():
 
 
 def test_users_never_have_two_requests_in_flight_and_think_time_is_kept():
-    srv = ConvServer(delay_s=0.005)
+    srv = conv_server(delay_s=0.005)
     t = time.monotonic()
     pl = replay(srv, RECORDED, users=3, n=3, history="recorded", think_time_s=0.1)
     assert time.monotonic() - t >= 0.3  # conversation c: three pauses between four turns
@@ -132,7 +84,7 @@ def test_users_never_have_two_requests_in_flight_and_think_time_is_kept():
 
 
 def test_model_history_carries_the_models_own_answers():
-    srv = ConvServer()
+    srv = conv_server()
     short = [conv("x", ["x one", "x two", "x three"]), conv("y", ["y one", "y two"])]
     pl = replay(srv, short, users=2, n=2, history="model")
     assert all(r.ok for r in pl.records) and len(pl.records) == 5
@@ -141,21 +93,21 @@ def test_model_history_carries_the_models_own_answers():
     # the fake echoes each turn: the model's answers, not recorded ones, are in the history
     assert last["messages"][1]["content"] == "echo x one" and last["messages"][3]["content"] == "echo x two"
     with pytest.raises(ValueError, match="needs a recorded answer"):
-        replay(ConvServer(), short, users=1, n=1, history="recorded")
+        replay(conv_server(), short, users=1, n=1, history="recorded")
 
 
 def test_a_failed_turn_ends_its_conversation_with_model_history_but_not_with_recorded():
-    pl = replay(ConvServer(fail_contents={"c two"}), RECORDED, users=1, n=3, history="model")
+    pl = replay(conv_server(fail_contents={"c two"}), RECORDED, users=1, n=3, history="model")
     c = [r for r in pl.records if r.prompt_id == "c"]
     assert [r.turn for r in c] == [1, 2] and c[1].error.startswith("HTTP 500") and pl.turns_skipped == 2
     s = summarize_point(pl)
     assert s["turns_skipped"] == 2 and s["conversations"] == 3 and s["conversations_all_ok"] == 2
-    pl = replay(ConvServer(fail_contents={"c two"}), RECORDED, users=1, n=3, history="recorded")
+    pl = replay(conv_server(fail_contents={"c two"}), RECORDED, users=1, n=3, history="recorded")
     assert [r.turn for r in pl.records if r.prompt_id == "c"] == [1, 2, 3, 4] and pl.turns_skipped == 0
 
 
 def test_per_turn_numbers_show_the_history_served_from_cache():
-    pl = replay(ConvServer(), RECORDED, users=2, n=3, history="recorded")
+    pl = replay(conv_server(), RECORDED, users=2, n=3, history="recorded")
     turns = by_turn(pl.records)
     assert [t["turn"] for t in turns] == [1, 2, 3, 4]
     assert [t["requests"] for t in turns] == [3, 3, 2, 1]

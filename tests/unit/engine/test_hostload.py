@@ -24,25 +24,25 @@ def _burn(seconds: float) -> None:
         pass
 
 
-def test_client_processes_started_and_joined_during_a_point_are_not_other_load(monkeypatch):
+def test_client_processes_started_and_joined_during_a_point_are_not_other_load():
     # a host whose only load is this process and the children it reaps (so the test reads the same
     # on a busy machine): every CPU second the host spent is one of specnb's own
     def host_busy_seconds() -> float:
         t = os.times()
         return t.user + t.system + t.children_user + t.children_system
 
-    monkeypatch.setattr(HostLoad, "_busy", staticmethod(host_busy_seconds))
     sleeper = mp.get_context("spawn").Process(target=time.sleep, args=(30,))  # the "server": idle
     sleeper.start()
     try:
-        load = HostLoad(sleeper.pid)
+        load = HostLoad(sleeper.pid, busy_seconds=host_busy_seconds)
+        busy0 = host_busy_seconds()
         t0 = time.perf_counter()
         procs = [mp.get_context("spawn").Process(target=_burn, args=(0.5,)) for _ in range(2)]
         for p in procs:
             p.start()
         for p in procs:
             p.join()
-        clients = (host_busy_seconds() - load._busy0) / (time.perf_counter() - t0)
+        clients = (host_busy_seconds() - busy0) / (time.perf_counter() - t0)
         other = load.other_cores()
     finally:
         sleeper.kill()

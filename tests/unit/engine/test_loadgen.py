@@ -9,13 +9,13 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from aiohttp import web
 
 from specnb.analysis.point import spec_decode_by_category
 from specnb.analysis.point import summarize_point as summarize
 from specnb.engine.loadgen import PointLoad, arrival_times, chat_body, run_load, run_rate_load
 from specnb.engine.records import RequestRecord, StreamParser
 from specnb.prompts.workload import Prompt
+from tests.unit.fakevllm import FakeVllm, cumulative_stream
 
 # ----------------------------------------------------------------------------- canned streams
 
@@ -356,53 +356,10 @@ def test_chat_body_drops_none_sampling_and_asks_for_continuous_usage():
     assert "top_p" not in body
 
 
-class FakeServer:
+def fake_server(cumulative=(1, 3, 4), delay_s=0.01, fail_contents=()) -> FakeVllm:
     """OpenAI-compatible SSE endpoint: cumulative usage in every chunk, 500 for some prompts."""
-
-    def __init__(self, cumulative=(1, 3, 4), delay_s=0.01, fail_contents=()):
-        self.cumulative = cumulative
-        self.delay_s = delay_s
-        self.fail_contents = set(fail_contents)
-        self.in_flight = 0
-        self.peak = 0
-        self.bodies: list[dict] = []
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        self.bodies.append(body)
-        self.in_flight += 1
-        self.peak = max(self.peak, self.in_flight)
-        try:
-            await asyncio.sleep(self.delay_s)
-            if body["messages"][-1]["content"] in self.fail_contents:
-                return web.Response(status=500, text="fake engine failure")
-            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await resp.prepare(request)
-            await resp.write(chunk("", role="assistant", completion=0, prompt=7) + b"\n")
-            for i, n in enumerate(self.cumulative):
-                await asyncio.sleep(self.delay_s)
-                last = i == len(self.cumulative) - 1
-                await resp.write(chunk(f"t{n}", completion=n, prompt=7, finish="stop" if last else None) + b"\n")
-            await resp.write(usage_only(self.cumulative[-1], prompt=7) + b"\n")
-        finally:
-            # before [DONE]: once the client has its last line, this request no longer counts
-            self.in_flight -= 1
-        await resp.write(DONE + b"\n")
-        await resp.write_eof()
-        return resp
-
-    async def run(self, coro_fn):
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self.handle)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        try:
-            return await coro_fn(f"http://127.0.0.1:{port}/")
-        finally:
-            await runner.cleanup()
+    return FakeVllm(cumulative_stream(cumulative, prompt=7), delay_s=delay_s, fail_contents=fail_contents,
+                    fail_body="fake engine failure")
 
 
 PROMPTS = [Prompt(id=f"p{k}", category="copy" if k % 2 else "freeform",
@@ -410,7 +367,7 @@ PROMPTS = [Prompt(id=f"p{k}", category="copy" if k % 2 else "freeform",
 
 
 def test_run_load_concurrency_order_seeds_and_errors():
-    fake = FakeServer(fail_contents={"prompt 1"})
+    fake = fake_server(fail_contents={"prompt 1"})
     done: list[int] = []
     sampling = {"temperature": 0.0, "max_tokens": 4, "seed": 100, "top_p": None}
 
@@ -471,7 +428,7 @@ def test_run_load_concurrency_order_seeds_and_errors():
 
 
 def test_run_load_fewer_requests_than_concurrency_has_no_steady_window():
-    fake = FakeServer(cumulative=(2,))
+    fake = fake_server(cumulative=(2,))
     pl = asyncio.run(fake.run(lambda url: run_load(url, "smol", PROMPTS, concurrency=4, num_requests=2,
                                                   sampling={"temperature": 0.0})))
     assert fake.peak == 2
@@ -576,7 +533,7 @@ def test_multi_turn_messages_are_sent_as_given():
     convo = [{"role": "system", "content": "be terse"}, {"role": "user", "content": "prompt 0"},
              {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
              {"role": "user", "content": "prompt 3"}]
-    fake = FakeServer()
+    fake = fake_server()
     asyncio.run(fake.run(lambda url: run_load(
         url, "smol", [Prompt(id="m", category="chat", messages=convo)], concurrency=1, num_requests=1,
         sampling={"temperature": 0.0})))
@@ -625,7 +582,7 @@ def test_arrivals_keep_the_rate_and_their_dispersion_on_a_fixed_seed():
 
 
 def test_open_loop_sends_on_schedule_records_lateness_and_caps_in_flight():
-    fake = FakeServer(cumulative=(1, 2, 3), delay_s=0.05)  # each request takes ~0.2 s
+    fake = fake_server(cumulative=(1, 2, 3), delay_s=0.05)  # each request takes ~0.2 s
     pl = asyncio.run(fake.run(lambda url: run_rate_load(
         url, "smol", PROMPTS, rate_rps=40.0, num_requests=12, sampling={"temperature": 0.0},
         max_in_flight=3, arrival_seed=5)))
@@ -642,7 +599,7 @@ def test_open_loop_sends_on_schedule_records_lateness_and_caps_in_flight():
     # under the server's capacity nobody waits for a free slot: each request is sent when it is due,
     # give or take the loop's own delay (a few ms here; the bound is what a machine ten times slower,
     # or a busy neighbour, still keeps), where the capped run above waited for slots
-    fast = FakeServer(cumulative=(1, 2), delay_s=0.005)
+    fast = fake_server(cumulative=(1, 2), delay_s=0.005)
     pl = asyncio.run(fast.run(lambda url: run_rate_load(
         url, "smol", PROMPTS, rate_rps=20.0, num_requests=10, sampling={"temperature": 0.0}, max_in_flight=8)))
     s = summarize(pl)

@@ -7,9 +7,7 @@ import os
 import signal
 import stat
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psutil
@@ -25,6 +23,7 @@ from specnb.engine.server import (
     parse_kv_capacity,
     recorded_environment,
 )
+from tests.unit.fakevllm import FakeVllm, group_members, plain_python
 
 CPU_LINE = ("(EngineCore pid=2276) INFO 11-29 07:58:32 [kv_cache_utils.py:2327] CPU KV cache size: "
             "46,592 tokens, Maximum concurrency for 2,048 tokens per request: 22.75x")
@@ -223,17 +222,6 @@ def script(path, text: str):
     return path
 
 
-def group_members(pgid: int) -> list[psutil.Process]:
-    out = []
-    for p in psutil.process_iter(["status"]):
-        try:
-            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return out
-
-
 def test_start_failure_raises_with_log_tail(tmp_path):
     exe = script(tmp_path / "fakepy", "#!/bin/sh\necho 'boom: bad flag'\nexit 3\n")
     log = tmp_path / "logs" / "s.log"
@@ -287,40 +275,9 @@ def test_stop_kills_a_group_that_ignores_term(tmp_path):
     assert srv.proc.returncode == -signal.SIGKILL
 
 
-FAKE_VLLM = """#!{python}
-import json, sys
-from http.server import BaseHTTPRequestHandler, HTTPServer
-
-args = sys.argv[1:]
-port = int(args[args.index("--port") + 1])
-name = args[args.index("--served-model-name") + 1]
-print({cpu_line!r}, flush=True)
-routes = {{"/health": {{}}, "/v1/models": {{"data": [{{"id": name}}]}}, "/version": {{"version": "0.32.0"}}}}
-
-
-class H(BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = routes.get(self.path)
-        if body is None:
-            self.send_error(404)
-            return
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *a):
-        pass
-
-
-HTTPServer(("127.0.0.1", port), H).serve_forever()
-"""
-
-
 def fake_vllm(tmp_path):
-    return script(tmp_path / "fakevllm", FAKE_VLLM.format(python=sys.executable, cpu_line=CPU_LINE))
+    """The plainest fake vLLM process (tests/unit/fakevllm.py): dies of SIGTERM, no handler."""
+    return plain_python(tmp_path, cpu_line=CPU_LINE)
 
 
 def test_start_and_stop_a_fake_server(tmp_path):
@@ -383,23 +340,10 @@ def test_started_together_stops_every_server_also_when_the_block_fails(tmp_path)
     assert not any(srv.alive() for srv in servers.values())
 
 
-LINGERING = FAKE_VLLM.replace(
-    "HTTPServer((\"127.0.0.1\", port), H).serve_forever()",
-    "import os, signal, threading, time\n"
-    "srv = HTTPServer((\"127.0.0.1\", port), H)\n"
-    "def linger(*_):  # what a SIGKILLed engine looks like from outside for a moment\n"
-    "    srv.socket.close()\n"
-    "    time.sleep(1.5)\n"
-    "    os._exit(9)\n"
-    "signal.signal(signal.SIGUSR1, linger)\n"
-    "srv.serve_forever()",
-)
-
-
 def test_alive_with_grace_waits_out_a_server_whose_socket_closed_first(tmp_path):
     """A point fails on refused connections while the killed leader has not been collected yet:
     ``alive(grace_s=...)`` sees /health gone and waits for the exit; plain ``alive()`` does not."""
-    exe = script(tmp_path / "lingering", LINGERING.format(python=sys.executable, cpu_line=CPU_LINE))
+    exe = plain_python(tmp_path, cpu_line=CPU_LINE, linger=True)
     srv = VllmServer("m", served_model_name="smol", python=str(exe), log_path=tmp_path / "s.log",
                      ready_timeout_s=30, stop_grace_s=2)
     with srv:
@@ -426,45 +370,19 @@ def test_restart_with_same_log_reports_only_this_start(tmp_path):
 # ----------------------------------------------------------------------------- attach
 
 
-class _Handler(BaseHTTPRequestHandler):
-    routes: dict[str, bytes] = {}
-
-    def do_GET(self):
-        self._reply(self.routes.get(self.path))
-
-    def do_POST(self):
-        self._reply(self.routes.get("POST " + self.path))
-
-    def _reply(self, data):
-        if data is None:
-            self.send_error(404)
-            return
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *a):
-        pass
-
-
 @pytest.fixture
 def http_server():
-    """Start a tiny threaded HTTP server with the given routes; yields a function giving its URL."""
+    """Start the fake vLLM (tests/unit/fakevllm.py) with only the given routes (every other one
+    answers 404); yields a function giving its URL."""
     servers = []
 
     def start(routes: dict[str, object]) -> str:
-        handler = type("H", (_Handler,), {"routes": {
-            k: v if isinstance(v, bytes) else json.dumps(v).encode() for k, v in routes.items()}})
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        servers.append(httpd)
-        return f"http://127.0.0.1:{httpd.server_address[1]}"
+        servers.append(FakeVllm(routes=routes))
+        return servers[-1].start()
 
     yield start
     for s in servers:
-        s.shutdown()
-        s.server_close()
+        s.stop()
 
 
 def test_attach_unreachable_raises_quickly():

@@ -11,6 +11,7 @@ from specnb.engine import wire
 from specnb.engine.loadgen import run_load
 from specnb.engine.records import RequestRecord, StreamParser
 from specnb.prompts.workload import Prompt
+from tests.unit.fakevllm import RawServer
 
 PROMPTS = [Prompt(id=f"p{k}", category=None, messages=[{"role": "user", "content": f"prompt {k}"}]) for k in range(3)]
 
@@ -42,46 +43,6 @@ def test_dechunk_keeps_each_piece_at_the_time_of_its_read():
     assert parser.done
     assert wire.dechunk([b"zz\r\n"], [0.0])[2].startswith("bad chunk header")
     assert wire.dechunk([b"5\r\nab"], [0.0])[2] == "chunked body ended inside a chunk"
-
-
-class RawServer:
-    """A raw HTTP/1.1 server whose reply is scripted per request (bytes, or None: say nothing)."""
-
-    def __init__(self, reply):
-        self.reply = reply
-        self.requests = 0
-        self.heads: list[bytes] = []
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                self.heads.append(head)
-                n = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                             if line.lower().startswith(b"content-length")))
-                await reader.readexactly(n)
-                self.requests += 1
-                out = self.reply(self.requests)
-                if out is None:
-                    await asyncio.sleep(30)
-                    return
-                for part in out:
-                    writer.write(part)
-                    await writer.drain()
-                    await asyncio.sleep(0.005)
-                if b"Connection: close" in out[0] or out[-1] == b"<close>":
-                    writer.close()
-                    return
-        except (asyncio.IncompleteReadError, ConnectionError):
-            return
-
-    async def run(self, coro_fn):
-        server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        try:
-            return await coro_fn(f"http://127.0.0.1:{port}")
-        finally:
-            server.close()
 
 
 OK_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"

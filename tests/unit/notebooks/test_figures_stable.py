@@ -26,21 +26,34 @@ from pathlib import Path
 import pytest
 
 from specnb import paths
-from tests.integration.test_notebooks import _errors
+from tests.notebook_outputs import axis, errors, ledger_folders, ledger_map
 
 COPIED = ("Makefile", "pyproject.toml", "notebooks", "figures", "ledgers", "src")
-# notebooks that read no axis folder of their own (the Makefile's ledger_dirs says the same)
-OWN_LEDGERS = {"index": ".", "calculator": "concurrency", "policy": "proposal"}
 
 
 def _with_committed_ledgers() -> tuple[list[str], list[str]]:
-    """Notebooks whose ledgers are committed (the others cannot run in analysis mode yet)."""
+    """Notebooks whose ledgers are committed: every folder it reads (notebooks/ledgers.txt, the
+    Makefile's ledger_dirs) is there; the others cannot run in analysis mode yet."""
     have, missing = [], []
+    mapping = ledger_map()
     for nb in sorted((paths.ROOT / "notebooks").glob("[0-9][0-9]_*.py")):
-        axis = nb.stem.split("_", 1)[1]
-        folders = {axis, OWN_LEDGERS.get(axis, axis)}
+        folders = ledger_folders(axis(nb), mapping)
         (have if all((paths.LEDGERS / f).is_dir() for f in folders) else missing).append(nb.stem)
     return have, missing
+
+
+def test_the_makefile_reads_the_one_notebook_to_ledger_map():
+    """``make figures`` re-executes a notebook when a ledger of the folders notebooks/ledgers.txt
+    names for it changes: what the Makefile made of the file is the file, axis by axis."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    out = subprocess.run(["make", "-s", "-f", "Makefile", "print-ledger-dirs"], cwd=paths.ROOT, env=env,
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    made = {line.split(":", 1)[0]: line.split(":", 1)[1].split() for line in out.splitlines()}
+    axes = [axis(nb) for nb in sorted((paths.ROOT / "notebooks").glob("[0-9][0-9]_*.py"))]
+    mapping = ledger_map()
+    assert sorted(made) == sorted(axes)
+    assert made == {a: ledger_folders(a, mapping) for a in axes}
+    assert set(mapping) <= set(axes), "notebooks/ledgers.txt names an axis no notebook has"
 
 
 def _git(cwd, *args: str) -> str:
@@ -77,10 +90,10 @@ def test_make_figures_twice_leaves_git_status_clean(tmp_path):
     # each notebook ran to the end and saved what it draws, from files that exist
     every_sidecar = [json.loads(p.read_text()) for p in sorted((repo / "figures").glob("*.json"))]
     for nb in notebooks:
-        assert _errors(repo / "notebooks" / "executed" / f"{nb}.ipynb") == [], nb
-        axis = nb.split("_", 1)[1]
+        assert errors(repo / "notebooks" / "executed" / f"{nb}.ipynb") == [], nb
+        axis_name = axis(nb)
         sidecars = [s for s in every_sidecar if s.get("notebook") == nb]
-        if axis == "index":
+        if axis_name == "index":
             continue
         assert sidecars, f"{nb}: an axis notebook must save at least one figure"
         for side in sidecars:
@@ -88,8 +101,8 @@ def test_make_figures_twice_leaves_git_status_clean(tmp_path):
                 assert (repo / "figures" / f).stat().st_size > 1000, f
             for src in side["sources"]:
                 assert (repo / src).exists() or Path(src).exists(), f"{nb}: {src}"
-        if axis != "calculator":
-            assert any(src.startswith(f"ledgers/{axis}/") for s in sidecars for src in s["sources"]), \
+        if axis_name != "calculator":
+            assert any(src.startswith(f"ledgers/{axis_name}/") for s in sidecars for src in s["sources"]), \
                 f"{nb}: at least one figure must be drawn from this axis' committed ledgers"
     status = _git(repo, "status", "--porcelain")
     changed = [line[3:] for line in status.splitlines()]

@@ -234,14 +234,16 @@ def test_estimate_errors(frame, mix, needle):
         expected_speedup(frame, mix)
 
 
-def test_category_speedups_from_paired_ledgers():
+def test_category_speedups_from_paired_ledgers(tmp_path):
     leds = [ledger("baseline", "copy", 1, r, tok_s=100.0) for r in (0, 1)]
     leds += [ledger("ngram", "copy", 1, r, tok_s=130.0 + 10 * r, mal=3.0) for r in (0, 1)]
     leds += [ledger("baseline", "freeform", 1, r, tok_s=100.0) for r in (0, 1)]
     leds += [ledger("ngram", "freeform", 1, r, tok_s=80.0, mal=1.5) for r in (0, 1)]
-    from specnb.ledger.frame import _row
+    from specnb.ledger import load_ledgers, write_ledger
 
-    df = pd.DataFrame([_row(x, "mem") for x in leds])
+    for i, x in enumerate(leds):  # the frame as a notebook reads it (load_ledgers), not its private row builder
+        write_ledger(tmp_path / f"{i:03d}.json", x)
+    df = load_ledgers(tmp_path)
     frame = category_speedups(paired(df), arm="ngram", concurrency=1)
     assert sorted(frame["category"]) == ["copy", "copy", "freeform", "freeform"]
     est = expected_speedup(frame, {COPY_STYLE: 0.065, FREE_FORM: 0.935})

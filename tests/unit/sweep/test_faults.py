@@ -24,6 +24,7 @@ from specnb.engine.server import VllmServer
 from specnb.ledger import Flag, load_ledgers, read_ledger
 from specnb.ledger.store import LedgerWriteError
 from specnb.sweep import SweepError, SweepSpec, run_sweep
+from tests.unit.fakevllm import group_members
 
 QUIET = lambda s: None  # noqa: E731
 
@@ -46,14 +47,13 @@ def fspec(fake, env=None, **kw) -> SweepSpec:
 
 def groups_gone(servers: list[VllmServer]) -> list[str]:
     """Every process still alive in a launched server's process group (walked, not grepped)."""
-    pgids = {s.pid for s in servers if s.pid}
     left = []
-    for p in psutil.process_iter(["status", "cmdline"]):
-        try:
-            if os.getpgid(p.pid) in pgids and p.info["status"] != psutil.STATUS_ZOMBIE:
-                left.append(" ".join(p.info["cmdline"] or []))
-        except (ProcessLookupError, psutil.Error):
-            continue
+    for pgid in {s.pid for s in servers if s.pid}:
+        for p in group_members(pgid):
+            try:
+                left.append(" ".join(p.cmdline()))
+            except psutil.Error:
+                continue
     return left
 
 

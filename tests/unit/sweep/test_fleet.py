@@ -185,9 +185,12 @@ def test_blocks_on_ray_send_every_file_to_the_driver_and_resume(local_ray, fake,
 
 @pytest.fixture(scope="module")
 def fake():
-    from tests.unit.sweep.test_runner_failures import FakeServer
+    from tests.unit.fakevllm import FakeVllm
 
-    return FakeServer()
+    srv = FakeVllm(fail=True)
+    srv.start()
+    yield srv
+    srv.stop()
 
 
 def test_a_block_no_node_can_hold_is_refused_before_any_is_submitted(local_ray, fake, tmp_path):

@@ -1,87 +1,29 @@
 """Failure records and resumption, against a fake OpenAI-compatible endpoint (no vLLM).
 
-The fake serves /v1/models, /version, /metrics and streaming chat completions; a switch
-makes every completion fail with HTTP 500, so the error paths of a sweep can be driven.
+The fake (``FakeVllm``, tests/unit/fakevllm.py) serves /v1/models, /version, /metrics and
+streaming chat completions; a switch makes every completion fail with HTTP 500, so the error
+paths of a sweep can be driven.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 
 import pytest
-from aiohttp import web
 
 from specnb.ledger import load_ledgers, load_requests, load_spec_by_category, read_ledger
 from specnb.sweep import SweepError, SweepSpec, run_sweep
-
-METRICS = """# HELP vllm:num_requests_running Running.
-# TYPE vllm:num_requests_running gauge
-vllm:num_requests_running{engine="0",model_name="fake"} 0.0
-"""
-
-
-class FakeServer:
-    def __init__(self):
-        self.fail = True
-        self.spec = False  # send vLLM's per-request metrics.speculative_decoding at the end
-        self.chunk_delay_s = 0.005  # between streamed chunks
-        self.url = None
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        threading.Thread(target=self._run, daemon=True).start()
-        assert self._ready.wait(10)
-
-    async def chat(self, request):
-        if self.fail:
-            return web.Response(status=500, text="engine on fire")
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        for i in range(1, 5):
-            chunk = {"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}],
-                     "usage": {"prompt_tokens": 5, "completion_tokens": i}}
-            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            await asyncio.sleep(self.chunk_delay_s)
-        if self.spec:
-            body = await request.json()
-            copying = "fix" in body["messages"][-1]["content"].lower()
-            hist = [0, 0, 1] if copying else [1, 0, 0]  # 1 step: 2 accepted, or 0 accepted
-            sd = {"mean_acceptance_length": 3.0 if copying else 1.0,
-                  "draft_acceptance_rate": 1.0 if copying else 0.0, "acceptance_histogram": hist,
-                  "num_spec_steps": 1, "num_accepted_draft_tokens": 2 if copying else 0,
-                  "num_draft_tokens": 2, "num_spec_tokens": 2}
-            last = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 4},
-                    "metrics": {"speculative_decoding": sd}}
-            await resp.write(f"data: {json.dumps(last)}\n\n".encode())
-        await resp.write(b"data: [DONE]\n\n")
-        return resp
-
-    def _run(self):
-        asyncio.set_event_loop(self._loop)
-        def fixed(make):
-            async def handler(request):
-                return make()
-            return handler
-
-        app = web.Application()
-        app.router.add_get("/v1/models", fixed(lambda: web.json_response({"data": [{"id": "fake"}]})))
-        app.router.add_get("/version", fixed(lambda: web.json_response({"version": "0.0-fake"})))
-        app.router.add_get("/metrics", fixed(lambda: web.Response(text=METRICS)))
-        app.router.add_post("/reset_prefix_cache", fixed(lambda: web.json_response({})))
-        app.router.add_post("/v1/chat/completions", self.chat)
-        runner = web.AppRunner(app)
-        self._loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        self._loop.run_until_complete(site.start())
-        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-        self._ready.set()
-        self._loop.run_forever()
+from tests.unit.fakevllm import FakeVllm
 
 
 @pytest.fixture(scope="module")
 def fake():
-    return FakeServer()
+    """A fake vLLM answering four tokens a request (tests/unit/fakevllm.py), every completion
+    failing until a test sets ``fail = False``."""
+    srv = FakeVllm(fail=True)
+    srv.start()
+    yield srv
+    srv.stop()
 
 
 def _spec(url):

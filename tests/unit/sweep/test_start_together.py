@@ -12,9 +12,9 @@ import time
 import pytest
 
 import specnb.sweep.runner as runner
-from specnb.engine.server import _group_alive
 from specnb.ledger import load_ledgers, read_ledger
 from specnb.sweep import SweepSpec, run_sweep
+from tests.unit.fakevllm import group_members
 
 QUIET = lambda s: None  # noqa: E731
 NGRAM = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 2}
@@ -74,7 +74,7 @@ def events(fake_vllm, monkeypatch):
 def _nothing_left(fake) -> None:
     for srv in fake.started:
         assert srv.proc is not None and srv.proc.poll() is not None, srv.log_path
-        assert not _group_alive(srv.proc.pid), srv.log_path
+        assert not group_members(srv.proc.pid), srv.log_path
 
 
 def test_a_repeats_servers_start_before_its_first_point_and_stop_after_their_block(events, tmp_path):
