@@ -507,8 +507,8 @@ class _FreeSlots:
         self.in_flight = self.peak = 0
 
     async def take(self) -> wire.Connection:
-        conn = await self.queue.get()
-        return conn
+        """A free connection, once one is (an arrival that finds every slot busy waits)."""
+        return await self.queue.get()
 
     def busy(self) -> None:
         self.in_flight += 1
