@@ -93,11 +93,12 @@ def point_fields(spec: SweepSpec, place: PointPlace, size: PointSize, run: RunFa
     if run.notes:
         params["notes"] = run.notes
     panel = size.panel
+    profile = spec.load_as(place.load)
     panel_hash = conversations_hash(size.conversations) if size.conversations is not None else prompts_hash(panel)
     return dict(
         sweep=spec.name, point_id=place.point_id, arm=place.arm.record(),
         workload=workload_record(place.workload, panel_ids=[p.id for p in panel], panel_hash=panel_hash),
-        concurrency=size.in_flight, repeat=place.repeat, arm_position=place.position, num_requests=size.num_requests,
+        concurrency=size.in_flight if profile.records_concurrency else None, repeat=place.repeat, arm_position=place.position, num_requests=size.num_requests,
         warmup_requests=spec.warmup_requests, sampling=spec.sampling, load=load_shape(spec, place, size),
         sizing=Sizing(panel_size=len(panel),
                       passes=size.passes if size.passes is not None else size.num_requests // len(panel),

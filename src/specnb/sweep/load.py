@@ -44,6 +44,9 @@ class LoadProfile(BaseModel):
     # its steady window excludes the requests in flight at its ends
     closed: ClassVar[bool] = True
     min_requests: ClassVar[int] = 0  # requests a point sends at the least, whatever its work floor
+    # a point's ledger keeps its level's requests in flight as its concurrency (an open loop's
+    # cap is recorded as load.max_in_flight instead)
+    records_concurrency: ClassVar[bool] = True
 
     def levels(self) -> list[float]:
         """The levels asked for, ascending."""
@@ -99,6 +102,7 @@ class RateLoad(LoadProfile):
     mode: ClassVar[LoadMode] = LoadMode.RATE
     closed: ClassVar[bool] = False
     min_requests: ClassVar[int] = MIN_ARRIVALS  # percentiles of latency need arrivals, not only tokens
+    records_concurrency: ClassVar[bool] = False
     load: Literal["rate"] = "rate"
     rates: list[float] = Field(default_factory=list, description="requests per second")
     burstiness: float = Field(1.0, gt=0)

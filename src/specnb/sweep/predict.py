@@ -333,7 +333,7 @@ def _predict_point(job: _Job, ep: Endpoint, max_len: int, top: int, parallel: in
         "baseline_started_at": led.started_at,  # which measurement of that point was replayed
         "condition": (led.parameters or {}).get("condition"),
         "workload": wl_name,
-        "concurrency": led.concurrency,
+        "concurrency": led.in_flight,
         "repeat": led.repeat,
         "temperature": t,
         "top_logprobs": top,

@@ -68,3 +68,35 @@ def test_each_mode_gives_the_ledger_its_shape_and_the_driver_its_point():
 def test_a_mode_refuses_the_other_modes_keys_in_one_line(change, needle):
     with pytest.raises(Exception, match=needle):
         spec(**change)
+
+
+def test_an_open_loop_ledger_keeps_its_cap_as_max_in_flight_and_the_frame_reads_old_and_new_alike(tmp_path):
+    from types import SimpleNamespace
+
+    from specnb.ledger import Provenance, load_ledgers, write_ledger
+    from specnb.prompts.workload import Prompt, Workload
+    from specnb.sweep.ledgers import PointSize, RunFacts, point_fields
+    from tests.unit.factories import ledger
+
+    rate = spec(load="rate", rates=[0.5], max_in_flight=8)
+    wl = Workload(name="copy", source="test", prompts=[Prompt(id="p0", category="copy", messages=[])])
+    place = SimpleNamespace(point_id="baseline/copy/rate0.5-r0", arm=rate.arms[0], workload=wl, level=0.5,
+                            load="rate", repeat=0, position=0, round=0, reason="")
+    size = PointSize(panel=wl.prompts, in_flight=8, num_requests=20, tokens_per_request=None)
+    run = RunFacts(Provenance(git_sha="abc", git_dirty=False, versions={}, hardware={}))
+    fields = point_fields(rate, place, size, run)
+    assert fields["concurrency"] is None and fields["load"].max_in_flight == 8  # the cap under its own name
+    closed = point_fields(spec(concurrency=[4]), SimpleNamespace(**{**vars(place), "load": "concurrency", "level": 4}),
+                          PointSize(panel=wl.prompts, in_flight=4, num_requests=8, tokens_per_request=None), run)
+    assert closed["concurrency"] == 4
+    # an old open-loop ledger (the cap as its concurrency) and a new one read the same in a frame
+    shape = LoadShape(mode="rate", rate_rps=0.5, burstiness=1.0, max_in_flight=8, arrival_seed=0)
+    old = ledger(c=8, r=0).model_copy(update={"load": shape})
+    new = ledger(c=8, r=1).model_copy(update={"load": shape, "concurrency": None})
+    assert new.in_flight == 8 and old.in_flight == 8
+    write_ledger(tmp_path / "old.json", old)
+    write_ledger(tmp_path / "new.json", new)
+    df = load_ledgers(tmp_path)
+    assert list(df["concurrency"]) == [8, 8] and list(df["rate_rps"]) == [0.5, 0.5]
+    with pytest.raises(Exception, match="concurrency is required"):
+        type(old).model_validate({**old.model_dump(), "concurrency": None, "load": None})
