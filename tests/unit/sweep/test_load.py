@@ -100,3 +100,21 @@ def test_an_open_loop_ledger_keeps_its_cap_as_max_in_flight_and_the_frame_reads_
     assert list(df["concurrency"]) == [8, 8] and list(df["rate_rps"]) == [0.5, 0.5]
     with pytest.raises(Exception, match="concurrency is required"):
         type(old).model_validate({**old.model_dump(), "concurrency": None, "load": None})
+
+
+def test_an_open_loop_sweep_against_the_fake_engine_writes_its_cap_under_its_own_name(fake_vllm, tmp_path):
+    from specnb.ledger import load_ledgers, read_ledger
+    from specnb.sweep import run_sweep
+
+    s = SweepSpec.parse(dict(
+        name="rate", model=str(fake_vllm.model), served_model_name="fake", load="rate", rates=[50.0],
+        max_in_flight=3, arrival_seed=2, workloads=["copy"], repeats=1, panel_size=4, work_floor_tokens=0,
+        warmup_requests=0, request_timeout_s=5, metrics_interval_s=0.05, ready_timeout_s=30,
+        sampling={"max_tokens": 4}, env={"FAKE_VLLM_STATE": str(fake_vllm.state)}, arms=[{"name": "baseline"}]))
+    out = run_sweep(s, tmp_path / "out", progress=False, echo=lambda _line: None)
+    assert out.ok and [p.name for p in out.written] == ["rate50-r00.json"]
+    led = read_ledger(out.written[0])
+    assert led.concurrency is None and led.load.max_in_flight == 3 and led.in_flight == 3
+    assert led.load.rate_rps == 50.0 and led.num_requests >= 20  # at least MIN_ARRIVALS arrivals
+    df = load_ledgers(tmp_path / "out")
+    assert list(df["concurrency"]) == [3] and list(df["load_mode"]) == ["rate"]  # the frame as before
