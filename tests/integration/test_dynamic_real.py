@@ -118,6 +118,7 @@ def test_an_open_loop_point_keeps_its_schedule(servers, tmp_path):
     assert len(out.written) == 1, out.summary()
     led = read_ledger(out.written[0])
     assert led.load.mode == "rate" and led.load.rate_rps == 4.0 and led.load.max_in_flight == 16
+    assert led.concurrency is None and led.in_flight == 16  # the cap under its own name only
     r = led.results
     assert r["offered_rate_rps"] == 4.0 and 0 < r["achieved_rate_rps"] and 1 <= r["peak_in_flight"] <= 16
     assert r["num_requests"] >= 20 and r["max_send_lateness_ms"] is not None

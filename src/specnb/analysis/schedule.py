@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -42,7 +43,7 @@ from specnb.ledger import json_cell, utcnow
 from specnb.ledger.names import BASELINE, Status
 
 __all__ = ["ScheduleError", "SCHEDULE_KEY", "SCHEDULE_KEY_NEW", "SCHEDULE_KEYS", "canonical_schedule",
-           "with_schedule_key", "RULES", "check_schedule", "choose_k", "derive_schedule",
+           "with_schedule_key", "Rule", "RULES", "Deploy", "check_schedule", "choose_k", "derive_schedule",
            "policy_config", "policy_document", "k_at", "derive_policy", "drafter_methods", "off_arms", "deployable", "format_policy", "policy_check",
            "derive_policies", "batch_of", "measured_batch",
            "best_static_arm"]
@@ -78,7 +79,29 @@ def with_schedule_key(cfg: dict[str, Any] | None, key: str) -> dict[str, Any] | 
     out = {k: v for k, v in cfg.items() if k != SCHEDULE_KEY}
     out[key] = cfg[SCHEDULE_KEY]
     return out
-RULES = ("lower_bound", "point")
+
+
+class Rule(StrEnum):
+    """How :func:`choose_k` keeps a K at a level: by the 95 % lower bounds of the options, or by
+    their point estimates."""
+
+    LOWER_BOUND = "lower_bound"
+    POINT = "point"
+
+
+# the rules' names as plain strings (argparse choices and a pydantic Literal print them as such)
+RULES = tuple(r.value for r in Rule)
+
+
+class Deploy(StrEnum):
+    """What a derived policy tells an operator to deploy (:func:`deployable`): the schedule, one
+    static K arm as it is, or no drafter at all."""
+
+    SCHEDULE = "schedule"
+    STATIC = "static"
+    NONE = "none"
+
+
 DEFAULT_MAX_BATCH = 256
 
 
@@ -123,7 +146,7 @@ def k_at(schedule: Sequence[Sequence[int]], batch: int) -> int:
     return k
 
 
-def choose_k(choice: pd.DataFrame, rule: str = "lower_bound") -> pd.DataFrame:
+def choose_k(choice: pd.DataFrame, rule: Rule | str = Rule.LOWER_BOUND) -> pd.DataFrame:
     """Per level of one workload: the K the rule keeps (0: drafting off inside the schedule) and why.
 
     K = 0 inside a schedule is not "no drafter": vLLM keeps the drafter loaded and still runs it
@@ -140,6 +163,7 @@ def choose_k(choice: pd.DataFrame, rule: str = "lower_bound") -> pd.DataFrame:
     point estimates."""
     if rule not in RULES:
         raise ScheduleError(f"unknown rule {rule!r}; choose one of {list(RULES)}")
+    rule = Rule(rule)
     rows = []
     for level, g in choice.groupby("level", sort=True):
         offs = g[g["off"].astype(bool)] if "off" in g.columns else g.iloc[0:0]
@@ -150,28 +174,28 @@ def choose_k(choice: pd.DataFrame, rule: str = "lower_bound") -> pd.DataFrame:
         bar = float(off["speedup"]) if off is not None else 1.0
         bar_lo = float(off["speedup_lo"]) if off is not None else 1.0
         against = (f"K=0 in a schedule ({off['arm']}, measured {bar:.2f}x" + (f", lower bound {bar_lo:.2f})"
-                   if rule == "lower_bound" else ")") if off is not None else "1")
+                   if rule == Rule.LOWER_BOUND else ")") if off is not None else "1")
         decided = True
         if best is None:
             k, why = 0, "no drafter measured"
-        elif rule == "lower_bound" and (pd.isna(best["speedup_lo"]) or pd.isna(bar_lo)):
+        elif rule == Rule.LOWER_BOUND and (pd.isna(best["speedup_lo"]) or pd.isna(bar_lo)):
             # no interval to compare (too few repeats or prompts): nothing is decided here, and K = 0
             # is what the schedule falls back to until the level is measured again, not a finding
             decided, k = False, 0
             which = best["arm"] if pd.isna(best["speedup_lo"]) else off["arm"]
             why = (f"undecided: {which} has no lower bound (its interval could not be estimated); K = 0 until this "
                    "level is measured with more repeats or prompts")
-        elif rule == "lower_bound" and best["speedup_lo"] > bar_lo:
+        elif rule == Rule.LOWER_BOUND and best["speedup_lo"] > bar_lo:
             verb = "pays" if best["speedup_lo"] > 1.0 else "loses least"
             k, why = int(best["k"]), (f"{best['arm']} {verb}: {best['speedup']:.2f}x, lower bound "
                                       f"{best['speedup_lo']:.2f} > {against}")
-        elif rule == "point" and best["speedup"] > bar:
+        elif rule == Rule.POINT and best["speedup"] > bar:
             verb = "pays" if best["speedup"] > 1.0 else "loses least"
             k, why = int(best["k"]), f"{best['arm']} {verb}: {best['speedup']:.2f}x > {against} (point estimate)"
         else:
             k, why = 0, (f"best K={int(best['k'])} ({best['speedup']:.2f}x, interval {best['speedup_lo']:.2f}-"
                          f"{best['speedup_hi']:.2f}) does not clear {against if off is not None else '1.0'}"
-                         if rule == "lower_bound" else
+                         if rule == Rule.LOWER_BOUND else
                          f"no K beats {against if off is not None else 'the baseline'} (best {best['speedup']:.2f}x)")
         won = best if k > 0 else off
         rows.append({"level": float(level), "concurrency": int(g["concurrency"].iloc[0]), "k": k, "reason": why,
@@ -207,7 +231,7 @@ def off_arms(df: pd.DataFrame) -> set[str]:
     return {str(a) for a, off in zip(firsts["arm"], firsts["drafting_off"], strict=True) if off is True or off == 1}
 
 
-def deployable(choice: pd.DataFrame, chosen: pd.DataFrame) -> tuple[str, str | None, str]:
+def deployable(choice: pd.DataFrame, chosen: pd.DataFrame) -> tuple[Deploy, str | None, str]:
     """What to deploy, given the K per level a schedule would use: ``("schedule", None, claim)``,
     ``("static", <arm>, claim)`` (one static K is at least as good everywhere, or the schedule's
     K = 0 bands are unmeasured where that K is not known to lose), or ``("none", None, claim)``
@@ -216,7 +240,7 @@ def deployable(choice: pd.DataFrame, chosen: pd.DataFrame) -> tuple[str, str | N
     static = choice[(choice["k"] > 0) & ~(choice["off"].astype(bool) if "off" in choice.columns else False)]
     levels = sorted(chosen["concurrency"])
     if chosen["k"].eq(0).all() and not (chosen["speedup"].fillna(0) > 1).any():
-        return "none", None, "no K pays with confidence at any measured concurrency: leave drafting off for this workload"
+        return Deploy.NONE, None, "no K pays with confidence at any measured concurrency: leave drafting off for this workload"
     best = best_static_arm(choice, levels)
     sb = static[static["arm"] == best].set_index("concurrency") if best else None
     lose = [c for c in levels if sb is not None and sb.loc[c, "speedup_hi"] < 1.0
@@ -226,19 +250,19 @@ def deployable(choice: pd.DataFrame, chosen: pd.DataFrame) -> tuple[str, str | N
     ch = chosen.set_index("concurrency")
     off_bands = [c for c in levels if ch.loc[c, "k"] == 0]
     if best is None:
-        return "schedule", None, "no static K was measured at every level: the schedule is not compared with one" + separate
+        return Deploy.SCHEDULE, None, "no static K was measured at every level: the schedule is not compared with one" + separate
     unmeasured = [c for c in off_bands if not ch.loc[c, "off_measured"] and sb.loc[c, "speedup_hi"] >= 1.0]
     if unmeasured:
-        return "static", best, (f"deploy {best} as it is: the schedule would turn drafting off at "
+        return Deploy.STATIC, best, (f"deploy {best} as it is: the schedule would turn drafting off at "
                                 f"c={', '.join(map(str, unmeasured))}, where {best} is not known to lose, and this run "
                                 "has no arm measuring K = 0 inside a schedule (vLLM still runs the drafter there); add "
                                 "one to verify a schedule" + separate)
     beats = [c for c in levels if ch.loc[c, "speedup_lo"] is not None and not pd.isna(ch.loc[c, "speedup_lo"])
              and ch.loc[c, "speedup_lo"] > sb.loc[c, "speedup_hi"]]
     if not beats:
-        return "static", best, (f"deploy {best} as it is: no level where the schedule's interval clears "
+        return Deploy.STATIC, best, (f"deploy {best} as it is: no level where the schedule's interval clears "
                                 f"{best}'s" + separate)
-    return "schedule", None, (f"the schedule beats {best} (the best static K) at c={', '.join(map(str, beats))}"
+    return Deploy.SCHEDULE, None, (f"the schedule beats {best} (the best static K) at c={', '.join(map(str, beats))}"
                               + ("" if all(ch.loc[c, "off_measured"] for c in off_bands) else
                                  "; its K = 0 bands are unmeasured (no off arm)") + separate)
 
@@ -322,7 +346,7 @@ def policy_document(config: dict[str, Any], chosen: pd.DataFrame, *, source: str
         "rule": rule,
         "max_batch": max_batch,
         "created_at": utcnow(),
-        "deploy": chosen.attrs.get("deploy", "schedule"),
+        "deploy": chosen.attrs.get("deploy", Deploy.SCHEDULE),
         "claim": chosen.attrs.get("claim"),
         "static_arm": chosen.attrs.get("static_arm"),
         "levels": json.loads(chosen.to_json(orient="records")),
@@ -340,7 +364,7 @@ def drafter_methods(df: pd.DataFrame) -> list[str]:
     return sorted({str(m) for m in df.loc[df["speculative"].astype(bool), "method"].dropna()})
 
 
-def derive_policy(df: pd.DataFrame, *, workload: str | None = None, rule: str = "lower_bound",
+def derive_policy(df: pd.DataFrame, *, workload: str | None = None, rule: Rule | str = Rule.LOWER_BOUND,
                   max_batch: int | None = None, n_boot: int = 2000, seed: int = 0,
                   source: str = "", method: str | None = None) -> tuple[dict[str, Any], pd.DataFrame, str]:
     """From a run with one arm per K (or one K and the baseline): the deployable config, the K
@@ -396,7 +420,7 @@ def derive_policy(df: pd.DataFrame, *, workload: str | None = None, rule: str = 
         max_batch = int(seqs) if seqs and seqs.isdigit() else DEFAULT_MAX_BATCH
     schedule = derive_schedule(chosen, max_batch)
     deploy, static_arm, claim = deployable(choice, chosen)
-    if deploy == "static":
+    if deploy is Deploy.STATIC:
         config = dict(json_cell(spec_rows[spec_rows["arm"] == static_arm]["speculative_config"].iloc[0]))
     else:
         config = policy_config(base, schedule)
@@ -408,7 +432,7 @@ def derive_policy(df: pd.DataFrame, *, workload: str | None = None, rule: str = 
 def format_policy(config: dict[str, Any], chosen: pd.DataFrame, rule: str) -> str:
     """The schedule as a ready ``--speculative-config`` and, per level, the K kept and why."""
     lines = [f"K per concurrency (rule: {rule}; keep the best K or K = 0, whichever has the higher "
-             + ("95% lower bound" if rule == "lower_bound" else "point estimate")
+             + ("95% lower bound" if rule == Rule.LOWER_BOUND else "point estimate")
              + "; K = 0 is the off arm where one was measured, else the baseline)"]
     for r in chosen.itertuples(index=False):
         win = f"; K={r.k} wins in {r.win_share:.0%} of bootstrap replicates" if r.win_share is not None else ""
@@ -416,7 +440,7 @@ def format_policy(config: dict[str, Any], chosen: pd.DataFrame, rule: str) -> st
         at = f" (batch {batch:.1f})" if batch is not None and pd.notna(batch) else ""
         lines.append(f"  c={r.concurrency}{at}: K={r.k}  ({r.reason}{win})")
     claim = chosen.attrs.get("claim")
-    if chosen.attrs.get("deploy") == "none" or (SCHEDULE_KEY in config and all(k == 0 for _, _, k in config[SCHEDULE_KEY])):
+    if chosen.attrs.get("deploy") == Deploy.NONE or (SCHEDULE_KEY in config and all(k == 0 for _, _, k in config[SCHEDULE_KEY])):
         lines.append("no K pays with confidence at any measured concurrency: leave drafting off for this workload")
         return "\n".join(lines)
     if claim:

@@ -1,12 +1,17 @@
 """The load driver: streaming chat requests against an OpenAI-compatible endpoint, arriving by
-one of two policies, over one set of connections.
+one of three policies, over one set of connections.
 
-- **Closed loop** (:func:`run_load`): ``concurrency`` connection *slots* each send one
-  streaming request at a time, back to back, until the point's request budget is spent, so
-  exactly N requests are in flight inside the steady window (:mod:`specnb.analysis.window`).
-- **Open loop** (:func:`run_rate_load`): request i is due at the i-th of gamma-distributed
-  arrival times (:func:`arrival_times`), whether or not earlier ones finished, at most
-  ``max_in_flight`` at once.
+A point's load is one of three frozen shapes, each with its own driver (:func:`drive` picks it
+by the shape's type; no mode strings are compared), and its requests go to one
+:class:`ChatTarget` (the server's URL, the model, the headers and timeout):
+
+- **Closed loop** (:class:`ClosedLoop`, :func:`run_load`): ``concurrency`` connection *slots*
+  each send one streaming request at a time, back to back, until the point's request budget is
+  spent, so exactly N requests are in flight inside the steady window
+  (:mod:`specnb.analysis.window`).
+- **Open loop** (:class:`OpenLoop`, :func:`run_rate_load`): request i is due at the i-th of
+  gamma-distributed arrival times (:func:`arrival_times`), whether or not earlier ones
+  finished, at most ``max_in_flight`` at once.
 
 Both share what makes a measurement trustworthy, written once: the slots' connections are
 opened and every request's bytes built before the clock starts (:class:`SlotPool`,
@@ -14,7 +19,8 @@ opened and every request's bytes built before the clock starts (:class:`SlotPool
 needs it, and the client's own CPU share and event-loop busy share are measured while the
 requests run, with the garbage collector paused (:class:`ClientMeter`).
 
-- **Conversation replay** (:func:`run_conversation_load`): a third arrival policy. N *users*
+- **Conversation replay** (:class:`ConversationReplay`, :func:`run_conversation_load`): a
+  third arrival policy. N *users*
   (one slot each) take the next conversation of the point's panel, send its turns one after
   another with the whole history in front of each, wait for every answer (and an optional
   think time) before the next turn, then take the next conversation, until the point's
@@ -38,9 +44,9 @@ import asyncio
 import gc
 import itertools
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import aiohttp
 import numpy as np
@@ -48,8 +54,15 @@ import numpy as np
 from specnb.analysis.window import steady_window
 from specnb.engine import wire
 from specnb.engine.records import RequestRecord, parse_streams, response_text
+from specnb.ledger.names import LoadMode
 
 __all__ = [
+    "ChatTarget",
+    "ClosedLoop",
+    "OpenLoop",
+    "ConversationReplay",
+    "Load",
+    "drive",
     "PointLoad",
     "LoopResult",
     "RequestBuilder",
@@ -57,6 +70,9 @@ __all__ = [
     "ClientMeter",
     "closed_loop",
     "point_load",
+    "drive_closed",
+    "drive_open",
+    "drive_conversations",
     "run_load",
     "run_rate_load",
     "run_conversation_load",
@@ -140,6 +156,76 @@ def request_settings(session: aiohttp.ClientSession | None, headers: Mapping[str
             timeout = float(total)
     out.update(headers or {})
     return out, timeout
+
+
+@dataclass(frozen=True)
+class ChatTarget:
+    """Where a point's requests go: the server's base URL, the model it answers to, the headers
+    every request carries (an endpoint's API key), the request timeout, and whether to ask for
+    each chunk's token ids (a vLLM extension: off for other servers)."""
+
+    base_url: str
+    model: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    timeout_s: float = 600.0
+    return_token_ids: bool = False
+
+    @classmethod
+    def of(cls, base_url: str, model: str, *, session: aiohttp.ClientSession | None = None,
+           headers: Mapping[str, str] | None = None, request_timeout_s: float = 600.0,
+           return_token_ids: bool = False) -> ChatTarget:
+        """A target from a caller's aiohttp ``session`` (its headers and timeout, as
+        :func:`request_settings` reads them) and ``headers`` added to them."""
+        hdrs, timeout_s = request_settings(session, headers, request_timeout_s)
+        return cls(base_url, model, hdrs, timeout_s, return_token_ids)
+
+    def route(self) -> wire.Target:
+        """The chat route's raw-connection target (raises ValueError on a malformed URL)."""
+        return wire.Target(self.base_url, CHAT_PATH, self.headers)
+
+    def requests(self, prompts: Sequence[Any], sampling: dict[str, Any]) -> RequestBuilder:
+        return RequestBuilder(self.route(), self.model, prompts, sampling, self.return_token_ids)
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    """A closed loop's point: ``num_requests`` requests, exactly ``concurrency`` in flight;
+    request i uses prompt ``(prompt_offset + i) % len(prompts)``."""
+
+    mode: ClassVar[LoadMode] = LoadMode.CONCURRENCY
+    concurrency: int
+    num_requests: int
+    prompt_offset: int = 0
+
+
+@dataclass(frozen=True)
+class OpenLoop:
+    """An open loop's point: ``num_requests`` arrivals at ``rate_rps`` (gamma gaps of shape
+    ``burstiness`` drawn from ``arrival_seed``), at most ``max_in_flight`` in flight."""
+
+    mode: ClassVar[LoadMode] = LoadMode.RATE
+    rate_rps: float
+    num_requests: int
+    burstiness: float = 1.0
+    max_in_flight: int = 64
+    arrival_seed: int = 0
+
+
+@dataclass(frozen=True)
+class ConversationReplay:
+    """A conversation replay's point: ``users`` users sending ``num_conversations``
+    conversations turn by turn, with the ``history`` (``"recorded"`` or ``"model"``) before each
+    turn and ``think_time_s`` between an answer and the next turn."""
+
+    mode: ClassVar[LoadMode] = LoadMode.CONVERSATION
+    users: int
+    num_conversations: int
+    history: str = "recorded"
+    think_time_s: float = 0.0
+
+
+Load = ClosedLoop | OpenLoop | ConversationReplay
+OnDone = Callable[[RequestRecord], None] | None
 
 
 class RequestBuilder:
@@ -327,6 +413,43 @@ def _check(prompts: Sequence[Any], num_requests: int, in_flight: int) -> None:
         raise ValueError("no prompts")
 
 
+Driver = Callable[[ChatTarget, Any, Sequence[Any], dict[str, Any], OnDone], Awaitable[PointLoad]]
+_DRIVERS: dict[type, Driver] = {}
+
+
+def _drives(shape: type) -> Callable[[Driver], Driver]:
+    """Register a driver as the one that runs points of ``shape``."""
+    def register(fn: Driver) -> Driver:
+        _DRIVERS[shape] = fn
+        return fn
+    return register
+
+
+async def drive(target: ChatTarget, load: Load, items: Sequence[Any], sampling: dict[str, Any],
+                on_done: OnDone = None) -> PointLoad:
+    """One point: ``load``'s driver sends ``items`` (prompts, or conversations for a
+    :class:`ConversationReplay`) to ``target``; ``on_done`` sees each record when its request
+    ends. The stream's fields are filled before it returns."""
+    return await _DRIVERS[type(load)](target, load, items, sampling, on_done)
+
+
+@_drives(ClosedLoop)
+async def drive_closed(target: ChatTarget, load: ClosedLoop, prompts: Sequence[Any], sampling: dict[str, Any],
+                       on_done: OnDone = None) -> PointLoad:
+    """Closed loop: ``load.num_requests`` streaming requests with exactly ``load.concurrency`` in
+    flight (as :func:`run_load`)."""
+    _check(prompts, load.num_requests, load.concurrency)
+    requests = target.requests(prompts, sampling)
+    counter = iter(range(load.num_requests))
+    res = await closed_loop(requests, min(load.concurrency, load.num_requests), lambda: next(counter, None),
+                            prompt_offset=load.prompt_offset, timeout_s=target.timeout_s, on_done=on_done,
+                            num_requests=load.num_requests)
+    parse_s = parse_streams(res.records, res.raw, res.t0)
+    pl = point_load(load.concurrency, res.records, res.cpu_util, parse_s, loop_busy=res.loop_busy)
+    pl.clock_zero_s = res.t0
+    return pl
+
+
 async def run_load(
     base_url: str,
     model: str,
@@ -350,19 +473,13 @@ async def run_load(
     key) and timeout; ``headers`` adds to them. ``on_done`` sees each record when its request
     ends, with index, slot, prompt, times, HTTP status and transport errors; the stream's fields
     (chunks, tokens, finish reason, acceptance, in-stream errors) are filled before ``run_load``
-    returns. Several client processes: :func:`specnb.engine.clients.run_load`.
+    returns. Several client processes: :func:`specnb.engine.clients.run_load`. The keyword form
+    of :func:`drive_closed`.
     """
     _check(prompts, num_requests, concurrency)
-    hdrs, timeout_s = request_settings(session, headers, request_timeout_s)
-    requests = RequestBuilder(wire.Target(base_url, CHAT_PATH, hdrs), model, prompts, sampling, return_token_ids)
-    n_slots = min(concurrency, num_requests)
-    counter = iter(range(num_requests))
-    res = await closed_loop(requests, n_slots, lambda: next(counter, None), prompt_offset=prompt_offset,
-                            timeout_s=timeout_s, on_done=on_done, num_requests=num_requests)
-    parse_s = parse_streams(res.records, res.raw, res.t0)
-    pl = point_load(concurrency, res.records, res.cpu_util, parse_s, loop_busy=res.loop_busy)
-    pl.clock_zero_s = res.t0
-    return pl
+    target = ChatTarget.of(base_url, model, session=session, headers=headers, request_timeout_s=request_timeout_s,
+                           return_token_ids=return_token_ids)
+    return await drive_closed(target, ClosedLoop(concurrency, num_requests, prompt_offset), prompts, sampling, on_done)
 
 
 def arrival_times(n: int, rate_rps: float, burstiness: float = 1.0, seed: int = 0) -> np.ndarray:
@@ -376,6 +493,81 @@ def arrival_times(n: int, rate_rps: float, burstiness: float = 1.0, seed: int = 
         raise ValueError("arrivals need n >= 1, rate > 0 and burstiness > 0")
     gaps = np.random.default_rng(seed).gamma(shape=burstiness, scale=1.0 / (rate_rps * burstiness), size=n - 1)
     return np.concatenate([[0.0], np.cumsum(gaps)])
+
+
+class _FreeSlots:
+    """An open loop's connections not carrying a request, and the most that were busy at once."""
+
+    def __init__(self, pool: SlotPool):
+        self.queue: asyncio.Queue[wire.Connection] = asyncio.Queue()
+        self.slot_of: dict[int, int] = {}
+        for s, c in enumerate(pool.conns):
+            self.queue.put_nowait(c)
+            self.slot_of[id(c)] = s
+        self.in_flight = self.peak = 0
+
+    async def take(self) -> wire.Connection:
+        """A free connection, once one is (an arrival that finds every slot busy waits)."""
+        return await self.queue.get()
+
+    def busy(self) -> None:
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+
+    def free(self, conn: wire.Connection) -> None:
+        self.in_flight -= 1
+        self.queue.put_nowait(conn)
+
+
+@_drives(OpenLoop)
+async def drive_open(target: ChatTarget, load: OpenLoop, prompts: Sequence[Any], sampling: dict[str, Any],
+                     on_done: OnDone = None) -> PointLoad:
+    """Open loop: request i is due at :func:`arrival_times`' i-th time (as :func:`run_rate_load`)."""
+    n = load.num_requests
+    _check(prompts, n, load.max_in_flight)
+    requests = target.requests(prompts, sampling)
+    due = arrival_times(n, load.rate_rps, load.burstiness, load.arrival_seed)
+    loop = asyncio.get_running_loop()
+    pool = SlotPool(requests.target, target.timeout_s, min(load.max_in_flight, n))
+    await pool.open()
+    slots = _FreeSlots(pool)
+    requests.prebuild(0, n)
+    records: list[RequestRecord] = []
+    t0 = wire.clock()
+
+    async def one(i: int) -> None:
+        wait = due[i] - (wire.clock() - t0)
+        if wait > 0:
+            await asyncio.sleep(wait)
+        conn = await slots.take()
+        p = prompts[i % len(prompts)]
+        rec = RequestRecord(index=i, slot=slots.slot_of[id(conn)], prompt_id=p.id, category=p.category,
+                            start_s=wire.clock() - t0, scheduled_s=float(due[i]))
+        records.append(rec)
+        slots.busy()
+        ended: asyncio.Future[None] = loop.create_future()
+        try:
+            pool.send(conn, rec, requests.get(i % len(prompts)), t0, lambda _c, _r: ended.set_result(None))
+            await ended
+        finally:
+            slots.free(conn)
+            if on_done is not None:
+                on_done(rec)
+
+    try:
+        with ClientMeter() as meter:
+            await asyncio.gather(*(one(i) for i in range(n)))
+    finally:
+        pool.close()
+    parse_s = parse_streams(records, pool.raw, t0)
+    records.sort(key=lambda r: r.index)
+    return PointLoad(
+        concurrency=load.max_in_flight, records=records,
+        wall_start_s=min(r.start_s for r in records), wall_end_s=max(r.end_s for r in records),
+        steady_start_s=min(r.start_s for r in records), steady_end_s=max(r.end_s for r in records),
+        client_cpu_util=meter.cpu_util, offered_rate_rps=load.rate_rps, peak_in_flight=slots.peak, parse_s=parse_s,
+        client_loop_busy=meter.loop_busy,
+    )
 
 
 async def run_rate_load(
@@ -401,61 +593,139 @@ async def run_rate_load(
     (``scheduled_s``) and when it was sent (``start_s``): the difference is the client's
     lateness, recorded so a schedule the client could not keep is seen. Throughput is counted
     over the whole run (first send to last answer): an open loop has no steady window of N
-    requests in flight. ``session``, ``headers``, ``on_done``: as :func:`run_load`.
+    requests in flight. ``session``, ``headers``, ``on_done``: as :func:`run_load`. The keyword
+    form of :func:`drive_open`.
     """
     _check(prompts, num_requests, max_in_flight)
-    hdrs, timeout_s = request_settings(session, headers, request_timeout_s)
-    requests = RequestBuilder(wire.Target(base_url, CHAT_PATH, hdrs), model, prompts, sampling, return_token_ids)
-    due = arrival_times(num_requests, rate_rps, burstiness, arrival_seed)
-    loop = asyncio.get_running_loop()
-    pool = SlotPool(requests.target, timeout_s, min(max_in_flight, num_requests))
+    target = ChatTarget.of(base_url, model, session=session, headers=headers, request_timeout_s=request_timeout_s,
+                           return_token_ids=return_token_ids)
+    load = OpenLoop(rate_rps, num_requests, burstiness, max_in_flight, arrival_seed)
+    return await drive_open(target, load, prompts, sampling, on_done)
+
+
+def _check_replay(conversations: Sequence[Any], load: ConversationReplay) -> None:
+    if load.users < 1 or load.num_conversations < 1:
+        raise ValueError("users and num_conversations must be >= 1")
+    if not conversations:
+        raise ValueError("no conversations")
+    if load.history not in ("recorded", "model"):
+        raise ValueError(f"history must be 'recorded' or 'model', got {load.history!r}")
+    if load.history == "recorded" and not all(c.recorded for c in conversations):
+        raise ValueError("history = 'recorded' needs a recorded answer after every turn but the last of every "
+                         "conversation; use history = 'model'")
+    if load.think_time_s < 0:
+        raise ValueError("think_time_s must be >= 0")
+
+
+class TurnBuilder:
+    """A conversation turn's request bytes, its whole history in front; the seed follows the
+    turn's place in a pass over the conversations, so a sampled turn is the same in every arm.
+    With the recorded history every turn's bytes are built before the clock, as a closed loop's."""
+
+    def __init__(self, target: ChatTarget, route: wire.Target, conversations: Sequence[Any],
+                 sampling: dict[str, Any]):
+        self.target, self.route, self.conversations, self.sampling = target, route, conversations, sampling
+        self.offsets = [0, *itertools.accumulate(len(c.turns) for c in conversations)]
+        self.prebuilt: dict[tuple[int, int], bytes] = {}
+
+    def build(self, cidx: int, turn: int, answers: list[str] | None) -> bytes:
+        params = dict(self.sampling)
+        if params.get("seed") is not None:
+            params["seed"] = int(params["seed"]) + self.offsets[cidx] + turn
+        body = chat_body(self.target.model, self.conversations[cidx].messages(turn, answers), params,
+                         self.target.return_token_ids)
+        return self.route.request(body)
+
+    def prebuild(self, num_conversations: int) -> None:
+        """Every turn of the conversations a point sends, with their recorded answers."""
+        for cidx in range(min(len(self.conversations), num_conversations)):
+            for turn in range(len(self.conversations[cidx].turns)):
+                self.prebuilt[cidx, turn] = self.build(cidx, turn, None)
+
+    def get(self, cidx: int, turn: int, answers: list[str]) -> bytes:
+        return self.prebuilt.get((cidx, turn)) or self.build(cidx, turn, answers)
+
+
+class _Replay:
+    """The users of one conversation replay: each takes the next conversation and sends its
+    turns one after another over its own connection, every record kept."""
+
+    def __init__(self, load: ConversationReplay, conversations: Sequence[Any], turns: TurnBuilder, pool: SlotPool,
+                 on_done: OnDone):
+        self.load, self.conversations, self.turns, self.pool, self.on_done = load, conversations, turns, pool, on_done
+        self.records: list[RequestRecord] = []
+        self.taken = iter(range(load.num_conversations))  # shared by the users: each takes the next conversation
+        self.index = itertools.count()
+        self.skipped = 0
+        self.t0 = 0.0  # the clock's zero, read just before the users start
+
+    async def run(self) -> None:
+        await asyncio.gather(*(self.user(s, c) for s, c in enumerate(self.pool.conns)))
+
+    async def send(self, conn: wire.Connection, rec: RequestRecord, data: bytes) -> None:
+        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.pool.send(conn, rec, data, self.t0, lambda _c, _r: ended.set_result(None))
+        await ended
+        if self.on_done is not None:
+            self.on_done(rec)
+
+    async def user(self, slot: int, conn: wire.Connection) -> None:
+        for k in self.taken:
+            await self.conversation(slot, conn, k)
+
+    async def conversation(self, slot: int, conn: wire.Connection, k: int) -> None:
+        """Conversation ``k``'s turns in order; with the model's own history a turn that got no
+        answer ends it (its later turns counted as skipped)."""
+        cidx = k % len(self.conversations)
+        conv = self.conversations[cidx]
+        answers: list[str] = []
+        for turn in range(len(conv.turns)):
+            if turn and self.load.think_time_s > 0:
+                await asyncio.sleep(self.load.think_time_s)
+            data = self.turns.get(cidx, turn, answers)
+            rec = RequestRecord(index=next(self.index), slot=slot, prompt_id=conv.id, category=conv.category,
+                                start_s=wire.clock() - self.t0, conversation=k, turn=turn + 1)
+            self.records.append(rec)
+            await self.send(conn, rec, data)
+            if self.load.history == "model" and turn + 1 < len(conv.turns):
+                text = self.answer(rec)
+                if text is None:
+                    self.skipped += len(conv.turns) - turn - 1
+                    return
+                answers.append(text)
+
+    def answer(self, rec: RequestRecord) -> str | None:
+        """The model's answer to a finished turn, parsed as soon as it ended; None when it failed
+        or is empty (there is nothing to carry on with)."""
+        text, err = (("", rec.error) if rec.error is not None
+                     else response_text(self.pool.raw.get(rec.index, ([], [], False)), self.t0))
+        return None if err is not None or not text else text
+
+
+@_drives(ConversationReplay)
+async def drive_conversations(target: ChatTarget, load: ConversationReplay, conversations: Sequence[Any],
+                              sampling: dict[str, Any], on_done: OnDone = None) -> PointLoad:
+    """Conversation replay (as :func:`run_conversation_load`)."""
+    _check_replay(conversations, load)
+    route = target.route()
+    turns = TurnBuilder(target, route, conversations, sampling)
+    if load.history == "recorded":  # the same bytes in every arm: built before the clock, as a closed loop's
+        turns.prebuild(load.num_conversations)
+    pool = SlotPool(route, target.timeout_s, min(load.users, load.num_conversations))
     await pool.open()
-    free: asyncio.Queue[wire.Connection] = asyncio.Queue()
-    slot_of = {}
-    for s, c in enumerate(pool.conns):
-        free.put_nowait(c)
-        slot_of[id(c)] = s
-    requests.prebuild(0, num_requests)
-    records: list[RequestRecord] = []
-    in_flight = peak = 0
-    t0 = wire.clock()
-
-    async def one(i: int) -> None:
-        nonlocal in_flight, peak
-        wait = due[i] - (wire.clock() - t0)
-        if wait > 0:
-            await asyncio.sleep(wait)
-        conn = await free.get()
-        p = prompts[i % len(prompts)]
-        rec = RequestRecord(index=i, slot=slot_of[id(conn)], prompt_id=p.id, category=p.category,
-                            start_s=wire.clock() - t0, scheduled_s=float(due[i]))
-        records.append(rec)
-        in_flight += 1
-        peak = max(peak, in_flight)
-        ended: asyncio.Future[None] = loop.create_future()
-        try:
-            pool.send(conn, rec, requests.get(i % len(prompts)), t0, lambda _c, _r: ended.set_result(None))
-            await ended
-        finally:
-            in_flight -= 1
-            free.put_nowait(conn)
-            if on_done is not None:
-                on_done(rec)
-
+    replay = _Replay(load, conversations, turns, pool, on_done)
+    replay.t0 = wire.clock()
     try:
         with ClientMeter() as meter:
-            await asyncio.gather(*(one(i) for i in range(num_requests)))
+            await replay.run()
     finally:
         pool.close()
-    parse_s = parse_streams(records, pool.raw, t0)
-    records.sort(key=lambda r: r.index)
-    return PointLoad(
-        concurrency=max_in_flight, records=records,
-        wall_start_s=min(r.start_s for r in records), wall_end_s=max(r.end_s for r in records),
-        steady_start_s=min(r.start_s for r in records), steady_end_s=max(r.end_s for r in records),
-        client_cpu_util=meter.cpu_util, offered_rate_rps=rate_rps, peak_in_flight=peak, parse_s=parse_s,
-        client_loop_busy=meter.loop_busy,
-    )
+    parse_s = parse_streams(replay.records, pool.raw, replay.t0)
+    pl = point_load(load.users, replay.records, meter.cpu_util, parse_s, loop_busy=meter.loop_busy)
+    pl.clock_zero_s = replay.t0
+    pl.conversations = load.num_conversations
+    pl.turns_skipped = replay.skipped
+    return pl
 
 
 async def run_conversation_load(
@@ -489,82 +759,10 @@ async def run_conversation_load(
     record carries its conversation (``k``) and turn (1 = the first); its slot is its user. The
     steady window is the span every user was inside its conversations (from the last user's
     first send to the first user's last answer). ``session``, ``headers``, ``on_done``: as
-    :func:`run_load`.
+    :func:`run_load`. The keyword form of :func:`drive_conversations`.
     """
-    if users < 1 or num_conversations < 1:
-        raise ValueError("users and num_conversations must be >= 1")
-    if not conversations:
-        raise ValueError("no conversations")
-    if history not in ("recorded", "model"):
-        raise ValueError(f"history must be 'recorded' or 'model', got {history!r}")
-    if history == "recorded" and not all(c.recorded for c in conversations):
-        raise ValueError("history = 'recorded' needs a recorded answer after every turn but the last of every "
-                         "conversation; use history = 'model'")
-    if think_time_s < 0:
-        raise ValueError("think_time_s must be >= 0")
-    hdrs, timeout_s = request_settings(session, headers, request_timeout_s)
-    target = wire.Target(base_url, CHAT_PATH, hdrs)
-    offsets = [0, *itertools.accumulate(len(c.turns) for c in conversations)]
-
-    def build(cidx: int, turn: int, answers: list[str] | None) -> bytes:
-        params = dict(sampling)
-        if params.get("seed") is not None:
-            params["seed"] = int(params["seed"]) + offsets[cidx] + turn
-        body = chat_body(model, conversations[cidx].messages(turn, answers), params, return_token_ids)
-        return target.request(body)
-
-    prebuilt: dict[tuple[int, int], bytes] = {}
-    if history == "recorded":  # the same bytes in every arm: built before the clock, as a closed loop's
-        for cidx in range(min(len(conversations), num_conversations)):
-            for turn in range(len(conversations[cidx].turns)):
-                prebuilt[cidx, turn] = build(cidx, turn, None)
-    n_users = min(users, num_conversations)
-    pool = SlotPool(target, timeout_s, n_users)
-    await pool.open()
-    loop = asyncio.get_running_loop()
-    records: list[RequestRecord] = []
-    taken = iter(range(num_conversations))  # shared by the users: each takes the next conversation
-    index = itertools.count()
-    skipped = 0
-    t0 = wire.clock()
-
-    async def send(conn: wire.Connection, rec: RequestRecord, data: bytes) -> None:
-        ended: asyncio.Future[None] = loop.create_future()
-        pool.send(conn, rec, data, t0, lambda _c, _r: ended.set_result(None))
-        await ended
-        if on_done is not None:
-            on_done(rec)
-
-    async def user(slot: int, conn: wire.Connection) -> None:
-        nonlocal skipped
-        for k in taken:
-            cidx = k % len(conversations)
-            conv = conversations[cidx]
-            answers: list[str] = []
-            for turn in range(len(conv.turns)):
-                if turn and think_time_s > 0:
-                    await asyncio.sleep(think_time_s)
-                data = prebuilt.get((cidx, turn)) or build(cidx, turn, answers)
-                rec = RequestRecord(index=next(index), slot=slot, prompt_id=conv.id, category=conv.category,
-                                    start_s=wire.clock() - t0, conversation=k, turn=turn + 1)
-                records.append(rec)
-                await send(conn, rec, data)
-                if history == "model" and turn + 1 < len(conv.turns):
-                    text, err = (("", rec.error) if rec.error is not None
-                                 else response_text(pool.raw.get(rec.index, ([], [], False)), t0))
-                    if err is not None or not text:
-                        skipped += len(conv.turns) - turn - 1
-                        break
-                    answers.append(text)
-
-    try:
-        with ClientMeter() as meter:
-            await asyncio.gather(*(user(s, c) for s, c in enumerate(pool.conns)))
-    finally:
-        pool.close()
-    parse_s = parse_streams(records, pool.raw, t0)
-    pl = point_load(users, records, meter.cpu_util, parse_s, loop_busy=meter.loop_busy)
-    pl.clock_zero_s = t0
-    pl.conversations = num_conversations
-    pl.turns_skipped = skipped
-    return pl
+    load = ConversationReplay(users, num_conversations, history, think_time_s)
+    _check_replay(conversations, load)
+    target = ChatTarget.of(base_url, model, session=session, headers=headers, request_timeout_s=request_timeout_s,
+                           return_token_ids=return_token_ids)
+    return await drive_conversations(target, load, conversations, sampling, on_done)

@@ -31,6 +31,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ __all__ = [
     "EndpointAuthError",
     "KvCapacity",
     "bearer",
+    "EndpointMode",
     "Endpoint",
     "VllmServer",
     "attach",
@@ -186,13 +188,21 @@ def _post(url: str, timeout: float = 10.0, api_key: str | None = None) -> int:
 
 # --------------------------------------------------------------------------- endpoint
 
+class EndpointMode(StrEnum):
+    """How specnb came by a server: it launched it, or it attached to one already running (as a
+    ledger's ``server.mode`` records it)."""
+
+    LAUNCHED = "launched"
+    ATTACHED = "attached"
+
+
 @dataclass
 class Endpoint:
     """A server that can be measured: launched by specnb or attached to."""
 
     base_url: str
     model: str
-    mode: str  # "launched" | "attached"
+    mode: EndpointMode
     engine_version: str | None = None
     argv: list[str] | None = None
     env: dict[str, str] = field(default_factory=dict)
@@ -214,7 +224,7 @@ class Endpoint:
 
     def describe(self) -> dict[str, Any]:
         return {
-            "mode": self.mode,
+            "mode": str(self.mode),
             "base_url": self.base_url,
             "model": self.model,
             "engine_version": self.engine_version,
@@ -251,7 +261,7 @@ def attach(base_url: str, model: str | None = None, timeout: float = 10.0, api_k
         model = served[0]
     elif model not in served:
         raise ServerError(f"{base_url} does not serve {model!r} (it serves {served})")
-    ep = Endpoint(base_url=base_url, model=model, mode="attached", api_key=api_key)
+    ep = Endpoint(base_url=base_url, model=model, mode=EndpointMode.ATTACHED, api_key=api_key)
     try:
         ep.engine_version = _get_json(base_url + "/version", timeout, api_key).get("version")
     except (urllib.error.URLError, OSError, ValueError):
@@ -392,7 +402,7 @@ class VllmServer:
             raise
         log_text = self.start_log()
         ep = Endpoint(
-            base_url=base_url, model=self.served_model_name, mode="launched",
+            base_url=base_url, model=self.served_model_name, mode=EndpointMode.LAUNCHED,
             argv=argv, env=recorded_environment(env), kv=parse_kv_capacity(log_text),
             pid=self.proc.pid, ready_s=time.monotonic() - t0,
         )

@@ -134,7 +134,7 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
         "workload": led.workload.name,
         "workload_hash": led.workload.content_hash,
         "workload_category": led.workload.category,
-        "concurrency": led.concurrency,
+        "concurrency": led.in_flight,  # an open loop: its cap on requests in flight
         "load_mode": led.load.mode if led.load else "closed",
         "rate_rps": led.load.rate_rps if led.load else None,
         # conversation replay (load_mode "conversation"): users = concurrency; the set's turns
@@ -272,7 +272,7 @@ def load_spec_by_category(sources: Iterable[Path | str] | Path | str, *, skip_ba
     def each(led: PointLedger, p: Path) -> list[dict[str, Any]]:
         return [{
             "sweep": led.sweep, "arm": led.arm.name, "workload": led.workload.name,
-            "concurrency": led.concurrency, "repeat": led.repeat, "status": led.status,
+            "concurrency": led.in_flight, "repeat": led.repeat, "status": led.status,
             "flags": ",".join(led.flags), "category": cat, **block.model_dump(), "path": str(p),
         } for cat, block in (led.spec_decode_by_category or {}).items()]
 
@@ -292,7 +292,7 @@ def load_turns(sources: Iterable[Path | str] | Path | str, *, skip_bad: bool = F
         return [{
             "sweep": led.sweep, "arm": led.arm.name, "speculative": led.arm.speculative,
             "workload": led.workload.name, "workload_hash": led.workload.content_hash,
-            "concurrency": led.concurrency, "repeat": led.repeat, "status": led.status, "flags": ",".join(led.flags),
+            "concurrency": led.in_flight, "repeat": led.repeat, "status": led.status, "flags": ",".join(led.flags),
             "load_mode": load.mode if load else "closed", "users": load.users if load else None,
             "history": load.history if load else None, "think_time_s": load.think_time_s if load else None,
             **t.model_dump(), "path": str(p),

@@ -18,7 +18,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -365,7 +365,10 @@ class PointLedger(_Model):
                           "u<users> for conversation points)")
     arm: ArmRecord
     workload: WorkloadRecord
-    concurrency: int = Field(ge=1)
+    concurrency: int | None = Field(
+        None, ge=1, description="requests in flight (closed loop) or users (conversation replay); None for an "
+        "open-loop point, whose cap on requests in flight is load.max_in_flight (ledgers written before kept "
+        "that cap here)")
     repeat: int = Field(ge=0)
     arm_position: int = Field(ge=0, description="order of this arm within its repeat (ABBA)")
     num_requests: int = Field(ge=1)
@@ -398,6 +401,19 @@ class PointLedger(_Model):
     )
     failure: Failure | None = None
     requests_file: str | None = Field(None, description="Parquet sidecar, relative to this file")
+
+    @model_validator(mode="after")
+    def _in_flight_named(self) -> PointLedger:
+        if self.in_flight is None:
+            raise ValueError("concurrency is required, except for an open-loop point with load.max_in_flight")
+        return self
+
+    @property
+    def in_flight(self) -> int | None:
+        """The point's requests in flight: its concurrency (users), or an open loop's cap."""
+        if self.concurrency is not None:
+            return self.concurrency
+        return self.load.max_in_flight if self.load is not None and self.load.mode == "rate" else None
 
 
 def utcnow() -> str:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from specnb import paths
 from specnb.analysis.point import by_turn, spec_decode_by_category, summarize_point
@@ -20,7 +21,6 @@ from specnb.engine.server import engine_cause
 from specnb.ledger import (
     Failure,
     Flag,
-    LoadMode,
     LoadShape,
     PointLedger,
     Provenance,
@@ -40,44 +40,80 @@ from specnb.prompts.workload import Prompt, Workload, prompts_hash
 from specnb.sweep.arm import Arm
 from specnb.sweep.spec import SweepError, SweepSpec
 
-__all__ = ["point_fields", "failure_ledger", "measured_ledger", "point_flags", "request_failure",
+__all__ = ["PointPlace", "PointSize", "RunFacts", "point_fields", "load_shape", "failure_ledger", "measured_ledger", "point_flags", "request_failure",
            "workload_record", "sweep_record", "timing_record", "CLIENT_BUSY"]
 
 CLIENT_BUSY = loadgen.CLIENT_BUSY  # share of one core above which the client itself may be the bottleneck
 
 
-def point_fields(spec: SweepSpec, *, point_id: str, arm: Arm, workload: Workload, panel: list[Prompt], level: float,
-                 load: str, in_flight: int, repeat: int, position: int, num_requests: int,
-                 tokens_per_request: float | None, search_round: int, search_reason: str,
-                 provenance: Provenance, notes: list[str] | None, passes: int | None = None,
-                 conversations: list[Conversation] | None = None,
-                 num_conversations: int | None = None) -> dict[str, Any]:
+class PointPlace(Protocol):
+    """Where a point sits in the plan (the runner's points are such): its arm, workload, load
+    level and mode, repeat, place in its block, and the search round that added it and why."""
+
+    arm: Arm
+    workload: Workload
+    level: float
+    load: str
+    repeat: int
+    position: int
+    round: int
+    reason: str
+
+    @property
+    def point_id(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class PointSize:
+    """What a point sends: its panel, the requests in flight, the requests (whole ``passes``
+    over the panel) and the output tokens per request the sizing assumed; a conversation point
+    also names its panel's ``conversations`` and how many it sends."""
+
+    panel: list[Prompt]
+    in_flight: int
+    num_requests: int
+    tokens_per_request: float | None
+    passes: int | None = None  # None: num_requests // len(panel)
+    conversations: list[Conversation] | None = None
+    num_conversations: int | None = None
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the run records on every point: its provenance, and the notes on the point's arm."""
+
+    provenance: Provenance
+    notes: list[str] | None = None
+
+
+def point_fields(spec: SweepSpec, place: PointPlace, size: PointSize, run: RunFacts) -> dict[str, Any]:
     """Ledger fields every record of a point carries, measured or failed. A conversation point
     names its panel's ``conversations`` (their hash covers every turn) and how many it sends."""
     params = dict(spec.parameters)
-    if notes:
-        params["notes"] = notes
-    workers = spec.client_workers if spec.client_workers > 1 else None  # one process: as before
-    if load == LoadMode.CONCURRENCY:
-        shape = LoadShape(mode=LoadMode.CONCURRENCY.shape, concurrency=int(level), client_workers=workers)
-    elif load == LoadMode.CONVERSATION:
-        shape = LoadShape(mode=LoadMode.CONVERSATION.shape, concurrency=int(level), users=int(level),
-                          history=spec.history_for(workload.conversation), think_time_s=spec.think_time_s,
-                          conversations=num_conversations)
-    else:
-        shape = LoadShape(mode=LoadMode.RATE.shape, rate_rps=level, burstiness=spec.burstiness,
-                          max_in_flight=spec.max_in_flight, arrival_seed=spec.arrival_seed)
-    panel_hash = conversations_hash(conversations) if conversations is not None else prompts_hash(panel)
+    if run.notes:
+        params["notes"] = run.notes
+    panel = size.panel
+    profile = spec.load_as(place.load)
+    panel_hash = conversations_hash(size.conversations) if size.conversations is not None else prompts_hash(panel)
     return dict(
-        sweep=spec.name, point_id=point_id, arm=arm.record(),
-        workload=workload_record(workload, panel_ids=[p.id for p in panel], panel_hash=panel_hash),
-        concurrency=in_flight, repeat=repeat, arm_position=position, num_requests=num_requests,
-        warmup_requests=spec.warmup_requests, sampling=spec.sampling, load=shape,
-        sizing=Sizing(panel_size=len(panel), passes=passes if passes is not None else num_requests // len(panel),
-                      work_floor_tokens=spec.work_floor_tokens, tokens_per_request=tokens_per_request),
-        search=SearchInfo(round=search_round, reason=search_reason) if spec.search is not None else None,
-        provenance=provenance, parameters=params, max_error_share=spec.max_error_share,
+        sweep=spec.name, point_id=place.point_id, arm=place.arm.record(),
+        workload=workload_record(place.workload, panel_ids=[p.id for p in panel], panel_hash=panel_hash),
+        concurrency=size.in_flight if profile.records_concurrency else None, repeat=place.repeat, arm_position=place.position, num_requests=size.num_requests,
+        warmup_requests=spec.warmup_requests, sampling=spec.sampling, load=load_shape(spec, place, size),
+        sizing=Sizing(panel_size=len(panel),
+                      passes=size.passes if size.passes is not None else size.num_requests // len(panel),
+                      work_floor_tokens=spec.work_floor_tokens, tokens_per_request=size.tokens_per_request),
+        search=SearchInfo(round=place.round, reason=place.reason) if spec.search is not None else None,
+        provenance=run.provenance, parameters=params, max_error_share=spec.max_error_share,
     )
+
+
+def load_shape(spec: SweepSpec, place: PointPlace, size: PointSize) -> LoadShape:
+    """How a point's requests arrived, as its ledger records it (its mode's profile says)."""
+    return spec.load_as(place.load).shape(
+        place.level,
+        client_workers=spec.client_workers if spec.client_workers > 1 else None,  # one process: as before
+        history=spec.history_for(place.workload.conversation), conversations=size.num_conversations)
 
 
 def failure_ledger(fields: dict[str, Any], exc: BaseException, server_rec: ServerRecord | None, started: str,

@@ -10,12 +10,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specnb import paths
-from specnb.analysis.schedule import SCHEDULE_KEY, ScheduleError, derive_policy, drafter_methods, usable_rows
+from specnb.analysis.schedule import (
+    SCHEDULE_KEY,
+    Rule,
+    ScheduleError,
+    derive_policy,
+    drafter_methods,
+    usable_rows,
+)
 
 __all__ = ["boundary_levels", "policy_file_for"]
 
 
-def policy_file_for(source: str, workload: str, rule: str = "lower_bound", root: str | None = None,
+def policy_file_for(source: str, workload: str, rule: Rule | str = Rule.LOWER_BOUND, root: str | None = None,
                     method: str | None = None) -> Path:
     """The policy to measure: ``source`` is a policy JSON file, a run folder, or ``"<axis>/<study>"``
     (its newest run). A policy derived from a run is written once beside it

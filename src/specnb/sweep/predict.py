@@ -37,7 +37,7 @@ from specnb.errors import SpecnbError
 from specnb.ledger import load_ledgers, load_requests, read_ledger, write_once
 from specnb.ledger import provenance as prov
 from specnb.ledger.frame import ledger_files
-from specnb.ledger.names import Status
+from specnb.ledger.names import LoadMode, Status
 from specnb.ledger.store import LedgerError, read_json
 from specnb.prompts import WorkloadError, resolve
 from specnb.sweep.arm import Arm
@@ -142,7 +142,7 @@ def _jobs(folder: Path, outcome: PredictOutcome) -> tuple[list[_Job], list[_Marg
         if base is None:
             outcome.skipped.append(f"{cond.name}: no arm without a drafter (nothing to replay)")
             continue
-        if spec.load == "conversation":  # a turn's prompt is its whole history, not a panel prompt
+        if spec.load == LoadMode.CONVERSATION:  # a turn's prompt is its whole history, not a panel prompt
             outcome.skipped.append(f"{cond.name}: a conversation replay (the prediction replays single prompts; "
                                    "a turn's prompt is its conversation's history)")
             continue
@@ -333,7 +333,7 @@ def _predict_point(job: _Job, ep: Endpoint, max_len: int, top: int, parallel: in
         "baseline_started_at": led.started_at,  # which measurement of that point was replayed
         "condition": (led.parameters or {}).get("condition"),
         "workload": wl_name,
-        "concurrency": led.concurrency,
+        "concurrency": led.in_flight,
         "repeat": led.repeat,
         "temperature": t,
         "top_logprobs": top,

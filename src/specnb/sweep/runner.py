@@ -100,6 +100,8 @@ from specnb.sweep.clock import PhaseClock
 from specnb.sweep.estimate import Costs, PlannedPoint, estimate_s, plan_line, prior_costs
 from specnb.sweep.ledgers import (
     CLIENT_BUSY,
+    PointSize,
+    RunFacts,
     failure_ledger,
     measured_ledger,
     point_fields,
@@ -863,13 +865,11 @@ class _SweepRun:
 
     def common(self, pt: _Point) -> dict[str, Any]:
         """Ledger fields every record of this point carries, measured or failed."""
-        return point_fields(
-            self.spec, point_id=pt.point_id, arm=pt.arm, workload=pt.workload, panel=self.panels[pt.workload.name],
-            level=pt.level, load=pt.load, in_flight=self.in_flight(pt), repeat=pt.repeat, position=pt.position,
-            num_requests=self.num_requests(pt), tokens_per_request=self.tokens_per_request.get(pt.workload.name),
-            passes=self.passes(pt), conversations=self.conv_panels.get(pt.workload.name),
-            num_conversations=self.num_conversations(pt), search_round=pt.round, search_reason=pt.reason, provenance=self.provenance,
-            notes=self.notes.get(pt.arm.name))
+        size = PointSize(
+            panel=self.panels[pt.workload.name], in_flight=self.in_flight(pt), num_requests=self.num_requests(pt),
+            tokens_per_request=self.tokens_per_request.get(pt.workload.name), passes=self.passes(pt),
+            conversations=self.conv_panels.get(pt.workload.name), num_conversations=self.num_conversations(pt))
+        return point_fields(self.spec, pt, size, RunFacts(self.provenance, self.notes.get(pt.arm.name)))
 
     def record_failure(self, pt: _Point, exc: BaseException, server_rec: ServerRecord | None,
                        started: str, log_tail: str | None = None, unticked: int | None = None,

@@ -42,12 +42,13 @@ from pydantic import (
 )
 
 from specnb.errors import SpecnbError, first_error, plain_name, read_toml
-from specnb.ledger import Sampling
+from specnb.ledger import LoadMode, Sampling
 from specnb.ledger.schema import check_response_format
 from specnb.prompts.context import ContextSource
 from specnb.prompts.conversation import ConversationSource
 from specnb.prompts.traffic import TrafficSource
 from specnb.sweep.arm import Arm, check_server_args
+from specnb.sweep.load import LOAD_KEYS, LoadProfile, load_profile, profile_of
 
 __all__ = ["SweepError", "SweepSpec", "SearchSpec", "point_path", "level_tag", "blocks"]
 
@@ -80,9 +81,6 @@ class SweepError(SpecnbError):
     """A sweep that cannot start; the message is one line meant for the user."""
 
 
-MIN_ARRIVALS = 20  # an open-loop point sends at least this many requests
-
-
 class SearchSpec(BaseModel):
     """Adaptive concurrency search: look for the crossing of 1.0 instead of a fixed grid
     (:mod:`specnb.sweep.search`)."""
@@ -100,7 +98,12 @@ class SearchSpec(BaseModel):
 
 
 class SweepSpec(BaseModel):
-    """Everything that defines a sweep. Loaded from TOML or built in a notebook."""
+    """Everything that defines a sweep. Loaded from TOML or built in a notebook.
+
+    The load's keys stay flat, as a sweep file writes them (``load``, ``concurrency``, ``rates``,
+    ``burstiness``, ``max_in_flight``, ``arrival_seed``, ``history``, ``think_time_s``); they are
+    read into one profile per mode (:attr:`load_profile`, :mod:`specnb.sweep.load`), which
+    holds what each mode does with them."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -215,28 +218,34 @@ class SweepSpec(BaseModel):
         keys = [w if isinstance(w, str) else w.model_dump_json() for w in self.workloads]
         if len(set(keys)) != len(keys) or not keys:
             raise ValueError("workloads must be a non-empty list of distinct names")
-        if self.load == "concurrency" and not self.concurrency:
-            raise ValueError("a closed-loop sweep needs concurrency levels (concurrency = [1, 2, 4, 8])")
-        conv = [w for w in self.workloads if _replays_conversations(w)]
-        if self.load == "conversation":
-            self._check_conversation(len(conv))
-        else:
-            if conv:
-                what = (f"{{conversations = {conv[0].conversations!r}}}" if isinstance(conv[0], ConversationSource)
-                        else f"{{traffic = {conv[0].traffic!r}, conversations = true}}")
-                raise ValueError(f"workload {what} is a conversation set: set load = 'conversation' to replay it")
-            if self.history is not None or self.think_time_s:
-                raise ValueError("history and think_time_s are conversation settings: set load = 'conversation'")
-        if self.load == "rate":
-            if not self.rates:
-                raise ValueError("an open-loop sweep (load = 'rate') needs request rates (rates = [0.5, 1, 2])")
-            if self.concurrency:
-                raise ValueError("load = 'rate' sends at request rates: give rates, not concurrency levels")
-            if self.search is not None:
-                raise ValueError("the adaptive search looks for a concurrency crossing: it needs load = 'concurrency'")
-        elif self.rates:
-            raise ValueError("rates are open-loop levels: set load = 'rate' to use them")
+        n_conv = sum(1 for w in self.workloads if _replays_conversations(w))
+        _CHECKS[LoadMode(self.load)](self, n_conv)
         return self
+
+    def _check_concurrency(self, n_conv: int) -> None:
+        if not self.concurrency:
+            raise ValueError("a closed-loop sweep needs concurrency levels (concurrency = [1, 2, 4, 8])")
+        self._check_no_conversation()
+        if self.rates:
+            raise ValueError("rates are open-loop levels: set load = 'rate' to use them")
+
+    def _check_rate(self, n_conv: int) -> None:
+        self._check_no_conversation()
+        if not self.rates:
+            raise ValueError("an open-loop sweep (load = 'rate') needs request rates (rates = [0.5, 1, 2])")
+        if self.concurrency:
+            raise ValueError("load = 'rate' sends at request rates: give rates, not concurrency levels")
+        if self.search is not None:
+            raise ValueError("the adaptive search looks for a concurrency crossing: it needs load = 'concurrency'")
+
+    def _check_no_conversation(self) -> None:
+        conv = [w for w in self.workloads if _replays_conversations(w)]
+        if conv:
+            what = (f"{{conversations = {conv[0].conversations!r}}}" if isinstance(conv[0], ConversationSource)
+                    else f"{{traffic = {conv[0].traffic!r}, conversations = true}}")
+            raise ValueError(f"workload {what} is a conversation set: set load = 'conversation' to replay it")
+        if self.history is not None or self.think_time_s:
+            raise ValueError("history and think_time_s are conversation settings: set load = 'conversation'")
 
     def _check_conversation(self, n_conv: int) -> None:
         if not self.concurrency:
@@ -256,21 +265,31 @@ class SweepSpec(BaseModel):
             raise ValueError("client_workers splits a closed loop over processes; a conversation replay runs in "
                              "one client process (client_workers = 1)")
 
+    @property
+    def load_profile(self) -> LoadProfile:
+        """The load as its mode's profile (:mod:`specnb.sweep.load`), read from the flat keys."""
+        return self.load_as(self.load)
+
+    def load_as(self, load: LoadMode | str) -> LoadProfile:
+        """The profile of mode ``load`` read from this sweep's flat keys (a point records its own
+        mode's shape)."""
+        return load_profile({**self.model_dump(include=set(LOAD_KEYS)), "load": str(load)})
+
     def levels(self) -> list[float]:
         """The levels asked for: concurrency levels (users of a conversation replay), or request rates."""
-        return list(self.rates) if self.load == "rate" else list(self.concurrency)
+        return self.load_profile.levels()
 
     def passes(self, panel: int, in_flight: int, tokens_per_request: float | None) -> int:
         """Whole passes over a panel of ``panel`` prompts a point sends so that its steady window
         holds ``work_floor_tokens`` output tokens at ``tokens_per_request`` (the window covers
         about the requests sent minus those in flight at its ends)."""
-        closed = self.load != "rate"  # a conversation replay keeps its users busy as a closed loop its slots
+        profile = profile_of(self.load)
+        closed = profile.closed  # a conversation replay keeps its users busy as a closed loop its slots
         if not self.work_floor_tokens or not tokens_per_request:
             need = 2 * in_flight if closed else panel
         else:
             need = self.work_floor_tokens / tokens_per_request + (in_flight if closed else 0)
-        if self.load == "rate":
-            need = max(need, MIN_ARRIVALS)  # percentiles of latency need arrivals, not only tokens
+        need = max(need, profile.min_requests)  # open loop: percentiles of latency need arrivals, not only tokens
         return max(self.min_passes, math.ceil(need / panel))
 
     def identity(self) -> dict[str, Any]:
@@ -284,8 +303,7 @@ class SweepSpec(BaseModel):
         )
         if ident["sampling"].get("response_format") is None:  # free text, as before the field: old runs resume
             ident["sampling"].pop("response_format", None)
-        if self.load == "conversation":  # only there: sweeps from before these fields resume
-            ident.update(history=self.history, think_time_s=self.think_time_s)
+        ident.update(self.load_profile.identity())  # a mode's own keys, where sweeps from before them resume
         return ident
 
     def history_for(self, conversation: dict[str, Any] | None) -> str:
@@ -312,13 +330,19 @@ class SweepSpec(BaseModel):
 def level_tag(level: float, load: str = "concurrency") -> str:
     """A level in a file name: ``c008`` (8 in flight), ``rate0.50`` (0.5 requests per second) or
     ``u004`` (4 users replaying conversations)."""
-    if load == "rate":
-        return f"rate{level:g}"
-    return f"{'u' if load == 'conversation' else 'c'}{int(level):03d}"
+    return profile_of(load).tag(level)
 
 
 def point_path(out_dir: Path, arm: str, workload: str, level: float, repeat: int, load: str = "concurrency") -> Path:
     return Path(out_dir) / arm / workload / f"{level_tag(level, load)}-r{repeat:02d}.json"
+
+
+# each mode's own checks, after those every sweep gets (n_conv: the workloads that are conversation sets)
+_CHECKS = {
+    LoadMode.CONCURRENCY: SweepSpec._check_concurrency,
+    LoadMode.RATE: SweepSpec._check_rate,
+    LoadMode.CONVERSATION: SweepSpec._check_conversation,
+}
 
 
 def blocks(spec: SweepSpec) -> Iterator[tuple[int, int, Arm]]:

@@ -12,7 +12,17 @@ import pytest
 
 from specnb.analysis.point import spec_decode_by_category
 from specnb.analysis.point import summarize_point as summarize
-from specnb.engine.loadgen import PointLoad, arrival_times, chat_body, run_load, run_rate_load
+from specnb.engine.loadgen import (
+    ChatTarget,
+    ClosedLoop,
+    OpenLoop,
+    PointLoad,
+    arrival_times,
+    chat_body,
+    drive,
+    run_load,
+    run_rate_load,
+)
 from specnb.engine.records import RequestRecord, StreamParser
 from specnb.prompts.workload import Prompt
 from tests.unit.fakevllm import FakeVllm, cumulative_stream
@@ -615,3 +625,29 @@ def test_what_orjson_refuses_the_standard_library_still_reads():
     assert rec.error is None and rec.output_tokens == 1
     rec, _ = parse([("data: " + json.dumps({"choices": [{"delta": {"content": "é"}}], "usage": {"completion_tokens": 1}}, ensure_ascii=False) + "\n", 0.1)])
     assert rec.error is None and rec.output_tokens == 1  # str lines (utf-8) take the same path
+
+
+# ---------------------------------------------------------------- one target, one driver per shape
+
+
+def test_drive_runs_each_load_shape_by_its_own_driver_against_one_target():
+    # the keyword forms (run_load, run_rate_load) and drive(target, shape) send the same requests
+    fake = fake_server(cumulative=(1, 2), delay_s=0.005)
+
+    async def both(url):
+        target = ChatTarget.of(url, "smol", headers={"X-Test": "1"}, return_token_ids=True)
+        closed = await drive(target, ClosedLoop(concurrency=2, num_requests=4, prompt_offset=1), PROMPTS,
+                             {"seed": 3})
+        opened = await drive(target, OpenLoop(rate_rps=50.0, num_requests=3, max_in_flight=2, arrival_seed=4),
+                             PROMPTS, {"seed": 3})
+        return target, closed, opened
+
+    target, closed, opened = asyncio.run(fake.run(both))
+    assert target.headers == {"X-Test": "1"} and target.timeout_s == 600.0
+    assert ClosedLoop.mode == "concurrency" and OpenLoop.mode == "rate"
+    assert closed.concurrency == 2 and closed.offered_rate_rps is None and closed.clock_zero_s is not None
+    assert [r.prompt_id for r in closed.records] == ["p1", "p2", "p3", "p4"]
+    assert opened.concurrency == 2 and opened.offered_rate_rps == 50.0 and opened.peak_in_flight >= 1
+    assert [r.scheduled_s for r in opened.records] == pytest.approx(list(arrival_times(3, 50.0, seed=4)))
+    assert all(b["return_token_ids"] is True for b in fake.bodies)
+    assert sorted(b["seed"] for b in fake.bodies[:4]) == [4, 5, 6, 7]  # the seed follows the prompt
