@@ -43,9 +43,10 @@ from specnb.engine.server import VllmServer
 from specnb.ledger import provenance
 from specnb.ledger.schema import utcnow
 from specnb.ledger.store import write_once
+from specnb.sweep.measure import run_async as _run_async
 from specnb.sweep.preflight import prepare
 from specnb.sweep.progress import progress_bar
-from specnb.sweep.runner import _run_async, server_args_for
+from specnb.sweep.servers import server_args_for
 from specnb.sweep.spec import SweepError, SweepSpec, blocks, level_tag
 
 SCHEMA = 1
