@@ -12,10 +12,10 @@ import time
 import pytest
 
 import specnb.sweep.servers as servers
-from specnb.sweep.measure import PointMeasurer
 from specnb.engine.server import _group_alive
 from specnb.ledger import load_ledgers, read_ledger
 from specnb.sweep import SweepSpec, run_sweep
+from specnb.sweep.measure import PointMeasurer
 
 QUIET = lambda s: None  # noqa: E731
 NGRAM = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 2}
