@@ -291,6 +291,20 @@ def _run_command(sub: Any, name: str, summary: str, *, config: str, out: str, ov
     c.add_argument("--no-progress", action="store_true")
 
 
+def _executor_options(c: Any) -> None:
+    """Where a measuring command's pairing blocks run (``sweep`` and ``tune``): read by :func:`_executor`."""
+    c.add_argument("--executor", default="local", metavar="local|ray|ADDRESS",
+                   help="where the pairing blocks run: here one after another (local, the default), or on a Ray "
+                   "cluster (ray: RAY_ADDRESS or a Ray started here; or its address), each block on one node "
+                   "(docs/fleet.md)")
+    c.add_argument("--max-blocks", type=int, default=None, metavar="N", help="Ray: blocks running at once")
+    c.add_argument("--retries", type=int, default=None, metavar="N",
+                   help="Ray: times a block lost with its node is submitted again (default 2)")
+    c.add_argument("--accelerator-type", default=None, metavar="TYPE", help="Ray: run blocks on this GPU type only")
+    c.add_argument("--node-label", action="append", default=[], metavar="KEY=VALUE",
+                   help="Ray: run blocks only on nodes with this label (repeat for several)")
+
+
 def _executor(a: Any) -> Any:
     """The sweep's executor from its options, checked before anything starts."""
     from pydantic import ValidationError
@@ -340,17 +354,7 @@ def main(argv: list[str] | None = None) -> int:
                  config="sweep TOML file (its arms, levels, workloads and sampling)",
                  out="record folder (default: ledgers/anatomy/<name>/<UTC time>); an existing one resumes",
                  override="override a top-level setting, value in TOML syntax")
-    sw = sub.choices["sweep"]
-    sw.add_argument("--executor", default="local", metavar="local|ray|ADDRESS",
-                    help="where the pairing blocks run: here one after another (local, the default), or on a Ray "
-                    "cluster (ray: RAY_ADDRESS or a Ray started here; or its address), each block on one node "
-                    "(docs/fleet.md)")
-    sw.add_argument("--max-blocks", type=int, default=None, metavar="N", help="Ray: blocks running at once")
-    sw.add_argument("--retries", type=int, default=None, metavar="N",
-                    help="Ray: times a block lost with its node is submitted again (default 2)")
-    sw.add_argument("--accelerator-type", default=None, metavar="TYPE", help="Ray: run blocks on this GPU type only")
-    sw.add_argument("--node-label", action="append", default=[], metavar="KEY=VALUE",
-                    help="Ray: run blocks only on nodes with this label (repeat for several)")
+    _executor_options(sub.choices["sweep"])
     sub.choices["anatomy"].add_argument("--window-requests", type=int, default=None, metavar="N",
                                         help="requests per profiled window (default: the level; at least the level)")
     r = sub.add_parser("report", help="print the paired table of a ledger folder, with bootstrap "
@@ -383,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
                  config="tune TOML: a proposal sweep and a [tune] table",
                  out="tune folder (default: ledgers/tune/<name>/<UTC time>); an existing one resumes",
                  override="override a setting (tune.<key> for the [tune] table), value in TOML syntax")
+    _executor_options(sub.choices["tune"])
     pr = sub.add_parser("predict", help="predict each n-gram arm's acceptance from the target's own probabilities "
                         "(the baseline's text replayed through vLLM's n-gram rule; a baseline server is started "
                         "after the measurement) and print it beside the measured acceptance")
@@ -447,8 +452,9 @@ def main(argv: list[str] | None = None) -> int:
             from specnb.sweep.tune import TuneSpec, run_tune  # the engine side, only for a tune
 
             spec = TuneSpec.from_toml(a.config, _overrides(a.set))
+            executor = _executor(a)
             out = a.out or paths.LEDGERS / "tune" / spec.proposal.name / new_run_name()
-            outcome = run_tune(spec, out, progress=not a.no_progress, echo=_echo)
+            outcome = run_tune(spec, out, progress=not a.no_progress, echo=_echo, executor=executor)
             print(outcome.summary(), file=sys.stderr)
             return _finished(out, outcome.failed_points, _print_tune(out, DEFAULT_N_BOOT, DEFAULT_SEED, False))
         if a.cmd == "report":

@@ -40,7 +40,7 @@ from specnb import paths
 from specnb.analysis.anatomy import KIND, RUN_KIND, format_anatomy, load_anatomy  # noqa: F401 - re-exported
 from specnb.engine import anatomy, loadgen, metrics, wire
 from specnb.engine.server import VllmServer
-from specnb.ledger import provenance
+from specnb.ledger import LoadMode, provenance
 from specnb.ledger.schema import utcnow
 from specnb.ledger.store import write_once
 from specnb.sweep.measure import run_async as _run_async
@@ -81,7 +81,7 @@ class AnatomyOutcome:
 
 def check(spec: SweepSpec, window_requests: int | None) -> None:
     """What a profiled run refuses in one line, before preflight starts anything."""
-    if spec.load != "concurrency" or not spec.concurrency:
+    if spec.load != LoadMode.CONCURRENCY or not spec.concurrency:
         raise AnatomyError("anatomy profiles closed-loop levels: give concurrency = [...] (load = \"concurrency\")")
     attached = [a.name for a in spec.arms if a.endpoint]
     if attached:
