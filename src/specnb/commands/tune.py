@@ -7,7 +7,15 @@ import argparse
 import sys
 
 from specnb import paths
-from specnb.commands.common import MeasuringCommand, echo, finished, overrides, print_report
+from specnb.commands.common import (
+    MeasuringCommand,
+    add_executor_args,
+    echo,
+    executor_from_args,
+    finished,
+    overrides,
+    print_report,
+)
 from specnb.ledger.runs import new_run_name
 
 
@@ -20,12 +28,18 @@ class Tune(MeasuringCommand):
     out_help = "tune folder (default: ledgers/tune/<name>/<UTC time>); an existing one resumes"
     override_help = "override a setting (tune.<key> for the [tune] table), value in TOML syntax"
 
+    @classmethod
+    def add_cli_args(cls, p: argparse.ArgumentParser) -> None:
+        super().add_cli_args(p)
+        add_executor_args(p)
+
     @staticmethod
     def run(a: argparse.Namespace) -> int:
         from specnb.sweep.tune import TuneSpec, run_tune  # the engine side, only for a tune
 
         spec = TuneSpec.from_toml(a.config, overrides(a.set))
+        executor = executor_from_args(a)
         out = a.out or paths.LEDGERS / "tune" / spec.proposal.name / new_run_name()
-        outcome = run_tune(spec, out, progress=not a.no_progress, echo=echo)
+        outcome = run_tune(spec, out, progress=not a.no_progress, echo=echo, executor=executor)
         print(outcome.summary(), file=sys.stderr)
         return finished(out, outcome.failed_points, print_report(out))

@@ -4,7 +4,11 @@ studies (one sweep per condition of a notebook axis).
 - :mod:`~specnb.sweep.arm`: the baseline and the speculative configurations paired with it;
 - :mod:`~specnb.sweep.spec`: a sweep's definition, validated in one line per mistake;
 - :mod:`~specnb.sweep.preflight`: models, workloads and drafters resolved before any server;
-- :mod:`~specnb.sweep.runner`: servers started, load driven, ledgers written;
+- :mod:`~specnb.sweep.runner`: a sweep's preflight, then its blocks run here (``BlockRunner``), composed of
+  :mod:`~specnb.sweep.plan` (which points, in which blocks, how many requests, the time left),
+  :mod:`~specnb.sweep.rounds` (the one round loop, local and Ray), :mod:`~specnb.sweep.servers` (start,
+  start together, restart), :mod:`~specnb.sweep.measure` (one point measured, its ledger written) and
+  :mod:`~specnb.sweep.observers` (the progress bar, file hooks);
 - :mod:`~specnb.sweep.executor`: where the pairing blocks run (here, or on Ray: :mod:`~specnb.sweep.fleet`);
 - :mod:`~specnb.sweep.study`: a notebook's parameters as one sweep per condition;
 - :mod:`~specnb.sweep.progress`: a bar in a terminal, a line per point in a file or CI log;

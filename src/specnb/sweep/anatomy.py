@@ -40,12 +40,13 @@ from specnb import paths
 from specnb.analysis.anatomy import KIND, RUN_KIND, format_anatomy, load_anatomy  # noqa: F401 - re-exported
 from specnb.engine import anatomy, loadgen, metrics, wire
 from specnb.engine.server import VllmServer
-from specnb.ledger import provenance
+from specnb.ledger import LoadMode, provenance
 from specnb.ledger.schema import utcnow
 from specnb.ledger.store import write_once
+from specnb.sweep.measure import run_async as _run_async
 from specnb.sweep.preflight import prepare
 from specnb.sweep.progress import progress_bar
-from specnb.sweep.runner import _run_async, server_args_for
+from specnb.sweep.servers import server_args_for
 from specnb.sweep.spec import SweepError, SweepSpec, blocks, level_tag
 
 SCHEMA = 1
@@ -80,7 +81,7 @@ class AnatomyOutcome:
 
 def check(spec: SweepSpec, window_requests: int | None) -> None:
     """What a profiled run refuses in one line, before preflight starts anything."""
-    if spec.load != "concurrency" or not spec.concurrency:
+    if spec.load != LoadMode.CONCURRENCY or not spec.concurrency:
         raise AnatomyError("anatomy profiles closed-loop levels: give concurrency = [...] (load = \"concurrency\")")
     attached = [a.name for a in spec.arms if a.endpoint]
     if attached:

@@ -4,7 +4,8 @@
 ``ray`` runs each block as a task on a Ray cluster (:mod:`specnb.sweep.fleet`, docs/fleet.md).
 The option is a string where a user types it (``--executor ray``, a notebook's ``executor``
 parameter, a Ray address) or a table of Ray options in a parameter file. Nothing here imports
-Ray or the engine: a study's parameters are checked without either.
+Ray or the engine: a study's parameters are checked without either. ``specnb tune`` runs its
+proposal and its rounds through :func:`run_sweep` too, so a tune's sweeps run wherever a sweep's do.
 """
 
 from __future__ import annotations

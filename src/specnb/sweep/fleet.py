@@ -35,6 +35,7 @@ Ray is imported only here and only when this executor is chosen (``pip install -
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 import shutil
@@ -49,6 +50,9 @@ from pathlib import Path
 from typing import Any
 
 from specnb.errors import SpecnbError
+from specnb.sweep.observers import SweepObserver
+from specnb.sweep.plan import Levels, sizing_path, superseded_path
+from specnb.sweep.rounds import Rounds, run_rounds
 from specnb.sweep.spec import SweepError, SweepSpec
 
 __all__ = ["NodeLost", "WorkerLost", "BlockFailed", "BlockRefused", "block_gpus", "layout_gpus",
@@ -163,7 +167,7 @@ class _Order:
     spec: SweepSpec
     repeat: int
     round: int
-    levels: dict[str, list[tuple[float, str]]]
+    levels: Levels
     pending: list[str]  # point ids to measure
     sizing: dict[str, bytes]  # the run's sizing records, so every block sends the same requests
     identity: str  # the sweep's identity hash on the driver
@@ -174,9 +178,10 @@ class _Order:
     mailbox: Any
 
 
-class _Shipper:
+class _Shipper(SweepObserver):
     """Sends a block's new files to the driver's mailbox (a Parquet sidecar before the ledger
-    that names it; server logs at the block's end, when they are whole)."""
+    that names it; server logs at the block's end, when they are whole): an observer of the
+    block's run, told after every point, sizing and block."""
 
     def __init__(self, staging: Path, send: Callable[[str, Any], None], sweep: int):
         self.staging, self.send, self.sweep = staging, send, sweep
@@ -194,6 +199,9 @@ class _Shipper:
             self.sent.add(rel)
         if batch:
             self.send("files", batch)
+
+    def files_written(self) -> None:
+        self.ship()
 
 
 # what Ray puts in a task's environment when the node's own has none (OMP_NUM_THREADS = the task's
@@ -245,7 +253,10 @@ def _block_task(order: _Order) -> dict[str, Any]:  # pragma: no cover - runs in 
             (staging / rel).write_bytes(data)
             shipper.sent.add(rel)
         run = _block_run(order, staging, shipper, node, send)
-        run.run_plan(order.levels, order.round, order.repeat, set(order.pending))
+        pending = set(order.pending)
+        plan = [[pt for pt in block if pt.point_id in pending] for block in run.plan(order.levels, order.round)
+                if block and block[0].repeat == order.repeat]
+        run.run_blocks([b for b in plan if b])
         return {"node": node, "wall_s": time.monotonic() - t0, "points": run.points_run, "began": began,
                 "ended": time.time()}
     finally:
@@ -261,56 +272,29 @@ def _block_task(order: _Order) -> dict[str, Any]:  # pragma: no cover - runs in 
 
 def _block_run(order: _Order, staging: Path, shipper: _Shipper, node: dict[str, Any],
                send: Callable[[str, Any], None]) -> Any:  # pragma: no cover - runs in a Ray worker
-    from specnb.ledger.store import read_json
-    from specnb.sweep.runner import _SweepRun, ended_by
+    """The block's runner on this node, after the node's own preflight (its lines are the
+    driver's to say, not the node's): the local runner, its files shipped as written."""
+    from specnb.sweep.runner import BlockRunner, preflight
 
-    class _BlockRun(_SweepRun):
-        """One pairing block on a node: the local run's code, its files sent on as written."""
-
-        def files_written(self) -> None:
-            shipper.ship()
-
-        def run_plan(self, levels: dict[str, list[tuple[float, str]]], round_: int, repeat: int,
-                     pending: set[str]) -> None:
-            plan = [[pt for pt in block if pt.point_id in pending] for block in self.points(levels, round_)
-                    if block and block[0].repeat == repeat]
-            ended = "complete"
-            try:
-                self.run_round([b for b in plan if b])
-            except BaseException as exc:
-                ended = ended_by(exc)
-                raise
-            finally:
-                self.bar.close()
-                self.write_timing(ended)
-
-    quiet = [True]
-
-    def echo(text: str) -> None:
-        if not quiet[0]:
-            send("echo", text)
-
-    run = _BlockRun(order.spec, staging, progress=False, echo=echo)  # the node's preflight
-    quiet[0] = False
-    here = read_json(staging / "sweep.json").get("identity_hash")
-    if here != order.identity:
-        raise BlockRefused(f"node {node['host']} ({node['node_ip']}) resolves the sweep differently (identity {here} vs "
-                           f"the driver's {order.identity}: another dtype, model or prompt set there)")
-    engine = run.provenance.versions.get("vllm")
+    pre = preflight(order.spec, staging)
+    if pre.identity != order.identity:
+        raise BlockRefused(f"node {node['host']} ({node['node_ip']}) resolves the sweep differently (identity "
+                           f"{pre.identity} vs the driver's {order.identity}: another dtype, model or prompt set there)")
+    engine = pre.provenance.versions.get("vllm")
     if order.engine and engine != order.engine:
         raise BlockRefused(f"node {node['host']} ({node['node_ip']}) has vLLM {engine}, the driver {order.engine}")
-    run.executor = node
-    run.provenance = run.provenance.model_copy(update={"executor": node, "argv": order.argv})
-    return run
+    pre = dataclasses.replace(pre, provenance=pre.provenance.model_copy(update={"executor": node, "argv": order.argv}))
+    return BlockRunner(order.spec, staging, pre, echo=lambda text: send("echo", text), observers=[shipper],
+                       executor=node)
 
 
 # -- the driver's side -----------------------------------------------------------------------------
 @dataclass
 class _Block:
-    run: Any  # the sweep's driver-side _SweepRun
+    run: Any  # the sweep's driver-side BlockRunner (its plan, outcome and failure records; it runs no block)
     repeat: int
     round: int
-    levels: dict[str, list[tuple[float, str]]]
+    levels: Levels
     points: list[Any]
     attempt: int = 0
     node: dict[str, Any] | None = None
@@ -444,7 +428,6 @@ class _Fleet:
     def write(self, run: Any, rel: str, data: bytes) -> None:
         """A file a block wrote, into the run folder, write-once as the local sweep writes it."""
         from specnb.ledger import write_once
-        from specnb.sweep.runner import _superseded_path
 
         relp = Path(rel)
         if relp.is_absolute() or ".." in relp.parts:
@@ -466,7 +449,7 @@ class _Fleet:
                 return
             # a point measured twice (a block declared lost that was not): kept, never paired
             old_name = dest.name
-            dest = _superseded_path(dest) if dest.suffix == ".json" else dest.with_name(f"{dest.stem}-{_stamp()}{dest.suffix}")
+            dest = superseded_path(dest) if dest.suffix == ".json" else dest.with_name(f"{dest.stem}-{_stamp()}{dest.suffix}")
             write_once(dest, data)
             if dest.suffix == ".parquet":
                 self.renamed[(id(run), relp.parent.as_posix(), old_name)] = dest.name
@@ -496,7 +479,6 @@ class _Fleet:
 
     # -- the rounds ------------------------------------------------------------------------------
     def run(self) -> list[Any]:
-        from specnb.ledger.timing import Phase
         from specnb.sweep.progress import progress_bar
         from specnb.sweep.runner import ended_by
 
@@ -507,40 +489,24 @@ class _Fleet:
         self.queue: collections.deque[_Block] = collections.deque()
         self.running: dict[Any, _Block] = {}
         self.bar = progress_bar(0, desc="ray", enabled=self.progress, unit="pt", file=sys.stderr, dynamic_ncols=True)
-        levels = {i: {wl: [(lv, "asked for") for lv in r.spec.levels()] for wl in r.workloads}
-                  for i, r in enumerate(self.runs)}
-        rounds = dict.fromkeys(levels, 0)
+        rounds = [Rounds(r.spec, r.out_dir, r.workloads, r.clock, r.echo) for r in self.runs]
         t0 = time.monotonic()
         ended = "complete"
-        try:
-            while levels:
-                blocks = []
-                for i in sorted(levels):
-                    blocks += self.blocks_of(self.runs[i], levels[i], rounds[i])
-                # repeat-major across conditions: drift lands on every condition alike
-                blocks.sort(key=lambda b: (b.repeat, self.runs.index(b.run)))
-                self.bar.total += sum(len(b.points) for b in blocks)
-                self.bar.refresh()
-                self.dispatch(blocks)
-                for i in list(levels):
-                    run = self.runs[i]
-                    if run.spec.search is None:
-                        del levels[i]
-                        continue
-                    from specnb.sweep import search
 
-                    rounds[i] += 1
-                    with run.clock.phase(Phase.SEARCH):
-                        nxt = search.next_round(run.spec, run.out_dir, rounds[i],
-                                                elapsed_s=time.monotonic() - t0, echo=run.echo)
-                    if nxt:
-                        levels[i] = nxt
-                    else:
-                        del levels[i]
+        def measure(active: list[int]) -> None:
+            blocks = []
+            for i in active:
+                blocks += self.blocks_of(self.runs[i], rounds[i].levels, rounds[i].round)
+            # repeat-major across conditions: drift lands on every condition alike
+            blocks.sort(key=lambda b: (b.repeat, self.runs.index(b.run)))
+            self.bar.total += sum(len(b.points) for b in blocks)
+            self.bar.refresh()
+            self.dispatch(blocks)
+
+        try:
+            run_rounds(rounds, measure, lambda: time.monotonic() - t0)
             for run in self.runs:
-                run.outcome.failed_points = run.missing()
-                run.outcome.refused = list(run.refused.values())
-                run.outcome.refused_all = run.refused_all
+                run.finish()
         except BaseException as exc:
             ended = ended_by(exc)
             raise
@@ -554,14 +520,14 @@ class _Fleet:
                 pass
         return [r.outcome for r in self.runs]
 
-    def blocks_of(self, run: Any, levels: dict[str, list[tuple[float, str]]], round_: int) -> list[_Block]:
+    def blocks_of(self, run: Any, levels: Levels, round_: int) -> list[_Block]:
         """The round's pairing blocks of one sweep with their points not yet measured; an arm this
         build cannot serve gets its refusal recorded here, as the local run records it."""
         from specnb.engine.kernels import Unservable
         from specnb.ledger import utcnow
 
         by_repeat: dict[int, list[Any]] = {}
-        for block in run.points(levels, round_):
+        for block in run.plan(levels, round_):
             for pt in block:
                 run.planned.append(pt)
                 if run.path(pt).exists():
@@ -575,12 +541,10 @@ class _Fleet:
         return [_Block(run, r, round_, levels, pts) for r, pts in sorted(by_repeat.items())]
 
     def order(self, blk: _Block) -> _Order:
-        from specnb.sweep.runner import _sizing_path
-
         run = blk.run
         sizing = {}
         for name in run.workloads:
-            p = _sizing_path(run.out_dir, name)
+            p = sizing_path(run.out_dir, name)
             if p.exists():
                 sizing[p.relative_to(run.out_dir).as_posix()] = p.read_bytes()
         return _Order(key=blk.key, sweep=self.runs.index(run), spec=run.spec, repeat=blk.repeat, round=blk.round,
@@ -591,11 +555,9 @@ class _Fleet:
     def needs_sizing(self, blk: _Block) -> bool:
         """Whether the block would size its workloads' panels itself: the first such block of a
         sweep runs alone, so every repeat sends the same number of requests."""
-        from specnb.sweep.runner import _sizing_path
-
         run = blk.run
         return bool(run.spec.work_floor_tokens) and any(
-            not _sizing_path(run.out_dir, pt.workload.name).exists() for pt in blk.points)
+            not sizing_path(run.out_dir, pt.workload.name).exists() for pt in blk.points)
 
     def check_placeable(self, spec: SweepSpec) -> None:
         """One line, before any block is submitted, when no node of the cluster can hold one of the
@@ -693,14 +655,10 @@ class _Fleet:
             "ok": False, "error_type": kind.__name__, "reason": why,
             "returned_s": round(time.monotonic() - blk.submitted, 2)})
         left = [pt for pt in blk.points if not run.path(pt).exists()]
-        prov = run.provenance
-        run.provenance = lost_provenance(prov, node, blk.key, blk.attempt)
-        try:
-            for pt in left:
-                run.record_failure(pt, kind(f"block {blk.key} on {where} (try {blk.attempt + 1} of {self.ex.retries + 1}): {why}"),
-                                   None, utcnow(), quiet=True)
-        finally:
-            run.provenance = prov
+        prov = lost_provenance(run.provenance, node, blk.key, blk.attempt)
+        for pt in left:
+            run.record_failure(pt, kind(f"block {blk.key} on {where} (try {blk.attempt + 1} of {self.ex.retries + 1}): {why}"),
+                               None, utcnow(), quiet=True, provenance=prov)
         retry = kind is not BlockCancelled and blk.attempt < self.ex.retries and left
         if not retry:  # these points end here: the progress bar counts them as done, like measured ones
             self.bar_points(len(left))
@@ -776,8 +734,7 @@ def run_fleet(sweeps: list[tuple[SweepSpec, Path]], executor: Any, *, progress: 
 
     Every check that can fail on bad input runs here, for every sweep, before the first block is
     scheduled; each node checks again what it needs before its first server starts."""
-    from specnb.ledger.store import read_json
-    from specnb.sweep.runner import _SweepRun
+    from specnb.sweep.runner import BlockRunner, announce, preflight
 
     if executor.local:
         raise FleetError("run_fleet runs on Ray; a local executor is run_sweep")
@@ -785,7 +742,7 @@ def run_fleet(sweeps: list[tuple[SweepSpec, Path]], executor: Any, *, progress: 
     _import_ray()  # before the preflight: a missing Ray is said first
     runs = []
     for spec, out in sweeps:
-        run = _SweepRun(spec, Path(out), progress=False, echo=echo)
-        run.identity = read_json(Path(out) / "sweep.json").get("identity_hash")
-        runs.append(run)
+        pre = preflight(spec, Path(out))
+        announce(spec, Path(out), pre, echo)
+        runs.append(BlockRunner(spec, Path(out), pre, echo=echo))
     return _Fleet(runs, executor, progress, echo).run()

@@ -29,6 +29,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -55,14 +57,14 @@ from specnb.analysis.tune import (
 )
 from specnb.errors import SpecnbError, first_error, read_toml
 from specnb.ledger import load_ledgers, read_ledger, utcnow, write_once
-from specnb.ledger.names import BASELINE
+from specnb.ledger.names import BASELINE, LoadMode
 from specnb.ledger.store import read_json
 from specnb.prompts.sources import resolve
 from specnb.sweep.policy import boundary_levels
 from specnb.sweep.preflight import flag_value
 from specnb.sweep.spec import SweepSpec
 
-__all__ = ["TuneError", "TuneSettings", "TuneSpec", "run_tune", "TuneOutcome"]
+__all__ = ["Deploy", "Stop", "TuneError", "TuneSettings", "TuneSpec", "run_tune", "TuneOutcome"]
 
 ROUND_KIND = "tune_round"
 RESULT_KIND = "tune_result"
@@ -133,7 +135,7 @@ class TuneSpec(BaseModel):
                                 "in a new proposal run instead")
             data = {**spec_doc, **{k: v for k, v in data.items() if k in _OWN_WITH_PROPOSAL}}
         spec = SweepSpec.parse(data, where=where)
-        if spec.load != "concurrency":
+        if spec.load != LoadMode.CONCURRENCY:
             raise TuneError(f"{where}: a schedule is tuned on closed-loop levels (concurrency), not on rates")
         dp = next((v for arm in spec.arms for v in (flag_value([*spec.server_args, *arm.server_args], flag)
                                                       for flag in ("--data-parallel-size", "-dp"))
@@ -259,11 +261,57 @@ def _records(df: Any) -> list[dict[str, Any]]:
     return json.loads(df.to_json(orient="records"))
 
 
-def run_tune(spec: TuneSpec, out: Path | str, *, progress: bool = True,
-             echo: Callable[[str], None] | None = None) -> TuneOutcome:
-    """Run (or resume) a tune into ``out``."""
-    from specnb.sweep.runner import run_sweep  # the engine side, only when measuring
+class Stop(StrEnum):
+    """Why a tune's loop of rounds ended (a round record's and the result's ``stop``)."""
 
+    VERIFIED = "verified"  # a candidate met the envelope at every level
+    MAX_ROUNDS = "max_rounds"
+    BUDGET = "budget"  # budget_s spent: no new round
+    UNJUDGED = "unjudged"  # a round had an arm without a usable point
+    STATIC = "static"  # the next candidate is the static config, already measured as static
+    REPEATED = "repeated"  # the next candidate was measured in an earlier round
+
+
+class Deploy(StrEnum):
+    """What a tune tells an operator to deploy (the result's ``deploy``)."""
+
+    STATIC = "static"  # the proposal's best static K
+    SCHEDULE = "schedule"  # a verified K schedule
+
+
+@dataclass(frozen=True)
+class _Derived:
+    """What the proposal gives the rounds: the first candidate, the static config every round
+    measures beside it, the levels, and the derivation as the first candidate records it."""
+
+    prop_dir: Path
+    workload: str
+    entry: Any  # the workload as the proposal names it
+    config: dict[str, Any]  # the first candidate
+    static_cfg: dict[str, Any]
+    static_k: int
+    max_batch: int
+    levels: list[int]
+    derivation: dict[str, Any]
+    actions: list[str]
+
+
+@dataclass
+class _Loop:
+    """The rounds so far (read back on a resume, or measured now) and what the next one tries."""
+
+    config: dict[str, Any]
+    actions: list[str]
+    tried: list[dict[str, Any]] = field(default_factory=list)
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    stop: str = Stop.MAX_ROUNDS
+    spent: float = 0.0  # tune seconds spent by earlier invocations (recorded in each round), for the budget
+
+
+def run_tune(spec: TuneSpec, out: Path | str, *, progress: bool = True,
+             echo: Callable[[str], None] | None = None, executor: Any = None) -> TuneOutcome:
+    """Run (or resume) a tune into ``out``; its sweeps run on ``executor`` (here by default, or
+    on Ray: :func:`specnb.sweep.executor.run_sweep`)."""
     echo = echo or print
     out = Path(out)
     rec = out / "tune"
@@ -272,21 +320,66 @@ def run_tune(spec: TuneSpec, out: Path | str, *, progress: bool = True,
         echo(f"{out} is finished (tune/result.json); nothing to measure")
         return TuneOutcome(folder=out, result=result)
     t0 = time.monotonic()
-    s = spec.settings
-    prop = spec.proposal
-    workload, entry = _workload_entry(prop, s.workload)
-    failed: list[str] = []
+
+    def sweep(sspec: SweepSpec, folder: Path) -> Any:
+        from specnb.sweep.executor import run_sweep  # the engine side (here or on Ray), only when measuring
+
+        return run_sweep(sspec, folder, progress=progress, echo=echo, executor=executor)
+
     prop_dir = spec.proposal_dir or out / "proposal"
     if spec.proposal_dir is None:
-        echo(f"tune: measuring the proposal ({', '.join(a.name for a in prop.arms)}) into {prop_dir}")
-        o = run_sweep(prop, prop_dir, progress=progress, echo=echo)
-        failed += [f"proposal: {p}" for p in o.failed_points]
-        if failed:  # derive from a complete proposal only: a rerun measures the missing points first
-            echo(f"tune: {len(failed)} proposal point(s) failed; nothing derived (rerun with the same --out)")
+        failed = _measure_proposal(spec.proposal, prop_dir, sweep, echo)
+        if failed:
             return TuneOutcome(folder=out, result={}, failed_points=failed)
+    d = _derive(spec, prop_dir, out)
+    loop = _Loop(config=d.config, actions=d.actions)
+    for n in range(1, spec.settings.max_rounds + 1):
+        round_file = rec / f"round-{n:02d}.json"
+        if round_file.is_file():  # finished before a resume: read, not measured again
+            if _read_round(loop, read_json(round_file)):
+                continue
+            break
+        if spec.settings.budget_s is not None and loop.spent + time.monotonic() - t0 > spec.settings.budget_s and n > 1:
+            loop.stop = Stop.BUDGET
+            echo(f"tune: budget of {spec.settings.budget_s:.0f} s spent; no round {n}")
+            break
+        o, measured, is_static = _measure_round(spec, d, loop, n, out, sweep, echo)
+        if o.failed_points:  # judge a complete round only: a rerun measures the missing points first
+            echo(f"tune round {n}: {len(o.failed_points)} point(s) failed; not judged (rerun with the same --out)")
+            return TuneOutcome(folder=out, result={}, failed_points=[f"round {n}: {p}" for p in o.failed_points])
+        doc = _judge_round(d, loop, n, measured, is_static, load_ledgers(out / f"round-{n:02d}"))
+        doc["tune_elapsed_s"] = loop.spent + time.monotonic() - t0
+        write_once(round_file, _doc(ROUND_KIND, **doc))
+        loop.rounds.append(json.loads(json.dumps(doc, default=_plain)))
+        echo(f"tune round {n}: {doc['claim']}" if loop.stop == Stop.UNJUDGED else
+             f"tune round {n}: {'verified' if doc['verified'] else 'short'}: {doc['claim']}")
+        if doc["next_config"] is None:
+            break
+        loop.config = doc["next_config"]
+    result = _result(out, loop.rounds, d.static_cfg, d.static_k, loop.stop, d.derivation)
+    write_once(rec / "result.json", _doc(RESULT_KIND, **result))
+    return TuneOutcome(folder=out, result=result, failed_points=[])
+
+
+def _measure_proposal(prop: SweepSpec, prop_dir: Path, sweep: Callable[[SweepSpec, Path], Any],
+                      echo: Callable[[str], None]) -> list[str]:
+    """The proposal measured (or resumed); its points still without a measurement (none: derive)."""
+    echo(f"tune: measuring the proposal ({', '.join(a.name for a in prop.arms)}) into {prop_dir}")
+    o = sweep(prop, prop_dir)
+    failed = [f"proposal: {p}" for p in o.failed_points]
+    if failed:  # derive from a complete proposal only: a rerun measures the missing points first
+        echo(f"tune: {len(failed)} proposal point(s) failed; nothing derived (rerun with the same --out)")
+    return failed
+
+
+def _derive(spec: TuneSpec, prop_dir: Path, out: Path) -> _Derived:
+    """The first candidate and the static config from the proposal's ledgers."""
+    s, prop = spec.settings, spec.proposal
+    workload, entry = _workload_entry(prop, s.workload)
     pdf = load_ledgers(prop_dir)
+    max_batch = _max_batch(prop, s.max_batch)
     try:
-        config, chosen, _ = derive_policy(pdf, workload=workload, rule=s.rule, max_batch=_max_batch(prop, s.max_batch),
+        config, chosen, _ = derive_policy(pdf, workload=workload, rule=s.rule, max_batch=max_batch,
                                           source=str(prop_dir), method=s.method)
     except ScheduleError as exc:
         raise TuneError(f"the proposal {prop_dir}: {exc}") from None
@@ -297,103 +390,92 @@ def run_tune(spec: TuneSpec, out: Path | str, *, progress: bool = True,
     ok = pdf[(pdf["arm"] == static_arm) & (pdf["status"] == "ok")]
 
     static_cfg = dict(read_ledger(ok["path"].iloc[0]).arm.speculative_config)
-    first = rec / "round-01.json"
+    first = out / "tune" / "round-01.json"
     if first.is_file() and read_json(first)["static_config"] != static_cfg:  # a resume must not switch it
         raise TuneError(f"{out}: the proposal's best static K is now {static_cfg}, the rounds measured "
                         f"{read_json(first)['static_config']}; tune into a new --out")
-    static_k = int(static_cfg["num_speculative_tokens"])
-    max_batch = _max_batch(prop, s.max_batch)
-    levels = sorted(int(c) for c in chosen["concurrency"])
     offs = sorted(off_arms(pdf[pdf["workload"] == workload]))
     derivation = {"from": paths.portable(str(prop_dir)), "workload": workload, "rule": s.rule, "static_arm": static_arm, "off_arms": offs,
                   "levels": _records(chosen), "deploy": chosen.attrs.get("deploy"), "claim": chosen.attrs.get("claim")}
-    tried: list[dict[str, Any]] = []
-    rounds: list[dict[str, Any]] = []
-    actions: list[str] = [f"derived from the proposal ({chosen.attrs.get('deploy')}): {chosen.attrs.get('claim')}"]
-    stop = "max_rounds"
-    spent = 0.0  # tune seconds spent by earlier invocations (recorded in each round), for the budget
-    for n in range(1, s.max_rounds + 1):
-        round_file = rec / f"round-{n:02d}.json"
-        if round_file.is_file():  # finished before a resume: read, not measured again
-            done = read_json(round_file)
-            rounds.append(done)
-            spent = float(done.get("tune_elapsed_s") or 0.0)
-            tried.append(done["speculative_config"])
-            if done.get("next_config") is None:
-                stop = done.get("stop", "verified")
-                break
-            config = done["next_config"]
-            actions = done.get("actions", [])
-            continue
-        if s.budget_s is not None and spent + time.monotonic() - t0 > s.budget_s and n > 1:
-            stop = "budget"
-            echo(f"tune: budget of {s.budget_s:.0f} s spent; no round {n}")
-            break
-        cand = rec / f"candidate-{n:02d}.json"
-        if cand.is_file():
-            config = read_json(cand)["speculative_config"]
+    return _Derived(prop_dir=prop_dir, workload=workload, entry=entry, config=config, static_cfg=static_cfg,
+                    static_k=int(static_cfg["num_speculative_tokens"]), max_batch=max_batch,
+                    levels=sorted(int(c) for c in chosen["concurrency"]), derivation=derivation,
+                    actions=[f"derived from the proposal ({chosen.attrs.get('deploy')}): {chosen.attrs.get('claim')}"])
+
+
+def _read_round(loop: _Loop, done: dict[str, Any]) -> bool:
+    """A round finished before a resume, into the loop; False when the loop ended there."""
+    loop.rounds.append(done)
+    loop.spent = float(done.get("tune_elapsed_s") or 0.0)
+    loop.tried.append(done["speculative_config"])
+    if done.get("next_config") is None:
+        loop.stop = done.get("stop", Stop.VERIFIED)
+        return False
+    loop.config = done["next_config"]
+    loop.actions = done.get("actions", [])
+    return True
+
+
+def _measure_round(spec: TuneSpec, d: _Derived, loop: _Loop, n: int, out: Path,
+                   sweep: Callable[[SweepSpec, Path], Any], echo: Callable[[str], None]) -> tuple[Any, list[int], bool]:
+    """Round ``n``: its candidate written (once) as a policy file, then its sweep measured; returns
+    the sweep's outcome, the levels measured and whether the candidate is the static config."""
+    cand = out / "tune" / f"candidate-{n:02d}.json"
+    if cand.is_file():
+        loop.config = read_json(cand)["speculative_config"]
+    else:
+        write_once(cand, _doc("policy", speculative_config=loop.config, derived_from=paths.portable(str(d.prop_dir)),
+                              workload=d.workload,
+                              round=n, why=loop.actions, derivation=d.derivation if n == 1 else None))
+    config = loop.config
+    loop.tried.append(config)
+    is_static = config == d.static_cfg
+    measured = boundary_levels(cand, d.levels)
+    repeats = spec.settings.round_repeats or spec.proposal.repeats
+    rspec = _round_spec(spec.proposal, n, d.entry, measured, repeats, d.static_cfg, cand, config)
+    echo(f"tune round {n}: {TUNED} --speculative-config '{json.dumps(config)}' against {BASELINE}"
+         + ("" if is_static else f" and {STATIC} (K={d.static_k})") + f" at c={measured}, {repeats} repeat(s)")
+    return sweep(rspec, out / f"round-{n:02d}"), measured, is_static
+
+
+def _judge_round(d: _Derived, loop: _Loop, n: int, measured: list[int], is_static: bool, rdf: Any) -> dict[str, Any]:
+    """Round ``n``'s record from its ledgers: the verdict, its per-level check and the next
+    candidate (None: the loop stops, ``loop.stop`` says why)."""
+    config = loop.config
+    check, why_not = _judge(rdf, static=None if is_static else STATIC)
+    doc: dict[str, Any] = {"round": n, "speculative_config": config, "static_config": d.static_cfg,
+                           "folder": f"round-{n:02d}", "levels": measured}
+    if check is None:  # an arm without a usable point: recorded as unjudged, the loop stops
+        loop.stop = Stop.UNJUDGED
+        doc.update(verified=False, claim=f"round {n} could not be judged: {why_not}", check=[], thrash=[],
+                   next_config=None, stop=loop.stop)
+        return doc
+    unmeasured = sorted(set(measured) - set(int(c) for c in check["concurrency"]))
+    claim = claim_text(check, config, d.static_k, static_is_candidate=is_static)
+    if unmeasured:
+        claim += f"; unmeasured at c={', '.join(map(str, unmeasured))} (no usable pair there)"
+    verified = not check["short"].any() and not unmeasured
+    doc.update(verified=verified, claim=claim, check=_records(check), unmeasured=unmeasured,
+               thrash=[int(c) for c in check.loc[check["thrash"], "concurrency"]])
+    nxt = None
+    if verified:
+        loop.stop = Stop.VERIFIED
+    else:
+        red = rederive(k_scheduled(check) or {c: d.static_k for c in measured}, check, d.static_k)
+        batch = {int(r.concurrency): r.running_mean for r in check.itertuples(index=False)}
+        ks = set(red.k.values())
+        if ks == {d.static_k}:
+            nxt = d.static_cfg
         else:
-            write_once(cand, _doc("policy", speculative_config=config, derived_from=paths.portable(str(prop_dir)),
-                                  workload=workload,
-                                  round=n, why=actions, derivation=derivation if n == 1 else None))
-        tried.append(config)
-        is_static = config == static_cfg
-        measured = boundary_levels(cand, levels)
-        repeats = s.round_repeats or prop.repeats
-        rspec = _round_spec(prop, n, entry, measured, repeats, static_cfg, cand, config)
-        echo(f"tune round {n}: {TUNED} --speculative-config '{json.dumps(config)}' against {BASELINE}"
-             + ("" if is_static else f" and {STATIC} (K={static_k})") + f" at c={measured}, {repeats} repeat(s)")
-        o = run_sweep(rspec, out / f"round-{n:02d}", progress=progress, echo=echo)
-        if o.failed_points:  # judge a complete round only: a rerun measures the missing points first
-            failed += [f"round {n}: {p}" for p in o.failed_points]
-            echo(f"tune round {n}: {len(o.failed_points)} point(s) failed; not judged (rerun with the same --out)")
-            return TuneOutcome(folder=out, result={}, failed_points=failed)
-        rdf = load_ledgers(out / f"round-{n:02d}")
-        check, why_not = _judge(rdf, static=None if is_static else STATIC)
-        doc: dict[str, Any] = {"round": n, "speculative_config": config, "static_config": static_cfg,
-                               "folder": f"round-{n:02d}", "levels": measured}
-        if check is None:  # an arm without a usable point: recorded as unjudged, the loop stops
-            stop = "unjudged"
-            doc.update(verified=False, claim=f"round {n} could not be judged: {why_not}", check=[], thrash=[],
-                       next_config=None, stop=stop, tune_elapsed_s=spent + time.monotonic() - t0)
-            write_once(round_file, _doc(ROUND_KIND, **doc))
-            rounds.append(json.loads(json.dumps(doc, default=_plain)))
-            echo(f"tune round {n}: {doc['claim']}")
-            break
-        unmeasured = sorted(set(measured) - set(int(c) for c in check["concurrency"]))
-        claim = claim_text(check, config, static_k, static_is_candidate=is_static)
-        if unmeasured:
-            claim += f"; unmeasured at c={', '.join(map(str, unmeasured))} (no usable pair there)"
-        verified = not check["short"].any() and not unmeasured
-        doc.update(verified=verified, claim=claim, check=_records(check), unmeasured=unmeasured,
-                   thrash=[int(c) for c in check.loc[check["thrash"], "concurrency"]])
-        nxt = None
-        if verified:
-            stop = "verified"
-        else:
-            red = rederive(k_scheduled(check) or {c: static_k for c in measured}, check, static_k)
-            batch = {int(r.concurrency): r.running_mean for r in check.itertuples(index=False)}
-            ks = set(red.k.values())
-            if ks == {static_k}:
-                nxt = static_cfg
-            else:
-                nxt = policy_config(static_cfg, schedule_levels(red.k, batch, max_batch))
-            doc.update(actions=red.actions, unreachable=red.unreachable, noise=red.noise)
-            if any(nxt == t for t in tried) or (nxt == static_cfg and not is_static):
-                # the static config was measured in this very round (as static): nothing new to try
-                stop = "static" if nxt == static_cfg else "repeated"
-                nxt = None
-            actions = red.actions
-        doc.update(next_config=nxt, stop=stop if nxt is None else None, tune_elapsed_s=spent + time.monotonic() - t0)
-        write_once(round_file, _doc(ROUND_KIND, **doc))
-        rounds.append(json.loads(json.dumps(doc, default=_plain)))
-        echo(f"tune round {n}: {'verified' if verified else 'short'}: {claim}")
-        if nxt is None:
-            break
-        config = nxt
-    result = _result(out, rounds, static_cfg, static_k, stop, derivation)
-    write_once(rec / "result.json", _doc(RESULT_KIND, **result))
-    return TuneOutcome(folder=out, result=result, failed_points=failed)
+            nxt = policy_config(d.static_cfg, schedule_levels(red.k, batch, d.max_batch))
+        doc.update(actions=red.actions, unreachable=red.unreachable, noise=red.noise)
+        if any(nxt == t for t in loop.tried) or (nxt == d.static_cfg and not is_static):
+            # the static config was measured in this very round (as static): nothing new to try
+            loop.stop = Stop.STATIC if nxt == d.static_cfg else Stop.REPEATED
+            nxt = None
+        loop.actions = red.actions
+    doc.update(next_config=nxt, stop=loop.stop if nxt is None else None)
+    return doc
 
 
 def _judge(df: Any, *, tuned: str = TUNED, static: str | None = STATIC) -> tuple[Any, str | None]:
@@ -417,21 +499,21 @@ def _result(out: Path, rounds: list[dict[str, Any]], static_cfg: dict[str, Any],
                          "claim": r["claim"]} for r in rounds]}
     if ver:
         r = ver[-1]
-        deploy = "static" if r["speculative_config"] == static_cfg else "schedule"
+        deploy = Deploy.STATIC if r["speculative_config"] == static_cfg else Deploy.SCHEDULE
         return {**base, "deploy": deploy, "speculative_config": r["speculative_config"], "claim": r["claim"],
                 "verified": True, "verified_in": r["folder"]}
     if not rounds:
-        return {**base, "deploy": "static", "speculative_config": static_cfg, "verified": False,
+        return {**base, "deploy": Deploy.STATIC, "speculative_config": static_cfg, "verified": False,
                 "claim": "no round was measured", "verified_in": None}
     last = rounds[-1]
     arm = TUNED if last["speculative_config"] == static_cfg else STATIC
     check, why_not = _judge(load_ledgers(out / last["folder"]), tuned=arm, static=None)
     if check is None:
-        return {**base, "deploy": "static", "speculative_config": static_cfg, "verified": False,
+        return {**base, "deploy": Deploy.STATIC, "speculative_config": static_cfg, "verified": False,
                 "claim": f"no candidate was verified and the static config cannot be judged from {last['folder']}: "
                          f"{why_not}", "verified_in": None}
     claim = claim_text(check, static_cfg, static_k, static_is_candidate=True)
     why = ("no candidate schedule met the envelope at every level; the static config is deployed, as measured in "
            f"{last['folder']}: ")
-    return {**base, "deploy": "static", "speculative_config": static_cfg, "verified": not check["short"].any(),
+    return {**base, "deploy": Deploy.STATIC, "speculative_config": static_cfg, "verified": not check["short"].any(),
             "claim": why + claim, "verified_in": last["folder"]}

@@ -164,11 +164,12 @@ def _fake_sweeps(monkeypatch, truth, round_off=0.8, dip=None):
     """run_sweep replaced by hand-made ledgers: each arm at 100 c^0.8 tok/s x truth[K] at the
     nearest proposal level; K = 0 inside a schedule at truth["off"] in the proposal and at
     ``round_off`` in the rounds (the engine's real cost); ``dip``: (round folder, level, speedup)."""
-    import specnb.sweep.runner as runner
+    import specnb.sweep.executor as sweep_executor
+    from specnb.sweep.runner import SweepOutcome
 
     calls = []
 
-    def fake_sweep(spec, out, progress=True, echo=None):
+    def fake_sweep(spec, out, progress=True, echo=None, executor=None):
         calls.append((out.name, [a.name for a in spec.arms], list(spec.concurrency)))
         out.mkdir(parents=True, exist_ok=True)
         for r in range(spec.repeats):
@@ -190,9 +191,9 @@ def _fake_sweeps(monkeypatch, truth, round_off=0.8, dip=None):
                     path = out / a.name / f"c{c}-r{r}.json"
                     if not path.exists():  # as the runner: a finished point is not measured again
                         write_ledger(path, _led(a.name, cfg, c, r, base * sp * (f if cfg else 1.0), running=0.95 * c))
-        return runner.SweepOutcome(out_dir=out)
+        return SweepOutcome(out_dir=out)
 
-    monkeypatch.setattr(runner, "run_sweep", fake_sweep)
+    monkeypatch.setattr(sweep_executor, "run_sweep", fake_sweep)
     return calls
 
 
@@ -292,19 +293,19 @@ def test_the_gpu_tune_files_cover_ngram_and_eagle3_within_the_engine_floor():
 
 
 def test_a_round_with_failed_points_is_not_judged_and_a_rerun_measures_it(tmp_path, monkeypatch):
-    import specnb.sweep.runner as runner
+    import specnb.sweep.executor as sweep_executor
     from specnb.sweep.tune import TuneSpec, run_tune
 
     calls = _fake_sweeps(monkeypatch, {4: [1.5, 1.4, 1.3, 1.2], 2: [1.2, 1.1, 1.0, 0.9], "off": [0.8] * 4})
-    good = runner.run_sweep
+    good = sweep_executor.run_sweep
 
-    def flaky(spec, out, progress=True, echo=None):
+    def flaky(spec, out, progress=True, echo=None, executor=None):
         o = good(spec, out, progress, echo)
         if out.name == "round-01" and len(calls) == 2:
             o.failed_points = ["tuned/copy/c008-r00 (EngineDied)"]
         return o
 
-    monkeypatch.setattr(runner, "run_sweep", flaky)
+    monkeypatch.setattr(sweep_executor, "run_sweep", flaky)
     spec = TuneSpec.parse({**BASE, "concurrency": LEVELS, "repeats": 3})
     out = tmp_path / "t"
     first = run_tune(spec, out, progress=False, echo=lambda s: None)

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-import specnb.sweep.runner as runner
+import specnb.sweep.measure as measure
+import specnb.sweep.servers as servers
 from specnb.engine.server import VllmServer
 from tests.unit.fakevllm import fake_model, fake_python
 
@@ -35,8 +36,8 @@ def fake_vllm(tmp_path, monkeypatch):
             super().__init__(*a, python=str(exe), stop_grace_s=3, **kw)
             started.append(self)
 
-    monkeypatch.setattr(runner, "VllmServer", Server)
-    monkeypatch.setattr(runner, "HostLoad", QuietHost)
+    monkeypatch.setattr(servers, "VllmServer", Server)
+    monkeypatch.setattr(measure, "HostLoad", QuietHost)
     state = tmp_path / "state"
     state.mkdir()
     return SimpleNamespace(model=fake_model(tmp_path / "model"), state=state, started=started, exe=exe)

@@ -98,12 +98,12 @@ def test_the_real_default_model_against_its_own_tokenizer(tmp_path):
 
 
 def test_a_sweep_refuses_before_any_server_or_folder(tmp_path, monkeypatch):
-    import specnb.sweep.runner as runner
+    import specnb.sweep.servers as servers
 
     def no_server(*a, **k):
         raise AssertionError("a server was started for a sweep that must be refused")
 
-    monkeypatch.setattr(runner, "VllmServer", no_server)
+    monkeypatch.setattr(servers, "VllmServer", no_server)
     target = model(tmp_path, "t")
     bad = model(tmp_path, "d", tok_config={"eos_token": "<|im_end|>"})
     spec = SweepSpec.parse(dict(name="x", model=str(target), concurrency=[1],

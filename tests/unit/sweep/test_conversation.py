@@ -62,15 +62,15 @@ def test_recorded_history_on_a_set_without_answers_is_refused_before_any_server(
 
 
 def test_every_launched_arm_of_a_conversation_sweep_reports_cached_tokens(monkeypatch):
-    import specnb.sweep.runner as runner
+    import specnb.sweep.servers as servers
 
-    monkeypatch.setattr(runner, "engine_supports_flag", lambda flag: True)
+    monkeypatch.setattr(servers, "engine_supports_flag", lambda flag: True)
     s = spec(arms=[{"name": "baseline"}, {"name": "ngram", "speculative_config": {"method": "ngram",
                                                                                "num_speculative_tokens": 4}}])
     assert all(PROMPT_DETAILS_FLAG in server_args_for(s, arm) for arm in s.arms)
     closed = SweepSpec.parse({**s.model_dump(exclude={"load", "workloads"}), "workloads": ["copy"]})
     assert not any(PROMPT_DETAILS_FLAG in server_args_for(closed, arm) for arm in closed.arms)
-    monkeypatch.setattr(runner, "engine_supports_flag", lambda flag: False)  # an engine without it: left out
+    monkeypatch.setattr(servers, "engine_supports_flag", lambda flag: False)  # an engine without it: left out
     assert PROMPT_DETAILS_FLAG not in server_args_for(s, s.arms[0])
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-import specnb.sweep.runner as runner
+import specnb.sweep.measure as measure
 from specnb import cli, paths
 from specnb.analysis import usable
 from specnb.engine.server import VllmServer
@@ -148,7 +148,7 @@ def _mount_tmpfs(where: Path, options: str) -> bool:
 def _disk_full_run(fake, out: Path, monkeypatch, fill):
     """A sweep whose disk fills after its first ledger: one line naming the next file, the
     first ledger intact, no temporary file left, no server left."""
-    real = runner.write_ledger
+    real = measure.write_ledger
     kept = {}
 
     def write_then_fill(path, led, frame=None):
@@ -158,7 +158,7 @@ def _disk_full_run(fake, out: Path, monkeypatch, fill):
             fill()
         return p
 
-    monkeypatch.setattr(runner, "write_ledger", write_then_fill)
+    monkeypatch.setattr(measure, "write_ledger", write_then_fill)
     with pytest.raises(LedgerWriteError) as info:
         run_sweep(fspec(fake), out, progress=False, echo=QUIET)
     msg = str(info.value)

@@ -117,7 +117,7 @@ def test_per_request_acceptance_lands_per_category(fake, tmp_path, monkeypatch):
 
 
 def test_a_point_disturbed_by_another_process_is_kept_and_measured_again(fake, tmp_path, monkeypatch):
-    from specnb.sweep import runner
+    from specnb.sweep import measure, runner
 
     readings = iter([1.2, 0.0, 1.5, 1.4, 1.3])  # c=1: busy then quiet; c=2: busy three times
 
@@ -128,8 +128,8 @@ def test_a_point_disturbed_by_another_process_is_kept_and_measured_again(fake, t
         def other_cores(self):
             return next(readings)
 
-    monkeypatch.setattr(runner, "HostLoad", FakeHostLoad)
-    monkeypatch.setattr(runner, "wait_for_quiet", lambda pid: None)
+    monkeypatch.setattr(measure, "HostLoad", FakeHostLoad)
+    monkeypatch.setattr(measure, "wait_for_quiet", lambda pid: None)
     real_bar, bars = runner.progress_bar, []
     monkeypatch.setattr(runner, "progress_bar", lambda *a, **k: bars.append(real_bar(*a, **k)) or bars[-1])
     fake.fail = False

@@ -9,12 +9,13 @@ import pytest
 
 from specnb.analysis.schedule import SCHEDULE_KEY, SCHEDULE_KEY_NEW
 from specnb.ledger import read_ledger
-from specnb.sweep import SweepSpec, run_sweep, runner
+from specnb.sweep import SweepSpec, run_sweep, runner, servers
 
 
 @pytest.mark.parametrize("engine_key", [SCHEDULE_KEY, SCHEDULE_KEY_NEW])
 def test_the_schedule_is_sent_under_the_engines_name_and_said(fake_vllm, tmp_path, monkeypatch, engine_key):
-    monkeypatch.setattr(runner, "engine_schedule_key", lambda: engine_key)
+    monkeypatch.setattr(runner, "engine_schedule_key", lambda: engine_key)  # the note
+    monkeypatch.setattr(servers, "engine_schedule_key", lambda: engine_key)  # what is sent
     sched = [[1, 1, 2], [2, 256, 0]]
     spec = SweepSpec.parse(dict(
         name="s", model=str(fake_vllm.model), served_model_name="fake", workloads=["freeform"], concurrency=[1],

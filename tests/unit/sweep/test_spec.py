@@ -98,9 +98,9 @@ def test_draft_vocabulary_must_match(tmp_path):
 
 
 def test_resuming_with_other_settings_is_refused(tmp_path, monkeypatch):
-    import specnb.sweep.runner as runner
+    import specnb.sweep.plan as plan
 
-    monkeypatch.setattr(runner, "blocks", lambda s: iter(()))  # record the sweep, run nothing
+    monkeypatch.setattr(plan, "blocks", lambda s: iter(()))  # record the sweep, run nothing
     run_sweep(spec(), tmp_path, progress=False)
     run_sweep(spec(concurrency=[1, 2, 4, 8], repeats=5), tmp_path, progress=False)  # may extend
     with pytest.raises(SweepError, match="different settings"):
@@ -108,11 +108,11 @@ def test_resuming_with_other_settings_is_refused(tmp_path, monkeypatch):
 
 
 def test_dtype_machine_resumes_a_run_of_the_dtype_it_names_here_and_no_other(tmp_path, monkeypatch):
-    import specnb.sweep.runner as runner
+    import specnb.sweep.plan as plan
     from specnb.engine import kernels
     from tests.unit.engine.test_kernels import AVX2_PROBE, AVX512_PROBE
 
-    monkeypatch.setattr(runner, "blocks", lambda s: iter(()))  # record the sweep, run nothing
+    monkeypatch.setattr(plan, "blocks", lambda s: iter(()))  # record the sweep, run nothing
     run_sweep(spec(server_args=["--dtype", "bfloat16"]), tmp_path, progress=False)  # a run from before the value
     monkeypatch.setattr(kernels, "probe", lambda env=None: AVX512_PROBE)
     run_sweep(spec(server_args=["--dtype", "machine"]), tmp_path, progress=False)  # bf16 here: the same run
@@ -147,10 +147,10 @@ def test_missing_engine_is_named_before_start(monkeypatch):
 
 
 def test_per_request_acceptance_flag_only_for_launched_speculative_arms(monkeypatch):
-    import specnb.sweep.runner as runner
+    import specnb.sweep.servers as servers
     from specnb.sweep.runner import PER_REQUEST_SPEC_FLAG, server_args_for
 
-    monkeypatch.setattr(runner, "engine_supports_flag", lambda flag: flag == PER_REQUEST_SPEC_FLAG)
+    monkeypatch.setattr(servers, "engine_supports_flag", lambda flag: flag == PER_REQUEST_SPEC_FLAG)
     s = spec(server_args=["--enforce-eager"])
     base, ngram = s.arms
     assert server_args_for(s, base) == ["--enforce-eager"]  # vLLM refuses the flag without a drafter
@@ -158,7 +158,7 @@ def test_per_request_acceptance_flag_only_for_launched_speculative_arms(monkeypa
     own = Arm(name="own", speculative_config=NGRAM, server_args=[f"{PER_REQUEST_SPEC_FLAG}=detailed"])
     assert server_args_for(s, own) == ["--enforce-eager", f"{PER_REQUEST_SPEC_FLAG}=detailed"]
     assert server_args_for(spec(per_request_spec_metrics=False), ngram) == []
-    monkeypatch.setattr(runner, "engine_supports_flag", lambda flag: False)  # an older engine
+    monkeypatch.setattr(servers, "engine_supports_flag", lambda flag: False)  # an older engine
     assert server_args_for(s, ngram) == ["--enforce-eager"]
 
 
@@ -207,7 +207,7 @@ def test_run_async_works_inside_a_running_event_loop():
     """Notebooks run the sweep inside ipykernel's event loop, where asyncio.run refuses."""
     import asyncio
 
-    from specnb.sweep.runner import _run_async
+    from specnb.sweep.measure import run_async as _run_async
 
     async def value():
         await asyncio.sleep(0)

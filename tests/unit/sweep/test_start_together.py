@@ -11,9 +11,10 @@ import time
 
 import pytest
 
-import specnb.sweep.runner as runner
+import specnb.sweep.servers as servers
 from specnb.ledger import load_ledgers, read_ledger
 from specnb.sweep import SweepSpec, run_sweep
+from specnb.sweep.measure import PointMeasurer
 from tests.unit.fakevllm import group_members
 
 QUIET = lambda s: None  # noqa: E731
@@ -36,7 +37,7 @@ def _spec(fake, arms=None, **kw) -> SweepSpec:
 def events(fake_vllm, monkeypatch):
     """Every launch, ready, stop and point of the run, in order: (what, arm, repeat)."""
     log: list[tuple[str, str, int]] = []
-    fixture_server = runner.VllmServer
+    fixture_server = servers.VllmServer
 
     class Recorded(fixture_server):
         def __init__(self, *a, **kw):
@@ -59,14 +60,14 @@ def events(fake_vllm, monkeypatch):
                 log.append(("stop", *self.block))
             super().stop()
 
-    real_point = runner._SweepRun.run_point
+    real_point = PointMeasurer.run_point
 
     def run_point(self, pt, *a, **kw):
         log.append(("point", pt.arm.name, pt.repeat))
         return real_point(self, pt, *a, **kw)
 
-    monkeypatch.setattr(runner, "VllmServer", Recorded)
-    monkeypatch.setattr(runner._SweepRun, "run_point", run_point)
+    monkeypatch.setattr(servers, "VllmServer", Recorded)
+    monkeypatch.setattr(PointMeasurer, "run_point", run_point)
     fake_vllm.events = log
     return fake_vllm
 
@@ -128,13 +129,13 @@ def test_a_server_that_cannot_start_costs_only_its_own_points(events, tmp_path):
 
 
 def test_ctrl_c_in_the_first_block_stops_every_server_of_the_repeat(events, tmp_path, monkeypatch):
-    real = runner._SweepRun.run_point
+    real = PointMeasurer.run_point
 
     def interrupted(self, pt, *a, **kw):
         real(self, pt, *a, **kw)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner._SweepRun, "run_point", interrupted)
+    monkeypatch.setattr(PointMeasurer, "run_point", interrupted)
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         run_sweep(_spec(events), tmp_path / "out", progress=False, echo=QUIET)
@@ -149,7 +150,7 @@ def test_ctrl_c_in_the_first_block_stops_every_server_of_the_repeat(events, tmp_
 
 def test_an_attached_arm_is_not_started_and_a_lone_launched_arm_starts_as_before(events, tmp_path):
     """Only launched arms start together; one launched arm in a repeat has nobody to start with."""
-    theirs = runner.VllmServer.__mro__[1]  # the fake, without the event log
+    theirs = servers.VllmServer.__mro__[1]  # the fake, without the event log
     srv = theirs(str(events.model), served_model_name="fake", log_path=tmp_path / "theirs.log",
                  env={"FAKE_VLLM_STATE": str(events.state)}, ready_timeout_s=30)
     with srv as ep:
@@ -172,7 +173,7 @@ def test_a_server_that_dies_while_it_waits_for_its_block_is_started_again(events
     own.mkdir()
     arms = [{"name": "baseline"},
             {"name": "ngram", "speculative_config": NGRAM, "env": {"FAKE_VLLM_STATE": str(own)}}]
-    real = runner._SweepRun.run_point
+    real = PointMeasurer.run_point
 
     def first_point_kills_the_other(self, pt, *a, **kw):
         if pt.arm.name == "baseline" and not (own / "told").exists():
@@ -184,7 +185,7 @@ def test_a_server_that_dies_while_it_waits_for_its_block_is_started_again(events
                 time.sleep(0.05)
         return real(self, pt, *a, **kw)
 
-    monkeypatch.setattr(runner._SweepRun, "run_point", first_point_kills_the_other)
+    monkeypatch.setattr(PointMeasurer, "run_point", first_point_kills_the_other)
     outcome = run_sweep(_spec(events, arms=arms, repeats=1), tmp_path / "out", progress=False, echo=QUIET)
     assert outcome.ok and len(outcome.written) == 4 and outcome.restarts == 1
     starts = json.loads(outcome.timings[0].read_text())["server_starts"]
