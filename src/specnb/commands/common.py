@@ -43,6 +43,7 @@ class MeasuringCommand(Command):
     config_help: ClassVar[str]
     out_help: ClassVar[str]
     override_help: ClassVar[str] = "override a top-level setting, value in TOML syntax"
+    on_ray: ClassVar[bool] = False  # takes the executor options (here, or on a Ray cluster)
 
     @classmethod
     def add_cli_args(cls, p: argparse.ArgumentParser) -> None:
@@ -50,6 +51,8 @@ class MeasuringCommand(Command):
         p.add_argument("--out", type=Path, help=cls.out_help)
         p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=cls.override_help)
         p.add_argument("--no-progress", action="store_true")
+        if cls.on_ray:
+            add_executor_args(p)
 
 
 class Parser(argparse.ArgumentParser):

@@ -8,7 +8,6 @@ import sys
 from specnb import paths
 from specnb.commands.common import (
     MeasuringCommand,
-    add_executor_args,
     echo,
     executor_from_args,
     finished,
@@ -24,11 +23,7 @@ class Sweep(MeasuringCommand):
     help = "run or resume a sweep, then print the paired table"
     config_help = "sweep TOML file"
     out_help = "ledger folder (default: ledgers/<name>/<UTC time>); an existing folder of the same sweep resumes"
-
-    @classmethod
-    def add_cli_args(cls, p: argparse.ArgumentParser) -> None:
-        super().add_cli_args(p)
-        add_executor_args(p)
+    on_ray = True
 
     @staticmethod
     def run(a: argparse.Namespace) -> int:

@@ -9,7 +9,6 @@ import sys
 from specnb import paths
 from specnb.commands.common import (
     MeasuringCommand,
-    add_executor_args,
     echo,
     executor_from_args,
     finished,
@@ -27,11 +26,7 @@ class Tune(MeasuringCommand):
     config_help = "tune TOML: a proposal sweep and a [tune] table"
     out_help = "tune folder (default: ledgers/tune/<name>/<UTC time>); an existing one resumes"
     override_help = "override a setting (tune.<key> for the [tune] table), value in TOML syntax"
-
-    @classmethod
-    def add_cli_args(cls, p: argparse.ArgumentParser) -> None:
-        super().add_cli_args(p)
-        add_executor_args(p)
+    on_ray = True
 
     @staticmethod
     def run(a: argparse.Namespace) -> int:
