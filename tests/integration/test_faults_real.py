@@ -26,6 +26,7 @@ from specnb.engine.server import VllmServer
 from specnb.ledger import read_ledger
 from specnb.sweep import SweepSpec, run_sweep
 from tests.integration.conftest import SERVER_ARGS
+from tests.unit.fakevllm import group_members
 
 MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
 
@@ -61,24 +62,12 @@ def _servers_under(pid: int) -> list[psutil.Process]:
     return out
 
 
-def _group(pgid: int) -> list[psutil.Process]:
-    """Every live (non-zombie) process of a process group."""
-    out = []
-    for p in psutil.process_iter(["status"]):
-        try:
-            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return out
-
-
 def _assert_groups_gone(pgids: set[int], within_s: float = 60) -> None:
     assert pgids
     deadline = time.monotonic() + within_s
     left: list[psutil.Process] = []
     while time.monotonic() < deadline:
-        left = [p for g in pgids for p in _group(g)]
+        left = [p for g in pgids for p in group_members(g)]
         if not left:
             return
         time.sleep(0.5)

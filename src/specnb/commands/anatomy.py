@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+from typing import Any
 
 from specnb import paths
 from specnb.commands.common import MeasuringCommand, echo, finished, overrides
@@ -15,7 +17,6 @@ class Anatomy(MeasuringCommand):
     name = "anatomy"
     help = ("profile one window per arm and level on servers of their own and split each engine step into drafting, "
             "verification, sampling and scheduling (vLLM's torch profiler)")
-
     config_help = "sweep TOML file (its arms, levels, workloads and sampling)"
     out_help = "record folder (default: ledgers/anatomy/<name>/<UTC time>); an existing one resumes"
 
@@ -26,13 +27,29 @@ class Anatomy(MeasuringCommand):
                        help="requests per profiled window (default: the level; at least the level)")
 
     @staticmethod
-    def run(a: argparse.Namespace) -> int:
-        from specnb.sweep.anatomy import format_anatomy, load_anatomy, run_anatomy  # the engine side
+    def read(config: Path, overrides: dict) -> Any:
         from specnb.sweep.spec import SweepSpec
 
-        spec = SweepSpec.from_toml(a.config, overrides(a.set))
-        out = a.out or paths.LEDGERS / "anatomy" / spec.name / new_run_name()
-        outcome = run_anatomy(spec, out, window_requests=a.window_requests, progress=not a.no_progress, echo=echo)
+        return SweepSpec.from_toml(config, overrides)
+
+    @staticmethod
+    def default_out(spec: Any) -> Path:
+        return paths.LEDGERS / "anatomy" / spec.name / new_run_name()
+
+    @staticmethod
+    def measure(spec: Any, out: Path, a: argparse.Namespace, executor: Any) -> Any:
+        from specnb.sweep.anatomy import run_anatomy  # the engine side
+
+        return run_anatomy(spec, out, window_requests=a.window_requests, progress=not a.no_progress, echo=echo)
+
+    @classmethod
+    def run(cls, a: argparse.Namespace) -> int:
+        """Its records' table instead of a paired report."""
+        from specnb.sweep.anatomy import format_anatomy, load_anatomy
+
+        spec = cls.read(a.config, overrides(a.set))
+        out = a.out or cls.default_out(spec)
+        outcome = cls.measure(spec, out, a, None)
         print(outcome.summary(), file=sys.stderr)
         print(format_anatomy(load_anatomy(out)))
         return finished(out, outcome.failed, 0)

@@ -8,6 +8,7 @@ import argparse
 import sys
 import tomllib
 import warnings
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -20,7 +21,7 @@ __all__ = ["Command", "Parser", "overrides", "load_announced", "print_report", "
            "executor_from_args", "echo", "finished"]
 
 
-class Command:
+class Command(ABC):
     """One subcommand: ``name`` and ``help`` as ``specnb --help`` lists it, its arguments, and
     what it does (the exit status)."""
 
@@ -28,12 +29,14 @@ class Command:
     help: ClassVar[str]
 
     @staticmethod
+    @abstractmethod
     def add_cli_args(p: argparse.ArgumentParser) -> None:
-        raise NotImplementedError
+        """Add the command's arguments to its subparser."""
 
     @staticmethod
+    @abstractmethod
     def run(a: argparse.Namespace) -> int:
-        raise NotImplementedError
+        """Do the command; its exit status."""
 
 
 class MeasuringCommand(Command):
@@ -53,6 +56,34 @@ class MeasuringCommand(Command):
         p.add_argument("--no-progress", action="store_true")
         if cls.on_ray:
             add_executor_args(p)
+
+    @classmethod
+    def run(cls, a: argparse.Namespace) -> int:
+        """Read the config, measure into ``--out`` (or the default folder), print the summary and
+        the run's report; 1 when points failed, 2 when every arm was refused."""
+        spec = cls.read(a.config, overrides(a.set))
+        executor = executor_from_args(a) if cls.on_ray else None
+        out = a.out or cls.default_out(spec)
+        outcome = cls.measure(spec, out, a, executor)
+        if getattr(outcome, "refused_all", False):  # measured nothing: the refusal line(s) said why
+            return EXIT_BAD_INPUT
+        print(outcome.summary(), file=sys.stderr)
+        return finished(out, outcome.failed_points, print_report(out))
+
+    @staticmethod
+    @abstractmethod
+    def read(config: Path, overrides: dict) -> Any:
+        """The command's spec from its TOML file and ``--set`` overrides."""
+
+    @staticmethod
+    @abstractmethod
+    def default_out(spec: Any) -> Path:
+        """Where it measures when no ``--out`` is given."""
+
+    @staticmethod
+    @abstractmethod
+    def measure(spec: Any, out: Path, a: argparse.Namespace, executor: Any) -> Any:
+        """Measure (resuming ``out``); the outcome."""
 
 
 class Parser(argparse.ArgumentParser):

@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
+from pathlib import Path
+from typing import Any
 
 from specnb import paths
-from specnb.commands.common import (
-    MeasuringCommand,
-    echo,
-    executor_from_args,
-    finished,
-    overrides,
-    print_report,
-)
-from specnb.errors import EXIT_BAD_INPUT
+from specnb.commands.common import MeasuringCommand, echo
 from specnb.ledger.runs import new_run_name
 
 
@@ -26,15 +19,17 @@ class Sweep(MeasuringCommand):
     on_ray = True
 
     @staticmethod
-    def run(a: argparse.Namespace) -> int:
-        from specnb.sweep.executor import run_sweep  # the engine side (here or on Ray), only for a sweep
+    def read(config: Path, overrides: dict) -> Any:
         from specnb.sweep.spec import SweepSpec
 
-        spec = SweepSpec.from_toml(a.config, overrides(a.set))
-        executor = executor_from_args(a)
-        out = a.out or paths.LEDGERS / spec.name / new_run_name()
-        outcome = run_sweep(spec, out, progress=not a.no_progress, echo=echo, executor=executor)
-        if outcome.refused_all:  # measured nothing: the refusal line(s) said why; the records are there
-            return EXIT_BAD_INPUT
-        print(outcome.summary(), file=sys.stderr)
-        return finished(out, outcome.failed_points, print_report(out))
+        return SweepSpec.from_toml(config, overrides)
+
+    @staticmethod
+    def default_out(spec: Any) -> Path:
+        return paths.LEDGERS / spec.name / new_run_name()
+
+    @staticmethod
+    def measure(spec: Any, out: Path, a: argparse.Namespace, executor: Any) -> Any:
+        from specnb.sweep.executor import run_sweep  # the engine side (here or on Ray), only for a sweep
+
+        return run_sweep(spec, out, progress=not a.no_progress, echo=echo, executor=executor)

@@ -19,6 +19,7 @@ mode strings: a mode's behaviour is its profile's.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -48,27 +49,27 @@ class LoadProfile(BaseModel):
     # cap is recorded as load.max_in_flight instead)
     records_concurrency: ClassVar[bool] = True
 
+    @abstractmethod
     def levels(self) -> list[float]:
         """The levels asked for, ascending."""
-        raise NotImplementedError
 
     @classmethod
+    @abstractmethod
     def tag(cls, level: float) -> str:
         """A level in a file name."""
-        raise NotImplementedError
 
     def identity(self) -> dict[str, Any]:
         """Keys a resumed sweep must keep besides the flat ones every sweep records."""
         return {}
 
+    @abstractmethod
     def shape(self, level: float, *, client_workers: int | None = None, history: str | None = None,
               conversations: int | None = None) -> LoadShape:
         """The load shape a point's ledger records."""
-        raise NotImplementedError
 
+    @abstractmethod
     def point(self, level: float, n: int, *, history: str | None = None, prompt_offset: int = 0) -> Any:
         """The load driver's shape for one point of ``n`` requests (conversations, for a replay)."""
-        raise NotImplementedError
 
 
 class ConcurrencyLoad(LoadProfile):
