@@ -7,38 +7,30 @@ that is the run's measurement; the verdict's inputs (running, drafts, acceptance
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 import socket
-import threading
+import subprocess
 import time
+import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
+import yaml
 
+from specnb import paths
+from specnb.analysis.alerts import threshold_of
 from specnb.cli import main
-from specnb.prompts.workload import bundled
+from specnb.commands.watch import load_expectation
+from tests.conftest import require
+from tests.integration.traffic import Traffic
 
 pytestmark = pytest.mark.integration
-
-
-def _drive(url: str, model: str, stop: threading.Event, concurrency: int = 2) -> None:
-    prompts = [p.messages for p in bundled("copy").prompts][:8]
-
-    def user(i: int) -> None:
-        n = i
-        while not stop.is_set():
-            body = json.dumps({"model": model, "messages": prompts[n % len(prompts)], "max_tokens": 48,
-                               "temperature": 0}).encode()
-            req = urllib.request.Request(url + "/v1/chat/completions", body, {"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=120) as r:
-                r.read()
-            n += concurrency
-
-    threads = [threading.Thread(target=user, args=(i,), daemon=True) for i in range(concurrency)]
-    for t in threads:
-        t.start()
-    stop.wait()
-    for t in threads:
-        t.join(timeout=150)
 
 
 def _watch(capsys, *args: str) -> tuple[int, list[dict]]:
@@ -52,15 +44,9 @@ def test_watch_follows_a_real_server(ngram_server, baseline_server, real_sweep, 
     run = ["--run", str(real_sweep.out), "--arm", "ngram-k4"]
     rc, lines = _watch(capsys, url, *run, "--once", "--window", "2", "--interval", "1")
     assert rc == 0 and lines[0]["verdict"] == "idle", lines
-    stop = threading.Event()
-    load = threading.Thread(target=_drive, args=(url, model, stop), daemon=True)
-    load.start()
-    try:
+    with Traffic(url, model, "copy", 2, max_tokens=48, prompts=8):
         time.sleep(3)  # the first requests in flight
         rc, lines = _watch(capsys, url, *run, "--once", "--window", "6", "--interval", "1")
-    finally:
-        stop.set()
-        load.join(timeout=200)
     (line,) = lines
     assert line["running_mean"] > 0.5 and line["drafts"] > 0 and 0 < line["acceptance_rate"] <= 1, line
     assert line["verdict"] in ("pays", "above_threshold", "acceptance_fell"), line
@@ -81,3 +67,121 @@ def test_watch_refuses_what_it_cannot_judge_in_one_line(baseline_server, real_sw
     assert main(["watch", baseline_server.endpoint.base_url, "--run", str(real_sweep.out), "--arm", "nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "http://HOST:PORT" in err[0] and "no drafter arm 'nope'" in err[1]
+
+
+# --------------------------------------------------------------------------- a real Prometheus
+
+DEMO = paths.LEDGERS / "concurrency" / "cpu-demo" / "20261201T184823Z"
+WINDOW_S, HOLD_S = 20, 5  # the rules' rate window and for:, short enough for a test
+
+
+@contextmanager
+def prometheus(folder: Path, target: str, rules: Path) -> Iterator[str]:
+    """Debian's Prometheus on 127.0.0.1, scraping ``target`` every second with ``rules``
+    evaluated every second; stopped by its group id however the block ends."""
+    exe = shutil.which("prometheus")
+    require(exe is not None, "prometheus", "make prometheus installs Debian's prometheus")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = folder / "prometheus.yml"
+    cfg.write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(rules)],
+        "scrape_configs": [{"job_name": "vllm", "static_configs": [{"targets": [target]}]}]}))
+    log = folder / "prometheus.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen([exe, f"--config.file={cfg}", f"--storage.tsdb.path={folder / 'data'}",
+                                 f"--web.listen-address=127.0.0.1:{port}"], stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, f"prometheus exited {proc.returncode}: {log.read_text()[-2000:]}"
+            try:
+                with urllib.request.urlopen(base + "/-/ready", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, f"prometheus not ready in 60 s: {log.read_text()[-2000:]}"
+            time.sleep(0.5)
+        yield base
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+
+def _api(base: str, path: str) -> dict:
+    with urllib.request.urlopen(base + path, timeout=10) as r:
+        doc = json.loads(r.read())
+    assert doc["status"] == "success", doc
+    return doc["data"]
+
+
+def _firing(base: str) -> set[str]:
+    return {a["labels"]["alertname"] for a in _api(base, "/api/v1/alerts")["alerts"] if a["state"] == "firing"}
+
+
+def _value(base: str, expr: str) -> float | None:
+    res = _api(base, "/api/v1/query?" + urllib.parse.urlencode({"query": expr}))["result"]
+    return float(res[0]["value"][1]) if res else None
+
+
+def _until(what, timeout_s: float, base: str) -> set[str]:
+    """Poll Prometheus's firing alerts until ``what(firing)``; the last set seen otherwise."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = _firing(base)
+        if what(got) or time.monotonic() > deadline:
+            return got
+        time.sleep(1)
+
+
+def test_a_real_prometheus_fires_the_measured_alerts_on_a_real_server(ngram_server, tmp_path, capsys):
+    """The committed demo run's rules (SmolLM2-135M, n-gram K=4 on copy-style work: threshold
+    12.8 running requests, acceptance 85 % at its lowest point) on a real Prometheus scraping the
+    suite's real n-gram server: copy-style traffic at 4 users fires nothing; 24 users (past the
+    threshold) fire SpecDecodeAboveThreshold; free-form traffic at 8 fires SpecDecodeAcceptanceLow.
+    specnb watch on the same server says the same at each step."""
+    url, model = ngram_server.endpoint.base_url, ngram_server.endpoint.model
+    rules_dir = tmp_path / "rules"
+    assert main(["alerts", str(DEMO), "--out", str(rules_dir), "--selector", 'job="vllm"',
+                 "--window", str(WINDOW_S), "--for", str(HOLD_S)]) == 0
+    capsys.readouterr()
+    (rules,) = rules_dir.glob("*.rules.yml")
+    exp = load_expectation(DEMO, None, None)
+    threshold = threshold_of(exp)[0]
+    watch = ["--run", str(DEMO), "--interval", "1"]
+    rec = f"specnb:spec_decode_acceptance_rate_{WINDOW_S}s"
+    with prometheus(tmp_path, urlparse(url).netloc, rules) as prom:
+        with Traffic(url, model, "copy", 4):
+            time.sleep(WINDOW_S + HOLD_S + 5)  # a whole window, then the hold
+            quiet = _firing(prom)
+            acceptance = _value(prom, rec)  # Prometheus's reading of the real server's counters
+            running = _value(prom, f"specnb:num_requests_running:avg_{WINDOW_S}s")
+            rc, lines = _watch(capsys, url, *watch, "--once", "--window", "30")
+        assert quiet == set(), quiet
+        assert acceptance is not None and 0 < acceptance <= 1 and 0.5 < running < threshold, (acceptance, running)
+        assert (rc, lines[0]["verdict"]) == (0, "pays"), lines
+
+        with Traffic(url, model, "copy", 24):
+            loaded = _until(lambda f: f == {"SpecDecodeAboveThreshold"}, 120, prom)
+            rc, lines = _watch(capsys, url, *watch, "--once", "--window", "10")
+        assert loaded == {"SpecDecodeAboveThreshold"}, (loaded, _value(prom, f"specnb:num_requests_running:avg_{WINDOW_S}s"))
+        assert (rc, lines[0]["verdict"]) == (1, "above_threshold") and lines[0]["running_mean"] > threshold, lines
+
+        with Traffic(url, model, "freeform", 8):
+            changed = _until(lambda f: f == {"SpecDecodeAcceptanceLow"}, 150, prom)
+            rc, lines = _watch(capsys, url, *watch, "--once", "--window", "30")
+        assert changed == {"SpecDecodeAcceptanceLow"}, (changed, _value(prom, rec))
+        assert (rc, lines[0]["verdict"]) == (1, "acceptance_fell"), lines
+        alert = next(a for a in _api(prom, "/api/v1/alerts")["alerts"]
+                     if a["labels"]["alertname"] == "SpecDecodeAcceptanceLow")
+        assert alert["labels"]["specnb_run"] == exp.run and "lowest the run measured" in alert["annotations"]["summary"]

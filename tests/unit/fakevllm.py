@@ -107,6 +107,20 @@ METRICS = """# HELP vllm:num_requests_running Running.
 vllm:num_requests_running{engine="0",model_name="fake"} 0.0
 """
 
+
+def spec_metrics(k: int, *, running: float = 0.0, drafts: int = 0, accepted: int = 0) -> str:
+    """METRICS with a drafter's counters: ``k`` accepted-per-position series (the endpoint's K)."""
+    pos = "".join(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",position="{i}"}} 0.0\n'
+                  for i in range(k))
+    return (METRICS.replace("} 0.0", f"}} {running}")
+            + "# TYPE vllm:spec_decode_num_drafts_total counter\n"
+            + f'vllm:spec_decode_num_drafts_total{{engine="0"}} {drafts}\n'
+            + "# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
+            + f'vllm:spec_decode_num_draft_tokens_total{{engine="0"}} {drafts * k}\n'
+            + "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
+            + f'vllm:spec_decode_num_accepted_tokens_total{{engine="0"}} {accepted}\n'
+            + "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter\n" + pos)
+
 Stream = Callable[["FakeVllm", dict], AsyncIterator[bytes]]
 
 
@@ -199,8 +213,10 @@ class FakeVllm:
     def __init__(self, stream: Stream = four_tokens, *, model: str = "fake", version: str = "0.0-fake",
                  metrics: str = METRICS, delay_s: float = 0.0, chunk_delay_s: float = 0.005, fail: bool = False,
                  fail_contents=(), fail_body: str | dict = "engine on fire", spec: bool = False,
-                 answer: Callable[[dict], str] = copy_or_fresh, routes: dict[str, object] | None = None):
+                 answer: Callable[[dict], str] = copy_or_fresh, routes: dict[str, object] | None = None,
+                 root: str | None = None):
         self.stream, self.model, self.version, self.metrics = stream, model, version, metrics
+        self.root = root  # /v1/models' root (the checkpoint path); the model's name where None
         self.delay_s, self.chunk_delay_s = delay_s, chunk_delay_s
         self.fail, self.fail_contents, self.fail_body = fail, set(fail_contents), fail_body
         self.spec, self.answer, self.routes = spec, answer, routes
@@ -265,7 +281,8 @@ class FakeVllm:
             return app
         app.router.add_get("/health", fixed(lambda: web.Response(text="")))
         app.router.add_get("/v1/models", fixed(lambda: web.json_response({"object": "list", "data": [
-            {"id": self.model, "object": "model", "owned_by": "fake", "created": 0}]})))
+            {"id": self.model, "object": "model", "owned_by": "fake", "created": 0,
+             "root": self.root or self.model}]})))
         app.router.add_get("/version", fixed(lambda: web.json_response({"version": self.version})))
         app.router.add_get("/metrics", fixed(lambda: web.Response(text=self.metrics)))
         app.router.add_post("/reset_prefix_cache", fixed(lambda: web.json_response({})))

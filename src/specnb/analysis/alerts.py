@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from specnb.analysis.watch import Expectation
+from specnb.analysis.watch import ACCEPTANCE_Z, MIN_DRAFT_TOKENS, Expectation
 from specnb.errors import SpecnbError
 
 __all__ = ["AlertsError", "RECORDED", "check_selector", "dashboard", "rule_groups", "threshold_of"]
@@ -106,16 +106,22 @@ def rule_groups(exp: Expectation, selector: str = "", window_s: int = 300, for_s
             },
         })
     if exp.acceptance_floor is not None:
+        # the watch's rule (specnb.analysis.watch.judge): below the lowest point the run measured by
+        # more than ACCEPTANCE_Z standard errors of the window's draft tokens (the per-token variance
+        # the run's requests showed), judged only on windows with MIN_DRAFT_TOKENS or more
+        floor = exp.acceptance_floor
+        n_tokens = f"{rec['draft_tokens']} * {window_s}"
         alerts.append({
             "alert": "SpecDecodeAcceptanceLow",
-            "expr": f"{rec['acceptance_rate']} < {exp.acceptance_floor:.4f} and {rec['draft_tokens']} > 0",
+            "expr": (f"{rec['acceptance_rate']} < {floor:.4f} - sqrt({ACCEPTANCE_Z ** 2 * exp.window_variance:.6f} / ({n_tokens})) "
+                     f"and {n_tokens} >= {MIN_DRAFT_TOKENS}"),
             "for": f,
             "labels": {**labels, "severity": "warning"},
             "annotations": {
                 "summary": f"acceptance {{{{ $value | humanizePercentage }}}} is below the lowest the run measured "
-                           f"({exp.acceptance_floor:.0%})",
+                           f"({floor:.0%}, less {ACCEPTANCE_Z:g} standard errors of the window's draft tokens)",
                 "description": f"{measured}: acceptance {exp.acceptance_rate:.0%} on average, "
-                               f"{exp.acceptance_floor:.0%} at the lowest point. The traffic changed: measure the "
+                               f"{floor:.0%} at the lowest point. The traffic changed: measure the "
                                "threshold again on traffic like today's (`specnb mix`, then a sweep).",
             },
         })
@@ -130,8 +136,8 @@ def rule_groups(exp: Expectation, selector: str = "", window_s: int = 300, for_s
                            "schedule at K = 0 can switch it off; check the server's log and its speculative config.",
         },
     })
-    return {"groups": [{"name": f"specnb-{exp.arm}-{exp.workload}", "interval": "30s",
-                        "rules": records + alerts}]}
+    # no group interval: the server's evaluation_interval applies (a window shorter than it reads no rate)
+    return {"groups": [{"name": f"specnb-{exp.arm}-{exp.workload}", "rules": records + alerts}]}
 
 
 def dashboard(exp: Expectation, selector: str = "", window_s: int = 300) -> dict[str, Any]:

@@ -26,13 +26,16 @@ from specnb.analysis.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, bootstrap_sp
 from specnb.analysis.pairing import AnalysisError, usable
 from specnb.analysis.schedule import measured_batch
 from specnb.analysis.thresholds import thresholds
-from specnb.ledger import json_cell
+from specnb.ledger import json_cell, load_requests
 
-__all__ = ["Expectation", "Level", "Verdict", "WindowStats", "expectation", "judge", "status_line",
-           "MIN_DRAFT_TOKENS"]
+__all__ = ["ACCEPTANCE_Z", "Expectation", "Level", "Verdict", "WindowStats", "checkpoint_of", "expectation", "judge",
+           "per_token_variance", "status_line", "MIN_DRAFT_TOKENS"]
 
 # fewer draft tokens than this in a window: acceptance is not judged (too few to tell a drop from noise)
 MIN_DRAFT_TOKENS = 200
+# acceptance "fell" when a window is below the run's lowest point by more than this many standard
+# errors (one-sided: a window of the run's own traffic crosses it about once in 700)
+ACCEPTANCE_Z = 3.0
 # a window whose mean running requests is below this is idle
 IDLE_RUNNING = 0.05
 
@@ -83,6 +86,24 @@ class Expectation:
     acceptance_length: float | None
     points: int = 0
     notes: list[str] = field(default_factory=list)
+    # the acceptance's variance per draft token across the run's requests (prompts differ: a window
+    # of D draft tokens has a standard error of sqrt(this / D)); None: the binomial one, which
+    # treats every draft token as independent and so is the narrowest a window can be
+    acceptance_var_per_token: float | None = None
+    checkpoint: str | None = None  # the served checkpoint's folder name (the server's argv), where known
+
+    def acceptance_margin(self, draft_tokens: float) -> float | None:
+        """ACCEPTANCE_Z standard errors of a window's acceptance over ``draft_tokens`` draft
+        tokens, with the larger of the run's measured per-token variance and the binomial one."""
+        f = self.acceptance_floor
+        if f is None or draft_tokens <= 0:
+            return None
+        return ACCEPTANCE_Z * math.sqrt(self.window_variance / draft_tokens)
+
+    @property
+    def window_variance(self) -> float:
+        f = self.acceptance_floor or 0.0
+        return max(self.acceptance_var_per_token or 0.0, f * (1 - f))
 
     @property
     def k(self) -> int | None:
@@ -118,6 +139,37 @@ def _to_running(c: float | None, levels: list[Level]) -> float | None:
     if x >= cs[-1]:
         return float(c * placed[-1][1] / placed[-1][0])
     return float(np.exp(np.interp(x, cs, rs)))
+
+
+def per_token_variance(requests: pd.DataFrame) -> float | None:
+    """The acceptance's variance per draft token across requests (``spec_num_accepted_draft_tokens``
+    and ``spec_num_draft_tokens`` per request, vLLM's --per-request-spec-decode-metrics): the
+    ratio estimator's linearised variance, so a window of D draft tokens has variance this / D.
+    None with fewer than ten drafting requests."""
+    cols = ("spec_num_accepted_draft_tokens", "spec_num_draft_tokens")
+    if requests is None or requests.empty or not set(cols) <= set(requests.columns):
+        return None
+    a = pd.to_numeric(requests[cols[0]], errors="coerce")
+    d = pd.to_numeric(requests[cols[1]], errors="coerce")
+    keep = a.notna() & d.notna() & (d > 0)
+    a, d = a[keep].to_numpy(float), d[keep].to_numpy(float)
+    if len(d) < 10:
+        return None
+    e = a - (a.sum() / d.sum()) * d
+    return float(e.var(ddof=1) / d.mean())
+
+
+def checkpoint_of(argv: list[str] | None) -> str | None:
+    """The checkpoint folder's name a server was started with (``vllm serve PATH`` or ``--model PATH``)."""
+    argv = list(argv or [])
+    for i, tok in enumerate(argv):
+        if tok == "serve" and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            return argv[i + 1].rstrip("/").rsplit("/", 1)[-1]
+        if tok == "--model" and i + 1 < len(argv):
+            return argv[i + 1].rstrip("/").rsplit("/", 1)[-1]
+        if tok.startswith("--model="):
+            return tok.split("=", 1)[1].rstrip("/").rsplit("/", 1)[-1]
+    return None
 
 
 def expectation(df: pd.DataFrame, run: str, *, arm: str | None = None, workload: str | None = None,
@@ -160,6 +212,13 @@ def expectation(df: pd.DataFrame, run: str, *, arm: str | None = None, workload:
     notes = []
     if len(rate) < 3:
         notes.append(f"acceptance from {len(rate)} point(s) only: its floor is thin")
+    frames = [load_requests(p, missing_ok=True) for p in mine["path"]] if "path" in mine.columns else []
+    frames = [f for f in frames if f is not None and not f.empty]
+    var = per_token_variance(pd.concat(frames, ignore_index=True)) if frames else None
+    if var is None:
+        notes.append("no per-request acceptance in the run: a window's spread is taken as binomial (too narrow "
+                     "where prompts differ)")
+    argv = json_cell(mine["server_argv"].dropna().iloc[0]) if "server_argv" in mine and mine["server_argv"].notna().any() else None
     return Expectation(
         run=run, arm=arm, workload=workload, model=models[0] if models else None,
         engine_version=engines[0] if engines else None,
@@ -171,7 +230,7 @@ def expectation(df: pd.DataFrame, run: str, *, arm: str | None = None, workload:
         acceptance_rate=float(rate.mean()) if len(rate) else None,
         acceptance_floor=float(rate.min()) if len(rate) else None,
         acceptance_length=float(length.mean()) if len(length) else None,
-        points=len(mine), notes=notes)
+        points=len(mine), notes=notes, acceptance_var_per_token=var, checkpoint=checkpoint_of(argv))
 
 
 @dataclass(frozen=True)
@@ -221,9 +280,10 @@ def judge(w: WindowStats, exp: Expectation | None) -> tuple[Verdict, str]:
         return Verdict.UNKNOWN, "no run to hold it against (--run)"
     rate, floor = w.acceptance_rate, exp.acceptance_floor
     if rate is not None and floor is not None and (w.draft_tokens or 0) >= MIN_DRAFT_TOKENS:
-        # below the lowest point the run measured by more than the window's own sampling error
-        # (two binomial standard errors over its draft tokens: a short window is noisy)
-        margin = 2 * math.sqrt(floor * (1 - floor) / w.draft_tokens)
+        # below the lowest point the run measured by more than the window's own sampling error:
+        # ACCEPTANCE_Z standard errors over its draft tokens, with the per-token variance the run's
+        # requests showed (a short window holds few prompts, and prompts differ)
+        margin = exp.acceptance_margin(w.draft_tokens)
         if rate < floor - margin:
             return Verdict.ACCEPTANCE_FELL, (
                 f"acceptance {rate:.0%} is below the lowest the run measured for {exp.arm} ({floor:.0%}, less "

@@ -19,9 +19,9 @@ from specnb.commands.report import Report
 from specnb.commands.schema import Schema
 from specnb.commands.sweep import Sweep
 from specnb.commands.tune import Tune
-from specnb.commands.watch import Watch
+from specnb.commands.watch import Watch, WatchPlot
 
 __all__ = ["COMMANDS", "Command"]
 
 # in the order ``specnb --help`` lists them
-COMMANDS: tuple[type[Command], ...] = (Sweep, Anatomy, Report, Policy, Tune, Predict, Schema, Mix, Watch, Alerts)
+COMMANDS: tuple[type[Command], ...] = (Sweep, Anatomy, Report, Policy, Tune, Predict, Schema, Mix, Watch, WatchPlot, Alerts)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -55,8 +56,13 @@ def check_endpoint(url: str, exp) -> list[str]:
         return []
     out = []
     models = served_models(url)
-    if exp.model and models and Path(exp.model).name not in {Path(m).name for m in models}:
-        out.append(f"{url} serves {', '.join(models)}; the run measured {exp.model}: measure this model first")
+    # the same model: the run's served name, or the checkpoint folder it was started from (a server
+    # may serve the same checkpoint under another name)
+    names = {Path(i).name for i, _ in models} | {Path(r).name for _, r in models if r}
+    if exp.model and models and not names & {Path(exp.model).name, exp.checkpoint}:
+        served = ", ".join(i if not r or Path(r).name == i else f"{i} ({Path(r).name})" for i, r in models)
+        ran = exp.model if not exp.checkpoint else f"{exp.model} ({exp.checkpoint})"
+        out.append(f"{url} serves {served}; the run measured {ran}: measure this model first")
     k = len(snap.by_label(SPEC_ACCEPTED_PER_POS, "position"))
     if exp.k and k and k != exp.k:
         out.append(f"{url} drafts {k} token(s) per step; the run's {exp.arm} drafts {exp.k}: another drafter config")
@@ -111,10 +117,65 @@ class Watch(Command):
                              count=1 if a.once else a.count):
                 verdict, why = judge(w, exp)
                 if a.json:
-                    print(json.dumps({"verdict": verdict.value, "why": why, **w.to_dict(),
-                                      "run": exp.run if exp else None}), flush=True)
+                    print(json.dumps({"time": datetime.now(UTC).isoformat(timespec="seconds"),
+                                      "verdict": verdict.value, "why": why, **w.to_dict(),
+                                      "run": exp.run if exp else None, "arm": exp.arm if exp else None,
+                                      "workload": exp.workload if exp else None}), flush=True)
                 else:
                     print(status_line(w, verdict, why), flush=True)
         except KeyboardInterrupt:  # the way a watch loop ends: nothing to keep or resume
             return EXIT_INTERRUPTED
         return verdict.exit_status if a.once and verdict is not None else 0
+
+
+class WatchPlot(Command):
+    name = "watch-plot"
+    help = "draw a specnb watch --json log against the run's acceptance band and threshold band"
+
+    @staticmethod
+    def add_cli_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("log", type=Path, help="a file of specnb watch --json lines")
+        p.add_argument("--run", type=Path, help="the run to draw the bands of (default: the run the log names)")
+        p.add_argument("--arm", help="the run's drafter arm (default: the log's)")
+        p.add_argument("--workload", help="the run's workload (default: the log's)")
+        p.add_argument("--out", type=Path, help="folder for the figure (default: beside the log)")
+
+    @staticmethod
+    def run(a: argparse.Namespace) -> int:
+        import re
+
+        import pandas as pd
+
+        try:
+            text = a.log.read_text()
+        except OSError as exc:
+            raise SpecnbError(f"{a.log}: cannot read the log ({exc.strerror or exc})") from None
+        rows = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip().startswith("{"):
+                continue  # status lines and notes a tee caught
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                raise SpecnbError(f"{a.log}:{n}: not a JSON line (write the log with specnb watch --json)") from None
+        log = pd.DataFrame(rows)
+        need = {"verdict", "acceptance_rate", "running_mean", "draft_tokens"}
+        if log.empty or not need <= set(log.columns):
+            raise SpecnbError(f"{a.log}: no specnb watch --json lines (each needs {', '.join(sorted(need))})")
+        named = [r for r in log.get("run", pd.Series(dtype=object)).dropna().unique()]
+        run = a.run or (paths.resolve(named[0]) if len(named) == 1 else None)
+        if run is None:
+            raise SpecnbError(f"{a.log}: the log names {len(named)} runs; give the one to draw against (--run)")
+        pick = lambda col, given: given or (log[col].dropna().iloc[0] if col in log and log[col].notna().any()  # noqa: E731
+                                            else None)
+        exp = load_expectation(Path(run), pick("arm", a.arm), pick("workload", a.workload))
+        from specnb.figures.save import save_figure
+        from specnb.figures.watch import watch_figure
+
+        fig = watch_figure(log, exp)
+        stem = re.sub(r"[^a-z0-9-]+", "-", a.log.stem.lower()).strip("-") or "log"
+        written = save_figure(fig, f"watch-{stem}"[:80], [a.log, run], out_dir=a.out or a.log.parent,
+                              caption=f"specnb watch log {a.log.name} held to {exp.run} ({exp.arm} on {exp.workload})")
+        for path in written.values():
+            print(path)
+        return 0

@@ -61,12 +61,13 @@ def read(base_url: str, timeout_s: float = 5.0) -> Snapshot:
     return snap
 
 
-def served_models(base_url: str, timeout_s: float = 5.0) -> list[str]:
-    """The model ids the endpoint serves (``/v1/models``)."""
+def served_models(base_url: str, timeout_s: float = 5.0) -> list[tuple[str, str | None]]:
+    """The models the endpoint serves (``/v1/models``): each one's id (its served name) and root
+    (the checkpoint it was loaded from, where the server says)."""
     try:
         doc = json.loads(_get(base_url.rstrip("/") + "/v1/models", timeout_s))
-        return [m["id"] for m in doc.get("data", [])]
-    except (ValueError, KeyError, TypeError):
+        return [(m["id"], m.get("root")) for m in doc.get("data", [])]
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise WatchError(f"{base_url}/v1/models: not an OpenAI-compatible model list") from None
 
 

@@ -132,3 +132,80 @@ def test_promtool_accepts_the_rules_and_each_alert_fires_on_its_series(tmp_path,
     run = subprocess.run([PROMTOOL, "test", "rules", spec.name], capture_output=True, text=True, timeout=120,
                          cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+
+
+@pytest.mark.parametrize("model,root,k,refusal", [
+    ("smollm2-135m", None, 4, None),  # the run's served name
+    ("smol", "/srv/models/SmolLM2-135M-Instruct", 4, None),  # the same checkpoint under another name
+    ("llama", "/srv/models/Llama-3.2-1B", 4, "serves llama (Llama-3.2-1B); the run measured smollm2-135m "
+                                             "(SmolLM2-135M-Instruct): measure this model first"),
+    ("smollm2-135m", None, 3, "drafts 3 token(s) per step; the run's ngram-k4 drafts 4"),
+])
+def test_an_endpoint_is_held_against_the_run_only_when_it_serves_what_the_run_measured(
+        model, root, k, refusal, capsys):
+    from tests.unit.fakevllm import FakeVllm, spec_metrics
+
+    with FakeVllm(model=model, root=root, metrics=spec_metrics(k)) as url:
+        rc = main(["watch", url, "--run", str(DEMO), "--once", "--window", "0.2", "--interval", "0.1", "--json"])
+    out, err = capsys.readouterr()
+    if refusal is None:
+        assert rc == 0 and '"verdict": "idle"' in out and not err.strip(), (out, err)
+    else:
+        lines = err.strip().splitlines()
+        assert rc == 2 and len(lines) == 1 and refusal in lines[0] and not out.strip(), (out, err)
+
+
+def test_a_window_holds_the_spread_of_the_runs_requests_not_only_the_binomial(demo):
+    # the demo's requests differ by prompt: their acceptance varies more per draft token than
+    # independent tokens would (the binomial p(1-p)), so a short window needs a wider margin
+    binomial = demo.acceptance_floor * (1 - demo.acceptance_floor)
+    assert demo.acceptance_var_per_token is not None and demo.acceptance_var_per_token > 2 * binomial
+    assert demo.acceptance_margin(400) > 2 * (binomial / 400) ** 0.5
+    # a window whose acceptance is inside the run's request-level spread: not a fall
+    d = 400.0
+    inside = demo.acceptance_floor - 0.8 * demo.acceptance_margin(d)
+    assert judge(_w(draft_tokens=d, accepted=inside * d), demo)[0] == Verdict.PAYS
+    outside = demo.acceptance_floor - 1.2 * demo.acceptance_margin(d)
+    assert judge(_w(draft_tokens=d, accepted=outside * d), demo)[0] == Verdict.ACCEPTANCE_FELL
+
+
+def _log_line(t: int, verdict: str, running: float, rate: float, tokens: float = 600.0, **kw) -> str:
+    import json
+
+    return json.dumps({"time": f"2026-12-04T08:{t // 60:02d}:{t % 60:02d}+00:00", "verdict": verdict, "why": "",
+                       "running_mean": running, "acceptance_rate": rate, "draft_tokens": tokens,
+                       "run": str(DEMO.relative_to(paths.ROOT)), "arm": "ngram-k4", "workload": "copy", **kw})
+
+
+def test_a_watch_log_is_drawn_against_the_runs_bands(tmp_path, capsys):
+    import json
+
+    log = tmp_path / "Watch Log.jsonl"
+    lines = [_log_line(10 * i, "pays", 3.0, 0.87) for i in range(6)]
+    lines += [_log_line(60 + 10 * i, "above_threshold", 20.0, 0.86) for i in range(6)]
+    lines += ["watching ... (a status line a tee caught)"]
+    lines += [_log_line(120 + 10 * i, "acceptance_fell", 7.0, 0.55) for i in range(6)]
+    log.write_text("\n".join(lines) + "\n")
+    assert main(["watch-plot", str(log), "--out", str(tmp_path / "fig")]) == 0
+    written = sorted(p.name for p in (tmp_path / "fig").iterdir())
+    assert written == ["watch-watch-log.json", "watch-watch-log.png", "watch-watch-log.svg"], written
+    side = json.loads((tmp_path / "fig" / "watch-watch-log.json").read_text())
+    assert side["source_files"] > 2 and "ngram-k4 on copy" in side["caption"]
+    svg = (tmp_path / "fig" / "watch-watch-log.svg").read_text()
+    for label in ("threshold 12.8 running", "lowest point 85%", "acceptance_fell", "above_threshold"):
+        assert label in svg, label
+
+
+def test_watch_plot_refuses_what_it_cannot_draw_in_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    cases = {"missing.jsonl": "cannot read the log", "bad.jsonl": "bad.jsonl:2: not a JSON line",
+             "empty.jsonl": "no specnb watch --json lines", "two.jsonl": "names 2 runs"}
+    bad.write_text(_log_line(0, "pays", 1.0, 0.9) + "\n{not json\n")
+    (tmp_path / "empty.jsonl").write_text('{"verdict": "idle"}\n')
+    (tmp_path / "two.jsonl").write_text(_log_line(0, "pays", 1.0, 0.9) + "\n"
+                                        + _log_line(10, "pays", 1.0, 0.9, run="ledgers/elsewhere") + "\n")
+    for name, said in cases.items():
+        assert main(["watch-plot", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and said in err[0], (name, err)
+    assert not list(tmp_path.glob("*.svg"))
