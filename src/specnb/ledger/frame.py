@@ -54,7 +54,7 @@ def _read_all(files: list[Path], skip_bad: bool, each: Callable[[PointLedger, Pa
 # JSON files that live among ledgers but are not measurements: a published table, a policy
 # derived from a run (``specnb policy``), a sweep's sizing, search and timing records.
 NOT_MEASURED = ("published", "policy", "sizing", "search", "timing", "tune_round", "tune_result", "predicted_acceptance",
-                "lossless_margins", "step_anatomy", "anatomy_run")
+                "lossless_margins", "step_anatomy", "anatomy_run", "watch_phases", "figure")
 
 
 def _kind(path: Path) -> str | None:
@@ -62,6 +62,8 @@ def _kind(path: Path) -> str | None:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError):
         return None  # not ours to judge: read_ledger reports what is wrong with it
+    if isinstance(data, dict) and "kind" not in data and {"id", "sources_sha256"} <= data.keys():
+        return "figure"  # a figure's sidecar drawn beside the data (specnb.figures.save_figure)
     return data.get("kind") if isinstance(data, dict) else None
 
 

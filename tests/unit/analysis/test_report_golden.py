@@ -29,9 +29,10 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
 def committed_runs() -> list[str]:
-    """Every committed run folder (ledgers/<axis>/<name>/<run>), the published tables left out."""
+    """Every committed run folder (ledgers/<axis>/<name>/<run>), the published tables and the
+    watch logs (specnb watch-plot draws them; they hold no points) left out."""
     return sorted(str(p.relative_to(paths.ROOT)) for p in paths.LEDGERS.glob("*/*/*")
-                  if p.is_dir() and p.parts[-3] != "published")
+                  if p.is_dir() and p.parts[-3] not in ("published", "watch"))
 
 
 def _stored_name(run: str) -> str:
