@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from pathlib import Path
 from specnb import paths
 from specnb.engine.kernels import machine_dtype
 from specnb.engine.loadgen import run_load
-from specnb.engine.server import VllmServer
+from specnb.engine.server import VllmServer, stop_group
 from specnb.prompts.workload import bundled
 
 DEMO_RUN = paths.LEDGERS / "concurrency" / "cpu-demo" / "20261201T184823Z"
@@ -69,13 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                 phases.append((prompt_set, users, t0, datetime.now(UTC)))
             time.sleep(4)  # the last window's line
         finally:
-            if watcher.poll() is None:
-                os.killpg(watcher.pid, signal.SIGINT)
-                try:
-                    watcher.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    os.killpg(watcher.pid, signal.SIGKILL)
-                    watcher.wait(timeout=10)
+            stop_group(watcher, grace_s=15, sig=signal.SIGINT)  # watch ends on Ctrl-C
     err = watcher.stderr.read().strip() if watcher.stderr else ""
     lines = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
     if not lines:

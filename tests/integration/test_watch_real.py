@@ -7,9 +7,7 @@ that is the run's measurement; the verdict's inputs (running, drafts, acceptance
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -28,6 +26,7 @@ from specnb import paths
 from specnb.analysis.alerts import threshold_of
 from specnb.cli import main
 from specnb.commands.watch import load_expectation
+from specnb.engine.server import stop_group
 from tests.conftest import require
 from tests.integration.traffic import Traffic
 
@@ -110,13 +109,7 @@ def prometheus(folder: Path, target: str, rules: Path) -> Iterator[str]:
             time.sleep(0.5)
         yield base
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+        stop_group(proc)
 
 
 def _api(base: str, path: str) -> dict:

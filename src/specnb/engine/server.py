@@ -50,6 +50,7 @@ from specnb.engine.vllm import (
 )
 
 __all__ = [
+    "stop_group",
     "ServerError",
     "ServerStartError",
     "EngineDiedError",
@@ -295,6 +296,33 @@ def _install_hooks() -> None:
             signal.signal(signal.SIGTERM, _on_term)
 
 
+def stop_group(proc: subprocess.Popen, grace_s: float = 20.0, sig: int = signal.SIGTERM) -> None:
+    """Stop a process started with ``start_new_session=True`` and everything in its group (its
+    leader's pid is the group id): ``sig`` to the group, KILL to whatever is left after ``grace_s``.
+    Returns once the leader is reaped (or 10 s after the KILL)."""
+    pgid = proc.pid
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    deadline = time.monotonic() + grace_s
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _group_alive(pgid):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
 class VllmServer:
     """A vLLM server process owned by specnb. Use as a context manager."""
 
@@ -496,27 +524,7 @@ class VllmServer:
         proc = self.proc
         if proc is None or self._stopped:
             return
-        pgid = proc.pid  # start_new_session=True: the leader's pid is the group id
-        try:
-            os.killpg(pgid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=self.stop_grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-        deadline = time.monotonic() + self.stop_grace_s
-        while _group_alive(pgid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if _group_alive(pgid):
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        stop_group(proc, self.stop_grace_s)
         _LIVE.pop(proc.pid, None)
         self._stopped = True  # a later stop() must not signal a group id the OS may have reused
 
