@@ -70,7 +70,7 @@ def test_published_fit_figure_has_a_panel_per_source():
 @pytest.mark.timeout(120)
 def test_missing_ledgers_are_a_note_not_a_crash(tmp_path):
     out = execute(SOURCE, tmp_path / "out.ipynb",
-                  {"figures_dir": str(tmp_path), "ledgers": str(tmp_path / "moved-away")})
+                  {"figures_dir": str(tmp_path), "ledgers": str(tmp_path / "moved-away"), "fit_resamples": 3})
     for fig_id in FORMULA_FIGURES:
         assert (tmp_path / f"{fig_id}.png").exists()
     assert not (tmp_path / "calculator-stepcost-vs-measured.png").exists()
