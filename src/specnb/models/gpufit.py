@@ -22,8 +22,10 @@ dimensionless, so one fit applies to any GPU preset and target:
 
 The fit is least squares on log speedup, each source weighted equally. :func:`bootstrap_terms`
 resamples curves to give each term's spread; :func:`leave_one_source_out` fits on every source but
-one and predicts the held-out one. Pure functions: the caller passes the curves frame and the
-hardware presets (:func:`specnb.models.hardware.hardware_presets`).
+one and predicts the held-out one. Once a user's own sweep exists, :func:`published_fit_gap` says
+how far the published fit is from it (their measured speedups, with their own acceptance), next to
+what :func:`specnb.models.calibration.calibrate` refits on it. Pure functions: the caller passes
+the curves frame and the hardware presets (:func:`specnb.models.hardware.hardware_presets`).
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ from specnb.models.optimize import nelder_mead
 from specnb.models.stepcost import Drafter, TargetModel, step_terms
 
 __all__ = ["TERMS", "DEFAULT_TERMS", "GpuTerms", "GpuFit", "curve_models", "predict_speedups", "fit_gpu_terms",
-           "bootstrap_terms", "term_summary", "leave_one_source_out", "loso_summary", "loso_levels"]
+           "bootstrap_terms", "term_summary", "leave_one_source_out", "loso_summary", "loso_levels",
+           "published_fit_gap"]
 
 TERMS = ("compute_efficiency", "spec_step_frac", "draft_pass_frac", "per_token_frac", "step_overhead_frac")
 DEFAULT_TERMS = ("compute_efficiency", "spec_step_frac", "draft_pass_frac", "per_token_frac")
@@ -286,3 +289,38 @@ def loso_levels(loso: pd.DataFrame) -> pd.DataFrame:
                      "c=" + loso["concurrency"].astype(str))
     cols = ["ledger_id", "condition", "level", "value", "predicted", "same_side"]
     return loso.assign(level=level)[cols].reset_index(drop=True)
+
+
+def published_fit_gap(table: pd.DataFrame, acceptance: pd.DataFrame, hw: Hardware, target: TargetModel,
+                      drafter: Drafter, terms: GpuTerms) -> pd.DataFrame:
+    """How far the published GPU fit is from a measured sweep, point by point.
+
+    ``table`` is the sweep's paired speedups (:func:`specnb.analysis.speedup_table`: arm, workload,
+    concurrency, speedup), ``acceptance`` its per (arm, workload) acceptance
+    (:func:`specnb.models.calibration.workload_acceptance`: K, tokens per step, draft fraction, mean
+    prompt and output lengths). Each measured speedup is predicted by ``hw`` (a preset: peaks)
+    with ``terms`` applied, for ``target`` and ``drafter``, at the sweep's own acceptance; out come
+    ``predicted``, ``log_error`` and ``same_side`` (of 1.0) per measured point.
+    """
+    need = {"arm", "workload", "concurrency", "speedup"}
+    if not need <= set(table.columns):
+        raise StepCostError(f"speedup table lacks {sorted(need - set(table.columns))}: pass specnb.analysis.speedup_table()")
+    acc = acceptance.set_index(["arm", "workload"])
+    hw2, d2 = terms.apply(hw, target, drafter)
+    rows = []
+    for r in table.itertuples(index=False):
+        if (r.arm, r.workload) not in acc.index:
+            continue
+        a = acc.loc[(r.arm, r.workload)]
+        one = np.ones(1)
+        kw = dict(batch=float(r.concurrency) * one, prompt=float(a["prompt_tokens_mean"]) * one,
+                  prefill=float(a["prompt_tokens_mean"]) * one, output=float(a["output_tokens_mean"]) * one,
+                  k=float(a["k"]) * one, q=float(a["draft_fraction"]) * one, sharpness=None)
+        base = step_terms(hw2, target, d2, tau=one, spec=np.zeros(1, bool), **kw)
+        spec = step_terms(hw2, target, d2, tau=float(a["tokens_per_step"]) * one, spec=np.ones(1, bool), **kw)
+        pred = float(spec.tok_s[0] / base.tok_s[0])
+        rows.append({"arm": r.arm, "workload": r.workload, "concurrency": r.concurrency, "measured": float(r.speedup),
+                     "predicted": pred, "log_error": math.log(pred / float(r.speedup)),
+                     "same_side": (pred > 1.0) == (float(r.speedup) > 1.0)})
+    return pd.DataFrame(rows, columns=["arm", "workload", "concurrency", "measured", "predicted", "log_error",
+                                       "same_side"])

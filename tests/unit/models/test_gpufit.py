@@ -127,3 +127,24 @@ def test_the_published_curves_fit_better_than_the_spec_sheet():
     # the spec-sheet model is too kind where speculation stops paying: the fit is not
     assert (plain > pts["value"]).mean() > 0.8
     assert 0 < fit.terms.spec_step_frac and 0 < fit.terms.compute_efficiency
+
+
+def test_the_published_fit_is_held_against_a_measured_sweep():
+    from specnb import paths
+    from specnb.analysis import speedup_table
+    from specnb.ledger import load_ledgers
+    from specnb.models.calibration import workload_acceptance
+
+    folder = paths.ROOT / "ledgers/concurrency/cpu/20261129-cpu-demo"
+    assert folder.is_dir(), "the committed demo ledgers are missing from this checkout"
+    df = load_ledgers(folder)
+    table, acc = speedup_table(df), workload_acceptance(df)
+    target = TargetModel.dense("smollm2", 0.1345e9, layers=30, kv_heads=3, head_dim=64)
+    gap = gpufit.published_fit_gap(table, acc, load_hardware("cpu-demo"), target, Drafter("ngram"), KNOWN)
+    assert len(gap) == len(table) and np.isfinite(gap["log_error"]).all()
+    assert gap["log_error"].to_numpy() == pytest.approx(np.log(gap["predicted"] / gap["measured"]).to_numpy())
+    none = gpufit.published_fit_gap(table, acc, load_hardware("cpu-demo"), target, Drafter("ngram"), GpuTerms())
+    assert (none["predicted"] >= gap["predicted"]).all()  # the fitted costs only slow the speculative arm
+    with pytest.raises(StepCostError, match="speedup table lacks"):
+        gpufit.published_fit_gap(table.drop(columns=["speedup"]), acc, load_hardware("cpu-demo"), target,
+                                 Drafter("ngram"), KNOWN)
