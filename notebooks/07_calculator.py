@@ -20,8 +20,9 @@
 # for the end-to-end gain and the step-cost argument for why speculation stops paying under
 # load (seed 002, PrimaLabs, *Speculative decoding under load*, Figures 2, 3 and 7), and the KV
 # seats a drafter takes (seed 000). This notebook draws each of them for the values in the
-# parameters cell, marks the published and the measured numbers on them, and checks the
-# step-cost model against measured ledgers.
+# parameters cell, marks the published and the measured numbers on them, checks the
+# step-cost model against measured ledgers, and fits its GPU terms to published GPU curves
+# (section 7), held out source by source.
 #
 # In JupyterLab every figure also gets sliders (`interactive = None` detects a Jupyter server's
 # kernel; papermill and `make figures` never get them). The saved figures always use the
@@ -63,6 +64,8 @@ draft_fraction = 0.26  # share of steps that carry a draft (n-gram drafts only o
 drafter_step_overhead_ms = 5.7  # drafting cost per step independent of the batch, ms (fitted to the demo's n-gram arm: models/data/cpu-demo-calibration.json)
 drafter_per_request_ms = 0.0  # drafting cost per request per step, ms
 drafter_per_token_ms = 4.2  # cost per proposed draft token beyond its compute (rejection sampling, bookkeeping), ms (likewise fitted)
+gpu_costs = None  # where a GPU preset's speculative costs come from: "published-fit" (fitted to ledgers/published, section 7) or a sentence naming the measurement behind drafter_*_ms; None: drafter_*_ms as they are
+fit_resamples = 100  # bootstrap resamples of the published GPU fit (whole curves drawn with replacement)
 prompt_tokens = 184  # prompt tokens per request (demo copy prompts, mean)
 output_tokens = 49  # output tokens per request (demo copy outputs, mean; max_tokens 64)
 cached_prompt_share = 0.0  # share of prompt tokens served by the prefix cache (not prefilled)
@@ -74,6 +77,7 @@ figures_dir = "figures"  # where save_figure writes
 
 # %%
 import dataclasses
+import math
 
 import ipywidgets as w
 from IPython.display import Markdown, display
@@ -83,7 +87,8 @@ from specnb.analysis import kv_capacity, speedup_table
 from specnb.figures import calculator as calc
 from specnb.figures import save_figure
 from specnb.ledger import load_ledgers
-from specnb.models import calibration
+from specnb.ledger.published import PUBLISHED_DIR, published_curves
+from specnb.models import calibration, gpufit
 from specnb.models import hardware, theory
 from specnb.models import stepcost as sc
 
@@ -201,8 +206,11 @@ if SLIDERS:
 # token costs time and the ratio falls, here through 1.0 at the marked concurrency. Grey: the
 # KV pool cannot hold that many requests beside the weights. The hardware numbers of GPU
 # presets are spec-sheet peaks, which no server reaches: calibrate (section 6) before trusting
-# an absolute concurrency. The model leaves out attention FLOPs, the drafter's own prefill and
-# scheduling effects (`specnb.models.stepcost` says why).
+# an absolute concurrency. With `gpu_costs = "published-fit"` (the GPU file) the speculative
+# costs and the compute efficiency are the fit to published GPU curves (section 7), and the
+# answer carries the error that fit made on curves it had not seen. The model leaves out
+# attention FLOPs, the drafter's own prefill and scheduling effects (`specnb.models.stepcost`
+# says why).
 
 # %%
 hw = hardware.load_hardware(preset).for_dtype(compute_dtype)
@@ -215,6 +223,13 @@ drafter = sc.Drafter(drafter_name, params=drafter_params_b * 1e9,
                      kv_bytes_per_token=drafter_kv_bytes_per_token, parallel=drafter_parallel,
                      per_request_s=drafter_per_request_ms / 1e3, step_overhead_s=drafter_step_overhead_ms / 1e3,
                      per_token_s=drafter_per_token_ms / 1e3, draft_fraction=draft_fraction)
+points = published_curves()  # the published GPU curves (ledgers/published), for the fit here and in section 7
+presets = hardware.hardware_presets()
+held_out = None
+if gpu_costs == "published-fit":
+    gfit = gpufit.fit_gpu_terms(points, presets)
+    hw, drafter = gfit.terms.apply(hw, target, drafter)
+    held_out = gpufit.leave_one_source_out(points, presets)
 
 
 def scenario(alpha=alpha, k=k, prompt_tokens=prompt_tokens):
@@ -230,9 +245,20 @@ fits = sc.max_concurrency(scenario(), speculative=True)
 display(Markdown(
     f"**{preset}** ({hw.bandwidth_bytes_s / 1e12:.3g} TB/s, {hw.flop_s / 1e12:.4g} TFLOP/s {compute_dtype}, "
     f"{1e3 * hw.step_overhead_s:.3g} ms per step; {hw.source}): "
-    + (f"speculation pays below about **{at:.0f}** concurrent requests" if kind == "crosses" else
+    + (f"speculation pays below about **c~{at:.0f}** concurrent requests" if kind == "crosses" else
        f"the predicted curve stays {kind} 1.0 up to {concurrency_max}")
     + (f"; the KV pool holds about {fits:.0f} requests with the drafter." if fits != float("inf") else ".")))
+if held_out is not None:
+    err = held_out["log_error"].abs()
+    worst = gpufit.loso_summary(held_out).sort_values("median_abs_log_error").iloc[-1]
+    display(Markdown(
+        f"Speculative costs from the published GPU fit (section 7): {1e3 * drafter.step_overhead_s:.3g} ms per step, "
+        f"{1e3 * drafter.per_pass_s:.3g} ms per drafting pass, {1e3 * drafter.per_token_s:.3g} ms per proposed token "
+        f"and request, compute at {gfit.terms.compute_efficiency:.2f} x the preset's peak over its bandwidth. "
+        f"On held-out published curves this model was off by a factor **{math.exp(err.median()):.2f}** (median over "
+        f"{len(err)} points of {held_out['ledger_id'].nunique()} sources; worst source {worst['ledger_id']}: "
+        f"x{worst['median_factor']:.2f}) and put {100 * held_out['same_side'].mean():.0f} % of the points on the "
+        "published side of 1.0: read the crossing as that uncertain."))
 if SLIDERS:
     calc.explore(lambda alpha, k, prompt_tokens: calc.stepcost_figure(scenario(alpha, k, prompt_tokens),
                                                                       c_max=concurrency_max),
@@ -285,3 +311,32 @@ else:
                 caption=f"step-cost model with the {cpu_preset} preset against the measured ledgers")
     display(cal.points[["arm", "workload", "concurrency", "repeat", "output_tok_s", "predicted_tok_s_before_spec_fit",
                         "predicted_tok_s"]].round(1))
+
+# %% [markdown]
+# ## 7 · The GPU terms, fitted to published GPU curves and held out source by source
+#
+# On a GPU the model knows a step's roofline from the spec sheet and nothing of what speculation
+# costs beyond it. `ledgers/published` holds speedup curves published for named GPUs, targets,
+# drafters and K (seed 000's three B200 rows; SpecDecode-Bench's Llama-3.1-8B EAGLE curves on H100,
+# read off its Figure 1; a vLLM issue's EAGLE K sweep at batch size 1 on H100), each input the
+# source does not state listed as inferred (`specnb.ledger.published.published_curves`). The fit
+# (`specnb.models.gpufit`) sets four dimensionless terms: the compute efficiency (effective FLOP/s
+# over bandwidth relative to the spec sheet), a fixed speculative-step cost and a cost per
+# drafting pass (in weight-read times), and a cost per proposed token (in token-compute times).
+# The spread is a bootstrap over whole curves; a term whose 68 % interval spans more than a factor
+# 3 either way is not pinned down by these curves. Then each source is left out in turn: the
+# terms are fitted to the others and the held-out curves predicted (dashed in the figure).
+
+# %%
+gfit_all = gpufit.fit_gpu_terms(points, presets)
+print(gfit_all.summary())
+samples = gpufit.bootstrap_terms(points, presets, gfit_all, n=fit_resamples, seed=0)
+display(gpufit.term_summary(gfit_all, samples).round(3))
+loso = held_out if held_out is not None else gpufit.leave_one_source_out(points, presets)
+loso_table = gpufit.loso_summary(loso)
+display(loso_table.round(3))
+display(gpufit.loso_levels(loso).round(3))
+fig = calc.published_fit_figure(loso, loso_table)
+save_figure(fig, "calculator-published-fit", [PUBLISHED_DIR / f"{i}.json" for i in sorted(points["ledger_id"].unique())],
+            out_dir=figures_dir, notebook=NB,
+            caption="step-cost model with the GPU terms fitted without each source, against that source's published curves")

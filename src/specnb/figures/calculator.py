@@ -39,6 +39,7 @@ __all__ = [
     "interactive_mode",
     "explore",
     "mal_figure",
+    "published_fit_figure",
     "best_k_figure",
     "amdahl_table",
     "amdahl_figure",
@@ -279,5 +280,45 @@ def calibration_figure(cal: Calibration, scenarios: Mapping[str, Scenario],
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set(xscale="log", xlabel="concurrency", ylabel="speculative / baseline")
         ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def published_fit_figure(loso: pd.DataFrame, summary: pd.DataFrame) -> plt.Figure:
+    """Held-out prediction against published speedup, one panel per source.
+
+    ``loso`` is :func:`specnb.models.gpufit.leave_one_source_out` (each point predicted by a fit
+    that never saw its source), ``summary`` its :func:`~specnb.models.gpufit.loso_summary`. Along
+    each curve's own axis (concurrency, or K for a curve at one batch size): published points
+    (hollow where read off a figure or computed, not printed) and the held-out prediction (dashed).
+    """
+    sources = list(summary["ledger_id"])
+    apply_style()
+    fig, axes = plt.subplots(1, len(sources), figsize=(4.6 * len(sources), 3.8), squeeze=False)
+    stats = summary.set_index("ledger_id")
+    for ax, src in zip(axes[0], sources, strict=True):
+        sel = loso[loso["ledger_id"] == src]
+        along_k = (sel["axis"] == "num_speculative_tokens").all()
+        xcol = "k" if along_k else "concurrency"
+        for i, (cond, g) in enumerate(sel.groupby("condition", sort=True)):
+            g = g.sort_values(xcol)
+            color = f"C{i}"
+            ax.plot(g[xcol], g["predicted"], color=color, linestyle="--", lw=1.2)
+            printed = ~g["inferred"].astype(bool)
+            if printed.any():
+                ax.plot(g.loc[printed, xcol], g.loc[printed, "value"], "o", color=color, label=cond)
+            if not printed.all():
+                ax.plot(g.loc[~printed, xcol], g.loc[~printed, "value"], "o", mfc="none", color=color,
+                        label=None if printed.any() else cond)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        if not along_k:
+            ax.set_xscale("log", base=2)
+        s = stats.loc[src]
+        ax.set(xlabel="K (batch size 1)" if along_k else "concurrency", ylabel="speculative / baseline",
+               title=f"{src}\nheld out: median off x{s['median_factor']:.2f}, same side {100 * s['same_side_share']:.0f} %")
+        ax.title.set_fontsize(8)
+        ax.legend(fontsize=6, loc="lower left")
+        ax.text(0.99, 0.99, "dots: published (hollow: read off a figure or computed)\ndashed: model fitted without this source",
+                transform=ax.transAxes, fontsize=6, color="0.35", va="top", ha="right", style="italic")
     fig.tight_layout()
     return fig

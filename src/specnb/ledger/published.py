@@ -1,4 +1,4 @@
-"""Published ledgers: the seeds' tables, transcribed cell by cell and kept apart from measurements.
+"""Published ledgers: the seeds' tables and public GPU write-ups, transcribed cell by cell and kept apart.
 
 The seed write-ups (ThakiCloud's concurrency study, PrimaLabs' step-cost analysis) publish
 the numbers a measurement here is read against: where the speedup crosses 1.0, how far
@@ -10,6 +10,17 @@ and the place in it, the caveats the write-up itself states (verbatim) and the s
 stated. A row is one cell with its unit, the characters as printed and the passage they
 were read from, so every number can be checked against the seed text; a cell the write-up
 marks "not measured" is a null with a note, never a guess, and a range stays a range.
+
+Public sources beyond the seeds (papers, engine write-ups, issue threads) are transcribed the
+same way, naming their address (``url``), where the text was retrieved from (``retrieved_from``)
+and, for a file, its SHA-256 instead of a seed file. A number the source does not print (read off
+a figure, or computed from data the source publishes) is a row marked ``inferred`` whose note
+says how it was obtained; its ``text`` is then the label it was read under, not a number.
+A ledger whose curves the step-cost model can be held against lists them under ``curves``
+(:class:`Curve`): the ratio type (aggregate throughput, per-user speed, latency at a request rate),
+the hardware preset, the target's shape and dtype, the drafter, K and tokens per step, each input
+that the source does not state named in ``inferred``. :func:`published_curves` reads them as one
+frame, one row per published point.
 
 :func:`load_published` turns them into a tidy frame (one row per cell); it is a separate
 reader on purpose: :func:`specnb.ledger.load_ledgers` skips these files, so published and
@@ -40,6 +51,8 @@ __all__ = [
     "PublishedLedger",
     "PublishedRow",
     "Source",
+    "Curve",
+    "RatioType",
     "Setup",
     "normalize_space",
     "numbers_in",
@@ -47,6 +60,7 @@ __all__ = [
     "list_published",
     "load_published",
     "published_schema_json",
+    "published_curves",
     "seed_sha256",
     "seeds_dir",
 ]
@@ -55,18 +69,21 @@ PUBLISHED_SCHEMA_VERSION = 1
 PUBLISHED_DIR = paths.LEDGERS / "published"
 
 # "x" is a ratio speculative / baseline (or a required speedup); "tokens" an acceptance length
-# in tokens per verification step; "percent" a share or change; "unspecified" where the
+# in tokens per verification step; "percent" a share or change; "ms" a time per token; "unspecified" where the
 # write-up prints a bare number without saying what it is a share of.
-Unit = Literal["x", "tok_s", "tokens", "percent", "sessions", "unspecified"]
+Unit = Literal["x", "tok_s", "tokens", "percent", "sessions", "ms", "unspecified"]
+# what a published speedup divides: aggregate tok/s, one user's speed, or latency at a request rate
+RatioType = Literal["aggregate_throughput", "per_user_speed", "latency_at_rate", "unspecified"]
+DrafterKind = Literal["draft_model", "eagle", "block", "mtp", "ngram"]
 
 _ID = r"^[a-z0-9][a-z0-9-]*$"
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 # Columns load_published adds from the ledger; a row's params may not shadow them.
-_LEDGER_COLUMNS = ("ledger_id", "kind", "publisher", "seed_file", "locator", "row", "path")
+_LEDGER_COLUMNS = ("ledger_id", "kind", "publisher", "seed_file", "url", "locator", "row", "path")
 # The frame's fixed columns, in order; each row's params follow, then the path.
 _FRAME_COLUMNS = (
-    "ledger_id", "kind", "publisher", "seed_file", "locator", "row", "condition", "arm", "concurrency",
-    "metric", "unit", "value", "low", "high", "approx", "text", "note", "path",
+    "ledger_id", "kind", "publisher", "seed_file", "url", "locator", "row", "condition", "arm", "concurrency",
+    "metric", "unit", "value", "low", "high", "approx", "inferred", "text", "note", "path",
 )
 
 
@@ -89,11 +106,20 @@ def numbers_in(text: str) -> list[float]:
 
 
 class Source(_Model):
+    """A seed write-up (``seed_file`` and its hash) or a public source (``url``, ``retrieved_from``)."""
+
     title: str = Field(description="the write-up's title, as printed")
     publisher: str = Field(description="who published the write-up (as it names itself)")
-    seed_file: str = Field(pattern=r"^[^/\\]+\.txt$", description="file name under shared/seeds")
-    seed_sha256: str = Field(
-        pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the seed file transcribed from"
+    seed_file: str | None = Field(None, pattern=r"^[^/\\]+\.txt$", description="file name under shared/seeds")
+    seed_sha256: str | None = Field(
+        None, pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the seed file transcribed from"
+    )
+    url: str | None = Field(None, pattern=r"^https://", description="the public address of the source")
+    retrieved_from: str | None = Field(
+        None, description="where the transcribed text was read: github:owner/repo@commit:path, or the thread"
+    )
+    retrieved_sha256: str | None = Field(
+        None, pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the retrieved file (figure or page source)"
     )
     locator: str = Field(description="which table, figure or paragraph of the write-up")
     transcribed_at: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$", description="UTC date")
@@ -102,6 +128,15 @@ class Source(_Model):
         default_factory=list,
         description="records the write-up names as its own source (not available to specnb)",
     )
+
+    @model_validator(mode="after")
+    def _one_origin(self) -> Source:
+        seed = self.seed_file is not None and self.seed_sha256 is not None
+        web = self.url is not None and self.retrieved_from is not None
+        if seed == web:
+            raise ValueError("a source is a seed (seed_file and seed_sha256) or a public one (url and "
+                             "retrieved_from), exactly one")
+        return self
 
 
 class Setup(_Model):
@@ -115,6 +150,9 @@ class Setup(_Model):
     workload: str | None = None
     sampling: str | None = None
     method: str | None = Field(None, description="how the write-up says it measured or derived")
+    ratio_type: RatioType | None = Field(
+        None, description="what its speedups divide: aggregate tok/s, per-user speed, latency at a request rate")
+    weight_dtype: str | None = Field(None, description="the target's weight format, as stated")
 
 
 class PublishedRow(_Model):
@@ -135,6 +173,7 @@ class PublishedRow(_Model):
     text: str = Field(min_length=1, description="the cell's characters as printed")
     quote: str = Field(min_length=1, description="the passage of the seed that holds `text`")
     locator: str | None = Field(None, description="where in the write-up, if not the ledger's locator")
+    inferred: bool = Field(False, description="not printed by the source: read off a figure or computed; the note says how")
     note: str | None = None
 
     @model_validator(mode="after")
@@ -148,12 +187,48 @@ class PublishedRow(_Model):
             raise ValueError(f"{self.metric}: low {self.low} > high {self.high}")
         if self.value is None and not ranged and not self.note:
             raise ValueError(f"{self.metric}: a cell without a value needs a note saying why")
+        if self.inferred and not self.note:
+            raise ValueError(f"{self.metric}: an inferred cell needs a note saying how it was obtained")
         if normalize_space(self.text) not in normalize_space(self.quote):
             raise ValueError(f"{self.metric}: text {self.text!r} is not in its quote")
         clash = set(self.params) & set(type(self).model_fields) | set(self.params) & set(_LEDGER_COLUMNS)
         if clash:
             raise ValueError(f"{self.metric}: params reuse column names {sorted(clash)}")
         return self
+
+
+class Curve(_Model):
+    """What the step-cost model needs to predict one published curve (the rows of ``condition``).
+
+    Shapes are the model's published architecture; ``inferred`` names every input the source
+    does not state (a dtype taken as bf16, a drafter size guessed, a prompt length assumed).
+    """
+
+    condition: str = Field(description="the rows' condition this curve is")
+    ratio_type: RatioType = Field(description="what the speedup divides: aggregate tok/s, per-user speed, latency at a rate")
+    metric: str = Field("speedup_x", pattern=r"^[a-z][a-z0-9_]*$", description="the rows' metric that is the ratio")
+    axis: Literal["concurrency", "num_speculative_tokens"] = Field(
+        "concurrency", description="what varies along the curve (rows' concurrency, or params' k)")
+    hardware_preset: str = Field(description="a preset in specnb.models hardware.toml (spec-sheet peaks)")
+    gpus: int = Field(1, ge=1, description="GPUs the target is split over (tensor parallel)")
+    compute_dtype: Literal["bf16", "fp8", "fp4"] = "bf16"
+    target: str = Field(description="the target model, as named")
+    target_params_b: float = Field(gt=0)
+    target_layers: int = Field(ge=1)
+    target_kv_heads: int = Field(ge=1)
+    target_head_dim: int = Field(ge=1)
+    weight_bytes_per_param: float = Field(gt=0)
+    kv_bytes_per_value: float = Field(2.0, gt=0)
+    drafter: str = Field(description="the drafter, as named")
+    drafter_kind: DrafterKind
+    drafter_params_b: float = Field(0.0, ge=0, description="0: no weights of its own counted (its cost is fitted)")
+    k: int | None = Field(None, ge=1, description="K; None when it varies along the curve (rows' params k)")
+    tokens_per_step: float | None = Field(
+        None, ge=1, description="mean tokens emitted per verification step; None: per row (params)")
+    prompt_tokens: float = Field(ge=0)
+    output_tokens: float = Field(gt=0)
+    inferred: list[str] = Field(default_factory=list, description="inputs the source does not state")
+    basis: str = Field(min_length=1, description="where each input comes from")
 
 
 class PublishedLedger(_Model):
@@ -167,6 +242,18 @@ class PublishedLedger(_Model):
     )
     notes: list[str] = Field(default_factory=list, description="the transcriber's notes")
     rows: list[PublishedRow] = Field(min_length=1)
+    curves: list[Curve] = Field(default_factory=list, description="curves the step-cost model is held against")
+
+    @model_validator(mode="after")
+    def _curves_have_rows(self) -> PublishedLedger:
+        conditions = {r.condition for r in self.rows}
+        for c in self.curves:
+            if c.condition not in conditions:
+                raise ValueError(f"curve {c.condition!r} names no rows' condition")
+            unknown = sorted(set(c.inferred) - set(Curve.model_fields))
+            if unknown:
+                raise ValueError(f"curve {c.condition!r}: inferred names unknown inputs {unknown}")
+        return self
 
 
 def published_schema_json() -> str:
@@ -239,6 +326,7 @@ def _rows(led: PublishedLedger, path: Path) -> list[dict[str, Any]]:
             "kind": led.kind,
             "publisher": led.source.publisher,
             "seed_file": led.source.seed_file,
+            "url": led.source.url,
             "row": i,
         }
         row.update(r.model_dump(exclude={"params", "quote", "locator"}))
@@ -282,3 +370,45 @@ def load_published(
     df = df[[c for c in _FRAME_COLUMNS if c != "path"] + params + ["path"]]
     # nullable integers: a cell without a concurrency must not turn the column into floats
     return df.astype({"concurrency": "Int64", "value": "float64", "low": "float64", "high": "float64"})
+
+
+def published_curves(sources: Iterable[Path | str] | Path | str | None = None,
+                     folder: Path | None = None) -> pd.DataFrame:
+    """The published points the step-cost model is held against: one row per point with a value.
+
+    For each ledger's :class:`Curve`, its rows of that condition and metric, with the curve's
+    inputs as columns (``curve_inferred`` lists the inputs the source does not state) plus
+    ``ledger_id``, ``source_url``, ``concurrency``, ``k``, ``tokens_per_step``, ``value`` (the
+    published ratio) and ``inferred`` (the point itself was read off a figure). Per-row inputs
+    (``k``, ``tokens_per_step`` for a curve along K) come from the row's params.
+    """
+    folder = folder or PUBLISHED_DIR
+    if sources is None:
+        sources = [folder]
+    elif isinstance(sources, (str, Path)):
+        sources = [sources]
+    files: list[Path] = []
+    for src in sources:
+        files += _resolve(src, folder)
+    out: list[dict[str, Any]] = []
+    for path in files:
+        led = read_published(path)
+        for curve in led.curves:
+            inputs = curve.model_dump(exclude={"inferred", "metric", "condition"})
+            for r in led.rows:
+                if r.condition != curve.condition or r.metric != curve.metric or r.value is None:
+                    continue
+                k = r.params.get("k", curve.k)
+                tau = r.params.get("tokens_per_step", curve.tokens_per_step)
+                if k is None or tau is None:
+                    raise PublishedLedgerError(f"{path}: curve {curve.condition!r} has a row without K or tokens per step")
+                row = {"ledger_id": led.id, "publisher": led.source.publisher,
+                       "source_url": led.source.url or led.source.seed_file, "condition": curve.condition,
+                       **inputs, "k": int(k), "tokens_per_step": float(tau),
+                       "concurrency": int(r.concurrency or 1), "value": float(r.value), "inferred": r.inferred,
+                       "curve_inferred": ", ".join(curve.inferred)}
+                out.append(row)
+    columns = ["ledger_id", "publisher", "source_url", "condition", *[f for f in Curve.model_fields
+               if f not in ("inferred", "metric", "condition", "k", "tokens_per_step")],
+               "k", "tokens_per_step", "concurrency", "value", "inferred", "curve_inferred"]
+    return pd.DataFrame(out, columns=columns)

@@ -123,7 +123,9 @@ class Drafter:
     ``draft_fraction``: share of steps that carry a draft (n-gram drafts only on a match).
     ``step_overhead_s``, ``per_request_s`` and ``per_token_s`` (per proposed token: B * q * K
     per step): what speculation costs beyond the drafter's roofline, e.g. proposing, rejection
-    sampling, bookkeeping, or a slower engine path; a calibration fits them.
+    sampling, bookkeeping, or a slower engine path; a calibration fits them. ``per_pass_s``: a
+    drafting pass's cost whatever the batch (K passes per step for a sequential drafter, one for
+    a parallel one), e.g. a draft head's launches; the GPU fit (:mod:`specnb.models.gpufit`) sets it.
     """
 
     name: str = "ngram"
@@ -135,10 +137,11 @@ class Drafter:
     step_overhead_s: float = 0.0
     draft_fraction: float = 1.0
     per_token_s: float = 0.0
+    per_pass_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("params", "weight_bytes", "kv_bytes_per_token", "per_request_s", "step_overhead_s",
-                     "per_token_s"):
+                     "per_token_s", "per_pass_s"):
             positive(name, getattr(self, name), zero_ok=True)
         if not 0.0 <= self.draft_fraction <= 1.0:
             raise StepCostError(f"draft_fraction must be in [0, 1], got {self.draft_fraction}")
@@ -214,8 +217,9 @@ def step_terms(hw: Hardware, target: TargetModel, drafter: Drafter, batch: np.nd
     compute = 2.0 * target.params * batch * tokens / hw.flop_s
     target_s = _roofline(memory, compute, sharpness)
     drafting = drafter.step_overhead_s + drafter.per_request_s * batch + drafter.per_token_s * batch * q * k
+    passes = 1.0 if drafter.parallel else k
+    drafting = drafting + drafter.per_pass_s * passes
     if drafter.params > 0 or drafter.weight_bytes > 0:
-        passes = 1.0 if drafter.parallel else k
         per_pass = k if drafter.parallel else 1.0
         d_mem = (drafter.weight_bytes + batch * drafter.kv_bytes_per_token * context) / hw.bandwidth_bytes_s
         d_comp = 2.0 * drafter.params * batch * per_pass / hw.flop_s

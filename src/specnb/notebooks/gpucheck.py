@@ -12,7 +12,9 @@ For each ``notebooks/params/gpu/<axis>[-variant].yaml`` this checks, without sta
   ``vllm serve`` argument parser;
 - every model and drafter is a local folder or is in the local Hugging Face cache (servers run
   with ``HF_HUB_OFFLINE=1``); ``--skip-models`` leaves this out;
-- the calculator's file names a hardware preset with a peak for its ``compute_dtype``.
+- the calculator's file names a hardware preset with a peak for its ``compute_dtype`` and says where
+  its speculative costs come from (``gpu_costs``: the published GPU fit, or the measurement behind
+  its ``drafter_*_ms``).
 
 ``python -m specnb.notebooks.gpucheck notebooks/params/gpu/*.yaml [--skip-models]``: one line per
 problem and exit 1, or one ``ok`` line per file and exit 0.
@@ -129,6 +131,19 @@ def cpu_fitted_defaults(source: Path, params: dict[str, Any]) -> list[str]:
             for k, comment in parameter_comments(source).items() if "fitted" in comment and k not in params]
 
 
+def calculator_cost_problems(source: Path, params: dict[str, Any]) -> list[str]:
+    """A GPU calculator file must state where its speculative costs come from: ``gpu_costs`` is
+    ``"published-fit"`` (fitted to the published GPU curves, which replace ``drafter_*_ms``) or a
+    sentence naming the measurement behind the ``drafter_*_ms`` it sets (none inherited from the CPU fit)."""
+    stated = params.get("gpu_costs")
+    if not isinstance(stated, str) or not stated.strip():
+        return ['gpu_costs is not set: say where the speculative costs come from ("published-fit", or the '
+                "measurement behind drafter_*_ms); a spec-sheet preset with no such costs is far too kind"]
+    if stated == "published-fit":
+        return []
+    return cpu_fitted_defaults(source, params)
+
+
 def check_file(path: Path | str, rules: VllmRules | None, *, skip_models: bool = False) -> list[str]:
     """Every problem with one GPU parameter file, one line each (empty: it would run)."""
     from specnb.sweep.preflight import check_engine_release
@@ -147,7 +162,7 @@ def check_file(path: Path | str, rules: VllmRules | None, *, skip_models: bool =
 
             merged = {**notebook_parameters(source), **params}
             load_hardware(merged["preset"]).for_dtype(merged.get("compute_dtype", "bf16"))
-            return [f"{name}: {problem}" for problem in cpu_fitted_defaults(source, params)]
+            return [f"{name}: {problem}" for problem in calculator_cost_problems(source, params)]
         merged = {**notebook_parameters(source), **params}
         specs = Study.from_namespace(axis, merged).specs()
     except SpecnbError as exc:

@@ -32,8 +32,9 @@ def test_parameter_files_name_only_notebook_parameters():
 def test_notebook_draws_and_saves_every_figure(tmp_path):
     folder = next((p for p in DEMO if p.is_dir()), None)
     assert folder is not None, "the committed demo ledgers are missing from this checkout"
-    out = execute(SOURCE, tmp_path / "out.ipynb", {"figures_dir": str(tmp_path), "ledgers": str(folder)})
-    for fig_id in [*FORMULA_FIGURES, "calculator-stepcost-vs-measured"]:
+    out = execute(SOURCE, tmp_path / "out.ipynb", {"figures_dir": str(tmp_path), "ledgers": str(folder),
+                                                   "fit_resamples": 3})
+    for fig_id in [*FORMULA_FIGURES, "calculator-stepcost-vs-measured", "calculator-published-fit"]:
         for ext in ("svg", "png", "json"):
             assert (tmp_path / f"{fig_id}.{ext}").stat().st_size > 0, f"{fig_id}.{ext}"
         side = json.loads((tmp_path / f"{fig_id}.json").read_text())
@@ -43,12 +44,33 @@ def test_notebook_draws_and_saves_every_figure(tmp_path):
     assert json.loads((tmp_path / "calculator-best-k.json").read_text())["sources"] == []
     text = _outputs(out)
     assert "baseline fit: n=16" in text and "note: no ledgers" not in text
+    published = json.loads((tmp_path / "calculator-published-fit.json").read_text())
+    assert published["source_files"] >= 3  # drawn from the published ledgers it fitted
+    assert "fitted to" in text and "rms log error" in text
+
+
+def test_published_fit_figure_has_a_panel_per_source():
+    import pandas as pd
+
+    from specnb.figures.calculator import published_fit_figure
+
+    rows = []
+    for src, axis in (("a", "concurrency"), ("b", "num_speculative_tokens")):
+        for x in (1, 2, 4):
+            rows.append({"ledger_id": src, "condition": f"{src} curve", "axis": axis,
+                         "concurrency": x if axis == "concurrency" else 1, "k": x if axis != "concurrency" else 3,
+                         "value": 1.5 / x, "predicted": 1.4 / x, "inferred": x == 2})
+    loso = pd.DataFrame(rows)
+    summary = pd.DataFrame({"ledger_id": ["a", "b"], "median_factor": [1.07, 1.07], "same_side_share": [1.0, 1.0]})
+    fig = published_fit_figure(loso, summary)
+    axes = fig.get_axes()
+    assert len(axes) == 2 and axes[1].get_xlabel().startswith("K") and "median off x1.07" in axes[0].get_title()
 
 
 @pytest.mark.timeout(120)
 def test_missing_ledgers_are_a_note_not_a_crash(tmp_path):
     out = execute(SOURCE, tmp_path / "out.ipynb",
-                  {"figures_dir": str(tmp_path), "ledgers": str(tmp_path / "moved-away")})
+                  {"figures_dir": str(tmp_path), "ledgers": str(tmp_path / "moved-away"), "fit_resamples": 3})
     for fig_id in FORMULA_FIGURES:
         assert (tmp_path / f"{fig_id}.png").exists()
     assert not (tmp_path / "calculator-stepcost-vs-measured.png").exists()

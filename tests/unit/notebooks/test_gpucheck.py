@@ -103,7 +103,7 @@ def test_the_hub_commands_named_exist_in_this_environment():
 
 def test_the_calculator_file_needs_a_peak_for_its_precision(tmp_path):
     ok = tmp_path / "calculator.yaml"
-    costs = "drafter_step_overhead_ms: 0.0\ndrafter_per_token_ms: 0.0\n"  # stated, not the CPU fit
+    costs = "gpu_costs: published-fit\n"  # stated: the published GPU fit
     ok.write_text("preset: h200-sxm\ncompute_dtype: fp8\n" + costs)
     assert gpucheck.check_file(ok, None) == []
     fp4 = tmp_path / "calculator-fp4.yaml"
@@ -117,6 +117,7 @@ def test_a_gpu_calculator_file_that_inherits_a_cpu_fitted_cost_is_refused(tmp_pa
     gpu = paths.ROOT / "notebooks" / "params" / "gpu" / "calculator.yaml"
     assert gpucheck.check_file(gpu, None) == []  # the committed file states its drafting costs
     data = yaml.safe_load(gpu.read_text())
+    data["gpu_costs"] = "measured on our H200 with specnb calibrate"  # a measurement: drafter_*_ms must be set
     for key in ("drafter_step_overhead_ms", "drafter_per_token_ms"):
         data.pop(key)
     bad = tmp_path / "calculator.yaml"
@@ -124,3 +125,20 @@ def test_a_gpu_calculator_file_that_inherits_a_cpu_fitted_cost_is_refused(tmp_pa
     problems = gpucheck.check_file(bad, None)
     assert len(problems) == 2 and all("inherits the CPU-fitted default" in p for p in problems)
     assert "drafter_step_overhead_ms" in problems[0] and "drafter_per_token_ms" in problems[1]
+
+
+def test_a_gpu_calculator_file_must_state_where_its_speculative_costs_come_from(tmp_path):
+    import yaml
+
+    gpu = paths.ROOT / "notebooks" / "params" / "gpu" / "calculator.yaml"
+    data = yaml.safe_load(gpu.read_text())
+    assert data["gpu_costs"] == "published-fit"  # the committed GPU answer is the published fit's
+    for stated in (None, ""):
+        data["gpu_costs"] = stated
+        bad = tmp_path / "calculator.yaml"
+        bad.write_text(yaml.safe_dump(data))
+        (problem,) = gpucheck.check_file(bad, None)
+        assert "gpu_costs is not set" in problem
+    data.pop("gpu_costs")
+    bad.write_text(yaml.safe_dump(data))
+    assert "gpu_costs is not set" in gpucheck.check_file(bad, None)[0]
