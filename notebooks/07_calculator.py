@@ -226,6 +226,7 @@ drafter = sc.Drafter(drafter_name, params=drafter_params_b * 1e9,
 points = published_curves()  # the published GPU curves (ledgers/published), for the fit here and in section 7
 presets = hardware.hardware_presets()
 held_out = None
+hw_given, drafter_given = hw, drafter  # before any published fit: what section 6 holds the fit against
 if gpu_costs == "published-fit":
     gfit = gpufit.fit_gpu_terms(points, presets)
     hw, drafter = gfit.terms.apply(hw, target, drafter)
@@ -285,6 +286,10 @@ if SLIDERS:
 # books per step), its n-gram terms refitted to the steps are 5.7 ms + 0.6 ms per proposed token,
 # and the proposer itself takes 0.13-0.19 ms: the "drafting" terms stand for a slower speculative
 # engine, not for proposing.
+#
+# With `gpu_costs = "published-fit"` and `ledgers` measured on a GPU (your own baseline and drafter
+# sweep), the published fit of section 5 is also held against it: each measured pair predicted at
+# its own acceptance, and how far the fit was from your machine printed beside this refit.
 
 # %%
 if df is None:
@@ -311,6 +316,14 @@ else:
                 caption=f"step-cost model with the {cpu_preset} preset against the measured ledgers")
     display(cal.points[["arm", "workload", "concurrency", "repeat", "output_tok_s", "predicted_tok_s_before_spec_fit",
                         "predicted_tok_s"]].round(1))
+    if gpu_costs == "published-fit":
+        if gpufit.measured_on_gpu(df):
+            gap = gpufit.published_fit_gap(table, measured, hw_given, target, drafter_given, gfit.terms)
+            print(gpufit.gap_line(gap))
+            display(gap.round(3))
+        else:
+            print(f"note: {folder} was measured without a GPU: the published GPU fit of section 5 is not held "
+                  "against it (point `ledgers` at a sweep from your GPU, and `cpu_preset` at its preset)")
 
 # %% [markdown]
 # ## 7 · The GPU terms, fitted to published GPU curves and held out source by source

@@ -44,7 +44,7 @@ from specnb.models.stepcost import Drafter, TargetModel, step_terms
 
 __all__ = ["TERMS", "DEFAULT_TERMS", "GpuTerms", "GpuFit", "curve_models", "predict_speedups", "fit_gpu_terms",
            "bootstrap_terms", "term_summary", "leave_one_source_out", "loso_summary", "loso_levels",
-           "published_fit_gap"]
+           "published_fit_gap", "gap_line", "measured_on_gpu"]
 
 TERMS = ("compute_efficiency", "spec_step_frac", "draft_pass_frac", "per_token_frac", "step_overhead_frac")
 DEFAULT_TERMS = ("compute_efficiency", "spec_step_frac", "draft_pass_frac", "per_token_frac")
@@ -324,3 +324,25 @@ def published_fit_gap(table: pd.DataFrame, acceptance: pd.DataFrame, hw: Hardwar
                      "same_side": (pred > 1.0) == (float(r.speedup) > 1.0)})
     return pd.DataFrame(rows, columns=["arm", "workload", "concurrency", "measured", "predicted", "log_error",
                                        "same_side"])
+
+
+def measured_on_gpu(df: pd.DataFrame) -> bool:
+    """Whether every point of a ledger frame (:func:`specnb.ledger.load_ledgers`) ran on a machine
+    with a GPU (its ``machine`` label names one); the published GPU fit is held only against those."""
+    if df.empty or "machine" not in df.columns:
+        return False
+    return bool((~df["machine"].astype(str).str.endswith("no GPU")).all())
+
+
+def gap_line(gap: pd.DataFrame) -> str:
+    """One sentence for :func:`published_fit_gap`'s table: the median factor the published fit was
+    off by on this machine, the worst point, and the share on the measured side of 1.0."""
+    if gap.empty:
+        return "the published GPU fit has no point to hold against: no measured pair carries its arm's acceptance"
+    err = gap["log_error"].abs()
+    worst = gap.loc[err.idxmax()]
+    way = "kinder" if float(gap["log_error"].median()) > 0 else "harsher"
+    return (f"on this machine the published GPU fit was off by a factor {math.exp(err.median()):.2f} (median over "
+            f"{len(gap)} measured point(s), {way} than measured; worst {worst['arm']} / {worst['workload']} at "
+            f"c={worst['concurrency']:g}: predicted {worst['predicted']:.2f}x, measured {worst['measured']:.2f}x) and put "
+            f"{100 * gap['same_side'].mean():.0f} % of them on the measured side of 1.0")

@@ -148,3 +148,18 @@ def test_the_published_fit_is_held_against_a_measured_sweep():
     with pytest.raises(StepCostError, match="speedup table lacks"):
         gpufit.published_fit_gap(table.drop(columns=["speedup"]), acc, load_hardware("cpu-demo"), target,
                                  Drafter("ngram"), KNOWN)
+
+
+def test_only_a_gpu_sweep_is_held_against_the_published_fit_and_the_gap_reads_in_one_line():
+    cpu = pd.DataFrame({"machine": ["AMD EPYC, 2 CPUs (AVX2), no GPU"] * 2})
+    gpu = pd.DataFrame({"machine": ["Intel Xeon, 64 CPUs, 1 x NVIDIA H200 (driver 570.1)"] * 2})
+    assert not gpufit.measured_on_gpu(cpu) and gpufit.measured_on_gpu(gpu)
+    assert not gpufit.measured_on_gpu(pd.concat([cpu, gpu]))  # a mixed folder is not one GPU's answer
+    assert not gpufit.measured_on_gpu(pd.DataFrame())
+    gap = pd.DataFrame({"arm": ["k3", "k3"], "workload": ["chat", "chat"], "concurrency": [1, 64],
+                        "measured": [1.5, 0.8], "predicted": [1.8, 1.1], "log_error": np.log([1.8 / 1.5, 1.1 / 0.8]),
+                        "same_side": [True, False]})
+    line = gpufit.gap_line(gap)
+    assert "kinder than measured" in line and "c=64" in line and "50 %" in line
+    assert f"{np.exp(np.median(np.abs(gap['log_error']))):.2f}" in line
+    assert "no point" in gpufit.gap_line(gap.iloc[:0])
