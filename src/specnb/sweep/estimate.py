@@ -55,13 +55,35 @@ class Costs:
             self.per_request_s.setdefault((arm, workload, float(level)), []).append(duration_s / requests)
 
     def merged_over(self, prior: Costs | None) -> Costs:
-        """This run's costs where it has them, the prior's elsewhere."""
+        """This run's costs where it has them, the prior's elsewhere, rescaled to this machine.
+
+        An earlier run may come from a machine twice as fast (another CPU family, a busier hour):
+        once this run has measured points, each prior per-request cost is multiplied by how much
+        slower (or faster) this run measured the same kind of point, per arm where the arm has
+        measured points, over all of them otherwise (:meth:`speed_ratio`). Server blocks are
+        this run's once it has started one."""
         if prior is None:
             return self
-        per = {**prior.per_request_s, **self.per_request_s}
+        ratios = self.speed_ratio(prior)
+        overall = ratios.get(None, 1.0)
+        per = {k: [v * ratios.get(k[0], overall) for v in vals] for k, vals in prior.per_request_s.items()}
+        per.update(self.per_request_s)
         return Costs(source=self.source if self.block_s or self.per_request_s else prior.source,
                      block_s=self.block_s or prior.block_s, per_request_s=per,
                      sizing_s=self.sizing_s if self.sizing_s is not None else prior.sizing_s)
+
+    def speed_ratio(self, prior: Costs) -> dict[str | None, float]:
+        """This run's measured per-request cost over what ``prior`` says the same point costs
+        (its own level, or its nearest as :meth:`point` reads it): the median ratio per arm, and
+        over every measured point under the key None. Empty when nothing comparable is measured."""
+        by_arm: dict[str | None, list[float]] = {}
+        for (arm, workload, level), vals in self.per_request_s.items():
+            before = prior.point(PlannedPoint(arm, workload, level, 1))
+            if before and before > 0 and vals:
+                r = statistics.median(vals) / before
+                by_arm.setdefault(arm, []).append(r)
+                by_arm.setdefault(None, []).append(r)
+        return {arm: statistics.median(rs) for arm, rs in by_arm.items()}
 
     def block(self) -> float | None:
         return statistics.median(self.block_s) if self.block_s else None
