@@ -8,9 +8,9 @@ import pytest
 
 import specnb.sweep.preflight as preflight
 
-REAL_IN_HUB_CACHE = preflight._in_hub_cache
+REAL_IN_HUB_CACHE = preflight.in_hub_cache
 
 
 @pytest.fixture(autouse=True)
 def hub_ids_are_cached(monkeypatch):
-    monkeypatch.setattr(preflight, "_in_hub_cache", lambda repo_id, env: True)
+    monkeypatch.setattr(preflight, "in_hub_cache", lambda repo_id, env: True)

@@ -331,7 +331,7 @@ def test_bad_input_is_one_line_and_nothing_starts(case, tmp_path, capsys, no_ser
     import specnb.sweep.preflight as preflight
     from tests.unit.conftest import REAL_IN_HUB_CACHE
 
-    monkeypatch.setattr(preflight, "_in_hub_cache", REAL_IN_HUB_CACHE)  # the offline check is a case here
+    monkeypatch.setattr(preflight, "in_hub_cache", REAL_IN_HUB_CACHE)  # the offline check is a case here
     monkeypatch.chdir(tmp_path)  # relative names in a case mean its own folder
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("VLLM_API_KEY", raising=False)

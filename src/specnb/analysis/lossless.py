@@ -28,7 +28,7 @@ from specnb.ledger import load_requests
 from specnb.ledger.records import MARGINS_DIR, MARGINS_KIND, load_margins  # noqa: F401 - re-exported
 
 __all__ = ["DEFAULT_THRESHOLD", "MARGINS_DIR", "MARGINS_KIND", "compare_outputs", "divergence_margin", "load_margins",
-           "lossless", "lossless_summary", "top_gaps"]
+           "lossless", "lossless_summary", "top_gaps", "request_outputs"]
 
 DEFAULT_THRESHOLD = 0.5
 
@@ -36,7 +36,7 @@ DEFAULT_THRESHOLD = 0.5
 # <condition>/predicted/margins/<arm>/<workload>/<point>.json
 
 
-def _outputs(path: str) -> pd.DataFrame:
+def request_outputs(path: str) -> pd.DataFrame:
     req = load_requests(path)
     if req.empty or "output_sha" not in req.columns:
         return pd.DataFrame()
@@ -91,7 +91,7 @@ def compare_outputs(a_path: str, b_path: str, *, divergences: bool = False) -> d
     many requests the second point had in flight when its first differing token arrived (median).
     ``divergences``: also the list of differing requests (index, prompt id, position, the two
     tokens there, in flight in each point)."""
-    a, b = _outputs(a_path), _outputs(b_path)
+    a, b = request_outputs(a_path), request_outputs(b_path)
     if a.empty or b.empty:
         return None
     both = a.join(b, how="inner", suffixes=("_a", "_b"))

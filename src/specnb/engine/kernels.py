@@ -40,7 +40,7 @@ from specnb.ledger.names import REFUSED_ERROR
 from specnb.ledger.provenance import EMULATE_ENV, cpu_isa
 
 __all__ = ["Unservable", "KernelProbe", "Assessment", "probe", "assess", "checkpoint_scheme", "extension_for",
-           "machine_dtype", "resolve_dtype", "MACHINE_DTYPE", "SCHEME_KERNELS", "FALLBACK_LOG_LINE"]
+           "machine_dtype", "resolve_dtype", "MACHINE_DTYPE", "SCHEME_KERNELS", "FALLBACK_LOG_LINE", "probe_for", "find_library", "cache_file"]
 
 # vLLM's own words when a linear layer cannot get a oneDNN kernel (model_executor/layers/utils.py)
 FALLBACK_LOG_LINE = "fallback to torch linear"
@@ -120,7 +120,7 @@ def extension_for(isa: str, machine: str | None = None) -> str:
     return "_C_AVX512" if isa == "avx512" else "_C_AVX2"
 
 
-def _library(root: Path, ext: str) -> Path | None:
+def find_library(root: Path, ext: str) -> Path | None:
     found = sorted(root.glob(f"{ext}.*.so")) + sorted(root.glob(f"{ext}.so"))
     return found[0] if found else None
 
@@ -145,7 +145,7 @@ def _probe_here(library: str) -> dict[str, Any]:  # pragma: no cover - runs in t
     return {"ops": ops, "onednn_linear": linear}
 
 
-def _cache_file(library: Path, isa: str, emulated: bool) -> Path:
+def cache_file(library: Path, isa: str, emulated: bool) -> Path:
     st = library.stat()
     key = f"{library}|{st.st_size}|{st.st_mtime_ns}|{isa}|{emulated}|{platform.machine()}"
     return paths.CACHE / "kernels" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
@@ -156,19 +156,19 @@ def probe(env: dict[str, str] | None = None) -> KernelProbe | None:
     build (a GPU build's kernels are its own business) or vLLM is not installed."""
     env = dict(os.environ if env is None else env)
     isa, emulated = cpu_isa(env=env)
-    return _probe(isa, emulated)
+    return probe_for(isa, emulated)
 
 
 @lru_cache(maxsize=8)
-def _probe(isa: str, emulated: bool) -> KernelProbe | None:
+def probe_for(isa: str, emulated: bool) -> KernelProbe | None:
     if not installed_vllm()["cpu_build"]:
         return None
     root = next(iter(vllm_package_dirs()), None)
     ext = extension_for(isa)
-    lib = _library(root, ext) if root else None
+    lib = find_library(root, ext) if root else None
     if lib is None:
         return KernelProbe(isa, emulated, ext, error=f"no {ext} library in the installed vLLM")
-    cache = _cache_file(lib, isa, emulated)
+    cache = cache_file(lib, isa, emulated)
     if cache.is_file():
         try:
             d = json.loads(cache.read_text())

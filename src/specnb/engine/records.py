@@ -37,7 +37,7 @@ from typing import Any
 
 from specnb.engine import wire
 
-__all__ = ["RequestRecord", "StreamParser", "parse_streams", "response_text"]
+__all__ = ["RequestRecord", "StreamParser", "parse_streams", "response_text", "parse_forked"]
 
 try:  # orjson parses a chunk about 3x faster than json (the parse after a point: benchmarks/README.md)
     from orjson import loads as _loads
@@ -273,7 +273,7 @@ def parse_streams(records: Sequence[RequestRecord], raw: dict[int, wire.Raw], t0
     # a load client's own worker is a daemon process: those may not have children
     if n > 1 and len(records) > 1 and _can_fork() and not multiprocessing.current_process().daemon:
         try:
-            _parse_forked(records, raw, t0, min(n, len(records)))
+            parse_forked(records, raw, t0, min(n, len(records)))
         except (OSError, BrokenProcessPool):
             _parse_serial(records, raw, t0)
     else:
@@ -348,7 +348,7 @@ def _parse_part(part: tuple[int, int]) -> list[tuple[int, dict[str, Any]]]:
     return [(i + k * n, vars(rec)) for k, rec in enumerate(mine)]
 
 
-def _parse_forked(records: Sequence[RequestRecord], raw: dict[int, wire.Raw], t0: float, n: int) -> None:
+def parse_forked(records: Sequence[RequestRecord], raw: dict[int, wire.Raw], t0: float, n: int) -> None:
     """The parse split over ``n`` forked processes: they inherit the raw bytes (nothing is sent
     to them), each sends its records' fields back, and the pool is shut down before returning.
     A worker that dies raises BrokenProcessPool (the caller parses in-process then); no record

@@ -51,6 +51,7 @@ from specnb.engine.vllm import (
 
 __all__ = [
     "stop_group",
+    "live_servers",
     "ServerError",
     "ServerStartError",
     "EngineDiedError",
@@ -274,6 +275,11 @@ def attach(base_url: str, model: str | None = None, timeout: float = 10.0, api_k
 
 _LIVE: dict[int, VllmServer] = {}
 _HOOKS_INSTALLED = False
+
+
+def live_servers() -> dict[int, VllmServer]:
+    """The servers this process launched and has not stopped yet, by process id (a copy)."""
+    return dict(_LIVE)
 
 
 def _stop_all() -> None:
@@ -518,6 +524,11 @@ class VllmServer:
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])
+
+    @property
+    def stopped(self) -> bool:
+        """Whether :meth:`stop` has stopped the launched process (False before a launch)."""
+        return self._stopped
 
     def stop(self) -> None:
         """TERM the process group, then KILL it after the grace period. Idempotent."""

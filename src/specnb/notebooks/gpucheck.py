@@ -37,7 +37,7 @@ from specnb import paths
 from specnb.errors import SpecnbError
 from specnb.notebooks.runner import notebook_parameters, notebook_source, parameter_comments, read_params
 
-__all__ = ["check_file", "check_files", "VllmRules", "main"]
+__all__ = ["check_file", "check_files", "VllmRules", "main", "model_problem"]
 
 
 @dataclasses.dataclass
@@ -94,7 +94,7 @@ def _serve_parser() -> Any:
     return make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
 
 
-def _model_problem(model: str) -> str | None:
+def model_problem(model: str) -> str | None:
     """None when ``model`` is a local folder or a hub id in the local cache."""
     p = Path(model)
     if p.is_absolute() or model.startswith((".", "models/")):
@@ -200,7 +200,7 @@ def check_file(path: Path | str, rules: VllmRules | None, *, skip_models: bool =
             if bad:
                 problems.append(f"{where} arm {arm.name}: vllm serve refuses the server arguments: {bad}")
     if not skip_models:
-        problems += [f"{name}: {p}" for m in sorted(models) if (p := _model_problem(m))]
+        problems += [f"{name}: {p}" for m in sorted(models) if (p := model_problem(m))]
     return sorted(set(problems), key=problems.index)
 
 

@@ -27,7 +27,7 @@ from specnb import paths
 from specnb.prompts.copyshare import MixError, load_tokenizer
 from specnb.prompts.workload import Prompt, Workload, WorkloadError, bundled, load_jsonl, parse_table
 
-__all__ = ["ContextSource", "build_context", "CORPUS", "HEADER", "REQUEST"]
+__all__ = ["ContextSource", "build_context", "CORPUS", "HEADER", "REQUEST", "load_notes"]
 
 CORPUS = ("copy", "freeform")  # the bundled sets the reference material is drawn from
 HEADER = "Reference material from earlier requests in this queue (for context only):\n\n"
@@ -87,7 +87,7 @@ def _counter(tok: Any) -> Callable[[list[dict[str, Any]]], int]:
     return count
 
 
-def _notes(files: Sequence[str] = ()) -> list[tuple[str, str]]:
+def load_notes(files: Sequence[str] = ()) -> list[tuple[str, str]]:
     out = []
     sets = [bundled(name) for name in CORPUS] + [load_jsonl(paths.resolve(f)) for f in files]
     for wl in sets:
@@ -112,7 +112,7 @@ def build_context(base: Workload, tokens: int, tokenizer: Any, *, name: str | No
     count = _counter(tokenizer)
     if notes is None:
         names = [f"specnb:prompts/sets/{c}.jsonl" for c in CORPUS] + [str(f) for f in corpus]
-        notes = _notes(corpus)
+        notes = load_notes(corpus)
     else:
         names, notes = ["given"], list(notes)
     encoded = [tokenizer.encode(text, add_special_tokens=False) for _, text in notes]

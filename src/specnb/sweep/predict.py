@@ -45,7 +45,7 @@ from specnb.sweep.progress import progress_bar
 from specnb.sweep.runner import server_args_for
 from specnb.sweep.spec import SweepSpec
 
-__all__ = ["PredictOutcome", "ngram_settings", "predict_run"]
+__all__ = ["PredictOutcome", "ngram_settings", "predict_run", "fill_step", "prediction_path"]
 
 # a step's drafts beyond its first mismatch are asked of the engine (one request with the whole
 # proposal) when the chance of reaching them is above this; below, they add at most this much
@@ -170,7 +170,7 @@ def _jobs(folder: Path, outcome: PredictOutcome) -> tuple[list[_Job], list[_Marg
         for led in ledger_files(cond / base.name):
             rel = led.relative_to(cond / base.name)
             for arm, s in measured:
-                out = _prediction_path(cond / PREDICTED_DIR / arm.name / rel, led)
+                out = prediction_path(cond / PREDICTED_DIR / arm.name / rel, led)
                 if out is None:
                     outcome.existing += 1
                     continue
@@ -178,7 +178,7 @@ def _jobs(folder: Path, outcome: PredictOutcome) -> tuple[list[_Job], list[_Marg
     return jobs, margins
 
 
-def _prediction_path(canonical: Path, baseline: Path) -> Path | None:
+def prediction_path(canonical: Path, baseline: Path) -> Path | None:
     """Where the prediction of this baseline measurement goes; None when it is already there.
     A prediction is of one measurement (the baseline ledger's ``started_at``): a point measured
     again after it was predicted gets a prediction of its own, beside the stale one (records are
@@ -229,7 +229,7 @@ def _max_model_len(ep: Endpoint) -> int:
     return 1 << 30
 
 
-def _fill(step: Step, path_lp: list[dict[int, float] | None], off: list[dict[int, float] | None] | None,
+def fill_step(step: Step, path_lp: list[dict[int, float] | None], off: list[dict[int, float] | None] | None,
           ctx_len: int, t: float, top: int = 20) -> None:
     """p_T of each draft of ``step``: from the path's logprobs up to its first mismatch, then from
     the step's own request (``off``) or bounded by the chance of getting there. A position's
@@ -308,7 +308,7 @@ def _predict_point(job: _Job, ep: Endpoint, max_len: int, top: int, parallel: in
     for ids, out, steps, _ in seqs:
         full = path_lp[tuple(ids + out)]
         for st in steps:
-            _fill(st, full, None, len(ids) + st.position, t, top)
+            fill_step(st, full, None, len(ids) + st.position, t, top)
             reach = float(np.prod(st.probs_hi[: st.matched + 1]))
             if st.matched + 1 < len(st.drafts) and reach > OFF_PATH_CHANCE:
                 off_keys[tuple(ids + out[: st.position] + st.drafts)] = None
@@ -320,7 +320,7 @@ def _predict_point(job: _Job, ep: Endpoint, max_len: int, top: int, parallel: in
     for ids, out, steps, row in seqs:
         full = path_lp[tuple(ids + out)]
         for st in steps:
-            _fill(st, full, off_lp.get(tuple(ids + out[: st.position] + st.drafts)), len(ids) + st.position, t, top)
+            fill_step(st, full, off_lp.get(tuple(ids + out[: st.position] + st.drafts)), len(ids) + st.position, t, top)
         all_steps += steps
         per_request.append({"index": int(row["index"]), "prompt_id": row["prompt_id"], "output_tokens": len(out),
                             **summarize_steps(steps)})

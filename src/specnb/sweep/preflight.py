@@ -41,7 +41,7 @@ from specnb.prompts.workload import Workload, WorkloadError
 from specnb.sweep.arm import DEFAULT_API_KEY_ENV, Arm, ArmError, check_drafter
 from specnb.sweep.spec import SweepError, SweepSpec
 
-__all__ = ["prepare", "Prepared", "check_endpoints", "check_kernels", "check_engine_release", "CPU_CEILING_DRAFTERS", "TOKENIZER_FILES"]
+__all__ = ["prepare", "Prepared", "check_endpoints", "check_kernels", "check_engine_release", "CPU_CEILING_DRAFTERS", "TOKENIZER_FILES", "in_hub_cache"]
 
 # any of these in a model folder is a tokenizer vLLM can load
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "tekken.json")
@@ -57,7 +57,7 @@ def _offline(env: dict[str, str]) -> bool:
     return env.get("HF_HUB_OFFLINE", "0").strip().lower() not in ("", "0", "false", "no", "off")
 
 
-def _in_hub_cache(repo_id: str, env: dict[str, str]) -> bool:
+def in_hub_cache(repo_id: str, env: dict[str, str]) -> bool:
     """Whether the Hugging Face cache the server will read holds ``repo_id``'s config.json."""
     try:
         from huggingface_hub import try_to_load_from_cache
@@ -89,7 +89,7 @@ def _resolve_checkpoint(name: str, what: str, env: dict[str, str], need_tokenize
     if _looks_local(name):
         hint = " (run `make setup` for the CPU models)" if name.startswith("models/") else ""
         raise SweepError(f"{what} folder {name!r} does not exist{hint}")
-    if _offline(env) and not _in_hub_cache(name, env):
+    if _offline(env) and not in_hub_cache(name, env):
         raise SweepError(f"{what} {name!r} is not a local folder and not in the Hugging Face cache, and "
                          "HF_HUB_OFFLINE=1 keeps the server from downloading it: give a local folder, "
                          "or set HF_HUB_OFFLINE = \"0\" in env")
@@ -142,7 +142,7 @@ def _check_tokenizer(name: str, what: str, env: dict[str, str]) -> None:
             return
     if _looks_local(name) or p.exists():
         raise SweepError(f"{what} {name!r} is not a folder holding a tokenizer")
-    if _offline(env) and not _in_hub_cache(name, env):
+    if _offline(env) and not in_hub_cache(name, env):
         raise SweepError(f"{what} {name!r} is not a local folder and not in the Hugging Face cache "
                          "(HF_HUB_OFFLINE=1)")
 

@@ -64,7 +64,7 @@ from specnb.sweep.policy import boundary_levels
 from specnb.sweep.preflight import flag_value
 from specnb.sweep.spec import SweepSpec
 
-__all__ = ["Deploy", "Stop", "TuneError", "TuneSettings", "TuneSpec", "run_tune", "TuneOutcome"]
+__all__ = ["Deploy", "Stop", "TuneError", "TuneSettings", "TuneSpec", "run_tune", "TuneOutcome", "judge_tuned"]
 
 ROUND_KIND = "tune_round"
 RESULT_KIND = "tune_result"
@@ -442,7 +442,7 @@ def _judge_round(d: _Derived, loop: _Loop, n: int, measured: list[int], is_stati
     """Round ``n``'s record from its ledgers: the verdict, its per-level check and the next
     candidate (None: the loop stops, ``loop.stop`` says why)."""
     config = loop.config
-    check, why_not = _judge(rdf, static=None if is_static else STATIC)
+    check, why_not = judge_tuned(rdf, static=None if is_static else STATIC)
     doc: dict[str, Any] = {"round": n, "speculative_config": config, "static_config": d.static_cfg,
                            "folder": f"round-{n:02d}", "levels": measured}
     if check is None:  # an arm without a usable point: recorded as unjudged, the loop stops
@@ -478,7 +478,7 @@ def _judge_round(d: _Derived, loop: _Loop, n: int, measured: list[int], is_stati
     return doc
 
 
-def _judge(df: Any, *, tuned: str = TUNED, static: str | None = STATIC) -> tuple[Any, str | None]:
+def judge_tuned(df: Any, *, tuned: str = TUNED, static: str | None = STATIC) -> tuple[Any, str | None]:
     """A round's per-level check, or None and why (an arm without a usable point)."""
     try:
         table = summarize(df)
@@ -507,7 +507,7 @@ def _result(out: Path, rounds: list[dict[str, Any]], static_cfg: dict[str, Any],
                 "claim": "no round was measured", "verified_in": None}
     last = rounds[-1]
     arm = TUNED if last["speculative_config"] == static_cfg else STATIC
-    check, why_not = _judge(load_ledgers(out / last["folder"]), tuned=arm, static=None)
+    check, why_not = judge_tuned(load_ledgers(out / last["folder"]), tuned=arm, static=None)
     if check is None:
         return {**base, "deploy": Deploy.STATIC, "speculative_config": static_cfg, "verified": False,
                 "claim": f"no candidate was verified and the static config cannot be judged from {last['folder']}: "

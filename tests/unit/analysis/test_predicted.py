@@ -28,7 +28,7 @@ from specnb.ledger import load_ledgers, write_ledger
 from specnb.ledger.frame import ledger_files
 from specnb.sweep.arm import Arm
 from specnb.sweep.predict import PredictError as DriverError
-from specnb.sweep.predict import _fill, ngram_settings, predict_run
+from specnb.sweep.predict import fill_step, ngram_settings, predict_run
 from tests.unit.factories import ledger
 
 
@@ -97,11 +97,11 @@ def test_fill_uses_the_path_up_to_the_mismatch_and_bounds_what_was_not_asked():
     path = [None, {1: 0.0}, {5: math.log(0.9), 8: math.log(0.1)}, {8: math.log(0.7), 6: math.log(0.2)},
             {9: 0.0}]
     st = Step(position=0, drafts=[5, 6, 7], matched=1)
-    _fill(st, path, None, 2, 1.0)
+    fill_step(st, path, None, 2, 1.0)
     assert st.probs_lo[:2] == pytest.approx([0.9, 0.2])  # draft 6 at the mismatch is in the top-k there
     assert (st.probs_lo[2], st.probs_hi[2]) == (0.0, 1.0)  # beyond it, never asked
     off = [None, {1: 0.0}, {5: math.log(0.9)}, {6: math.log(0.2)}, {7: math.log(0.5)}]
-    _fill(st, path, off, 2, 1.0)
+    fill_step(st, path, off, 2, 1.0)
     assert st.probs_lo == pytest.approx([0.9, 0.2, 0.5]) and st.probs_hi == pytest.approx(st.probs_lo)
     assert summarize_steps([st])["expected_accepted_lo"] == pytest.approx(0.9 + 0.18 + 0.09)
 
@@ -181,31 +181,31 @@ def test_a_point_measured_again_is_predicted_again_and_only_its_own_prediction_c
     prediction of the measurement it replaced (issue 46 item 6). A prediction names the baseline
     measurement it replayed (``baseline_started_at``); the driver predicts a newer measurement
     again, beside the stale record, and the table reads only the current one."""
-    from specnb.sweep.predict import _prediction_path
+    from specnb.sweep.predict import prediction_path
 
     base = tmp_path / "baseline" / "copy" / "c001-r00.json"
     old = ledger("baseline").model_copy(update={"started_at": "2026-11-29T00:00:00+00:00"})
     write_ledger(base, old, None)
     write_ledger(tmp_path / "ngram-k4" / "copy" / "c001-r00.json", ledger("ngram-k4", mal=1 + 4 * 0.8), None)
     canonical = tmp_path / "predicted" / "ngram-k4" / "copy" / "c001-r00.json"
-    assert _prediction_path(canonical, base) == canonical  # nothing predicted yet
+    assert prediction_path(canonical, base) == canonical  # nothing predicted yet
     canonical.parent.mkdir(parents=True)
     stale = {**_pred_doc(None, 0.0, 400, 0.10 * 400, 0.10 * 400), "baseline_point": old.point_id, "baseline_started_at": old.started_at,
              "created_at": "2026-11-29T01:00:00Z"}
     canonical.write_text(json.dumps(stale))
-    assert _prediction_path(canonical, base) is None  # that measurement is predicted
+    assert prediction_path(canonical, base) is None  # that measurement is predicted
     # the point is measured again (a new ledger at the same name, as a test may make it)
     base.unlink()
     new = ledger("baseline").model_copy(update={"started_at": "2026-11-30T12:00:00+00:00",
                                                 "finished_at": "2026-11-30T12:00:05+00:00"})
     write_ledger(base, new, None)
-    again = _prediction_path(canonical, base)
+    again = prediction_path(canonical, base)
     assert again is not None and again != canonical and again.name == "c001-r00.20261130120000.json"
     table = predicted_table(load_ledgers(tmp_path), load_predicted(tmp_path))
     assert table.empty  # the only prediction is of a measurement the ledgers no longer hold
     again.write_text(json.dumps({**_pred_doc(None, 0.0, 400, 0.8 * 400, 0.8 * 400),
                                  "baseline_point": new.point_id, "baseline_started_at": new.started_at, "created_at": "2026-11-30T13:00:00Z"}))
-    assert _prediction_path(canonical, base) is None
+    assert prediction_path(canonical, base) is None
     table = predicted_table(load_ledgers(tmp_path), load_predicted(tmp_path))
     assert len(table) == 1 and table["expected_lo"].iloc[0] == pytest.approx(0.8)  # not pooled with the stale 0.1
     assert table["baseline_points"].iloc[0] == 1
@@ -213,7 +213,7 @@ def test_a_point_measured_again_is_predicted_again_and_only_its_own_prediction_c
     canonical.unlink()
     again.unlink()
     canonical.write_text(json.dumps({**_pred_doc(None, 0.0, 400, 0.5 * 400, 0.5 * 400), "created_at": "2026-11-30T01:00:00Z"}))
-    assert _prediction_path(canonical, base) is not None  # made before this measurement finished
+    assert prediction_path(canonical, base) is not None  # made before this measurement finished
     canonical.unlink()
     canonical.write_text(json.dumps({**_pred_doc(None, 0.0, 400, 0.5 * 400, 0.5 * 400), "created_at": "2026-12-01T01:00:00Z"}))
-    assert _prediction_path(canonical, base) is None
+    assert prediction_path(canonical, base) is None

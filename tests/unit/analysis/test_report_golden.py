@@ -35,7 +35,7 @@ def committed_runs() -> list[str]:
                   if p.is_dir() and p.parts[-3] not in ("published", "watch"))
 
 
-def _stored_name(run: str) -> str:
+def stored_name(run: str) -> str:
     return run.removeprefix("ledgers/").replace("/", "__") + ".txt"
 
 
@@ -47,7 +47,7 @@ def report_of(run: str) -> str:
     return text.replace(str(paths.ROOT), "<root>")
 
 
-def _within_last_digit(a: str, b: str) -> bool:
+def within_last_digit(a: str, b: str) -> bool:
     """Same text between the numbers, each number within one unit of its last printed digit."""
     if _NUMBER.split(a) != _NUMBER.split(b):
         return False
@@ -62,24 +62,24 @@ def _within_last_digit(a: str, b: str) -> bool:
 
 @pytest.mark.parametrize("run", committed_runs())
 def test_report_of_every_committed_run_is_unchanged(run):
-    stored = GOLDEN / _stored_name(run)
+    stored = GOLDEN / stored_name(run)
     assert stored.exists(), f"no stored report for {run}: remake them (see this module's docstring)"
     want, got = stored.read_text().splitlines(), report_of(run).splitlines()
-    changed = [f"- {w}\n+ {g}" for w, g in zip(want, got, strict=False) if w != g and not _within_last_digit(w, g)]
+    changed = [f"- {w}\n+ {g}" for w, g in zip(want, got, strict=False) if w != g and not within_last_digit(w, g)]
     assert len(want) == len(got) and not changed, (
         f"specnb report {run} changed ({len(want)} -> {len(got)} lines):\n" + "\n".join(changed[:10]))
 
 
 def test_every_stored_report_has_its_run():
-    runs = {_stored_name(r) for r in committed_runs()}
+    runs = {stored_name(r) for r in committed_runs()}
     assert runs and {p.name for p in GOLDEN.glob("*.txt")} == runs
 
 
 def test_last_digit_tolerance_is_only_that():
-    assert _within_last_digit("1.50x [1.31, 1.73]", "1.51x [1.31, 1.73]")
-    assert not _within_last_digit("1.50x [1.31, 1.73]", "1.53x [1.31, 1.73]")
-    assert not _within_last_digit("1.50x pays", "1.50x loses")
-    assert not _within_last_digit("c=4", "c=5")
+    assert within_last_digit("1.50x [1.31, 1.73]", "1.51x [1.31, 1.73]")
+    assert not within_last_digit("1.50x [1.31, 1.73]", "1.53x [1.31, 1.73]")
+    assert not within_last_digit("1.50x pays", "1.50x loses")
+    assert not within_last_digit("c=4", "c=5")
 
 
 if __name__ == "__main__":
@@ -87,5 +87,5 @@ if __name__ == "__main__":
     for old in GOLDEN.glob("*.txt"):
         old.unlink()
     for run in committed_runs():
-        (GOLDEN / _stored_name(run)).write_text(report_of(run))
+        (GOLDEN / stored_name(run)).write_text(report_of(run))
         print(run, file=sys.stderr)

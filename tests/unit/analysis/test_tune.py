@@ -317,10 +317,10 @@ def test_a_round_with_failed_points_is_not_judged_and_a_rerun_measures_it(tmp_pa
 
 
 def test_a_round_without_a_usable_arm_is_unjudged_not_a_crash(tmp_path):
-    from specnb.sweep.tune import _judge
+    from specnb.sweep.tune import judge_tuned
 
     df = _round(tmp_path, [1, 2], {"static": (NGRAM, [1.2, 1.1])})  # no tuned arm
-    check, why = _judge(df)
+    check, why = judge_tuned(df)
     assert check is None and "tuned" in why
 
 

@@ -117,11 +117,11 @@ def test_nothing_is_refused_on_a_probe_that_failed_or_a_build_that_is_not_the_cp
 
 def test_the_probe_asks_nothing_of_a_gpu_build(monkeypatch):
     monkeypatch.setattr(kernels, "installed_vllm", lambda: {"dist": "vllm", "version": "0.32.0", "cpu_build": False})
-    kernels._probe.cache_clear()
+    kernels.probe_for.cache_clear()
     try:
         assert kernels.probe({}) is None
     finally:
-        kernels._probe.cache_clear()
+        kernels.probe_for.cache_clear()
 
 
 def test_the_refusal_class_is_the_name_the_report_looks_for():

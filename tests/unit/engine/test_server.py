@@ -237,7 +237,7 @@ def test_start_failure_raises_with_log_tail(tmp_path):
     assert log.read_text().startswith("# specnb: ")
     assert srv.proc.returncode == 3
     assert not srv.alive()
-    assert srv.proc.pid not in server._LIVE
+    assert srv.proc.pid not in server.live_servers()
 
 
 def test_stop_kills_a_group_that_ignores_term(tmp_path):
@@ -267,7 +267,7 @@ def test_stop_kills_a_group_that_ignores_term(tmp_path):
             assert psutil.Process(child).status() == psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
             pass
-    assert pgid not in server._LIVE
+    assert pgid not in server.live_servers()
 
     t0 = time.monotonic()
     srv.stop()  # idempotent: nothing left to wait for
@@ -306,7 +306,7 @@ def test_start_and_stop_a_fake_server(tmp_path):
     assert not srv.alive()
     assert srv.proc.returncode == -signal.SIGTERM
     assert group_members(pgid) == []
-    assert pgid not in server._LIVE
+    assert pgid not in server.live_servers()
 
 
 def test_servers_launched_together_are_waited_for_one_by_one(tmp_path):

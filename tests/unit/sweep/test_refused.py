@@ -171,14 +171,14 @@ def test_a_probe_that_answers_nothing_readable_refuses_nothing(monkeypatch, tmp_
     lib.write_bytes(b"")
     monkeypatch.setattr(kernels, "installed_vllm", lambda: {"cpu_build": True})
     monkeypatch.setattr(kernels, "vllm_package_dirs", lambda: [lib.parent])
-    monkeypatch.setattr(kernels, "_library", lambda root, ext: lib)
+    monkeypatch.setattr(kernels, "find_library", lambda root, ext: lib)
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout="", stderr=""))
-    monkeypatch.setattr(kernels, "_cache_file", lambda *a: Path("/nonexistent/kernels.json"))
-    kernels._probe.cache_clear()
+    monkeypatch.setattr(kernels, "cache_file", lambda *a: Path("/nonexistent/kernels.json"))
+    kernels.probe_for.cache_clear()
     try:
         kp = kernels.probe({kernels.EMULATE_ENV: "avx2"})
     finally:
-        kernels._probe.cache_clear()
+        kernels.probe_for.cache_clear()
     assert kp is not None and kp.error and "nothing readable" in kp.error
 
 

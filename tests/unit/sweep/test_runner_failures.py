@@ -26,7 +26,7 @@ def fake():
     srv.stop()
 
 
-def _spec(url):
+def fake_spec(url):
     return SweepSpec.parse(dict(
         name="f", workloads=["freeform"], concurrency=[1, 2], repeats=1, panel_size=2,
         work_floor_tokens=None, warmup_requests=0, request_timeout_s=10, metrics_interval_s=0.05,
@@ -36,19 +36,19 @@ def _spec(url):
 
 def test_failed_points_are_recorded_kept_and_retried(fake, tmp_path):
     fake.fail = True
-    first = run_sweep(_spec(fake.url), tmp_path, progress=False, echo=lambda s: None)
+    first = run_sweep(fake_spec(fake.url), tmp_path, progress=False, echo=lambda s: None)
     assert not first.written and len(first.failed) == 2
     led = read_ledger(first.failed[0])
     assert led.status == "failed" and led.failure.error_type == "AllRequestsFailed"
     assert "HTTP 500" in led.failure.message and "engine on fire" in led.failure.message
     assert led.requests_file  # the failed requests are kept too
 
-    second = run_sweep(_spec(fake.url), tmp_path, progress=False, echo=lambda s: None)
+    second = run_sweep(fake_spec(fake.url), tmp_path, progress=False, echo=lambda s: None)
     assert len(second.failed) == 2 and not second.skipped  # failures are retried on resume
     assert len(list(tmp_path.rglob("*.failed-*.json"))) == 4  # and never overwritten
 
     fake.fail = False
-    third = run_sweep(_spec(fake.url), tmp_path, progress=False, echo=lambda s: None)
+    third = run_sweep(fake_spec(fake.url), tmp_path, progress=False, echo=lambda s: None)
     assert len(third.written) == 2 and not third.failed
     df = load_ledgers(tmp_path)
     assert (df["status"] == "ok").sum() == 2 and (df["status"] == "failed").sum() == 4
@@ -56,7 +56,7 @@ def test_failed_points_are_recorded_kept_and_retried(fake, tmp_path):
     assert (ok["output_tokens"] == 4 * ok["num_ok"]).all()
     assert set(ok["server_mode"]) == {"attached"}
 
-    fourth = run_sweep(_spec(fake.url), tmp_path, progress=False, echo=lambda s: None)
+    fourth = run_sweep(fake_spec(fake.url), tmp_path, progress=False, echo=lambda s: None)
     assert len(fourth.skipped) == 2 and not fourth.written and not fourth.failed
 
 
@@ -133,7 +133,7 @@ def test_a_point_disturbed_by_another_process_is_kept_and_measured_again(fake, t
     real_bar, bars = runner.progress_bar, []
     monkeypatch.setattr(runner, "progress_bar", lambda *a, **k: bars.append(real_bar(*a, **k)) or bars[-1])
     fake.fail = False
-    out = run_sweep(_spec(fake.url), tmp_path, progress=False, echo=lambda s: None)
+    out = run_sweep(fake_spec(fake.url), tmp_path, progress=False, echo=lambda s: None)
     assert len(out.written) == 2 and len(out.superseded) == 3
     assert bars[0].n == bars[0].total  # the re-sent requests count in the total too
     assert all(".superseded-" in p.name for p in out.superseded)

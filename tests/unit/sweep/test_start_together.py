@@ -56,7 +56,7 @@ def events(fake_vllm, monkeypatch):
             return ep
 
         def stop(self):
-            if self.proc is not None and not self._stopped:
+            if self.proc is not None and not self.stopped:
                 log.append(("stop", *self.block))
             super().stop()
 

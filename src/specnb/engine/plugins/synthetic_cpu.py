@@ -50,6 +50,7 @@ __all__ = [
     "patch_module",
     "plugin_allowed",
     "register",
+    "run_plugin",
 ]
 
 ENTRY_POINT_NAME = "specnb_synthetic_cpu"
@@ -291,7 +292,7 @@ def _refresh_registered(replaced: dict[str, tuple[Callable[..., Any], Callable[.
         dispatcher.register_kernels(again)
 
 
-def _run(apply: bool) -> Diagnosis:
+def run_plugin(apply: bool) -> Diagnosis:
     from vllm.platforms import current_platform
 
     if not current_platform.is_cpu():
@@ -311,7 +312,7 @@ def _run(apply: bool) -> Diagnosis:
 def diagnose() -> Diagnosis:
     """What :func:`register` would do in this environment, without changing anything."""
     try:
-        return _run(apply=False)
+        return run_plugin(apply=False)
     except Exception as exc:  # noqa: BLE001 - reported, never raised
         return Diagnosis("unknown", f"{type(exc).__name__}: {exc}")
 
@@ -324,7 +325,7 @@ def register() -> None:
 
     cpu_repairs.register()
     try:
-        diag = _run(apply=True)
+        diag = run_plugin(apply=True)
     except Exception as exc:  # noqa: BLE001 - a plugin must never take the engine down
         _log.warning("specnb synthetic-acceptance plugin left vLLM unchanged: %s: %s",
                      type(exc).__name__, exc)
