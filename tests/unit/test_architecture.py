@@ -255,3 +255,51 @@ def test_the_file_check_sees_each_way_in():
         assert file_access(code), code
     for code in ("json.loads(s)", "df.to_json(orient='records')", "load_requests(p)", "re.compile('x')"):
         assert not file_access(code), code
+
+
+def private_reaches(code: str) -> list[str]:
+    """Where test code reaches a private name of specnb: ``from specnb.x import _y``, ``mod._y``
+    on a name bound by ``from specnb... import mod`` or ``import specnb.x as mod``, and
+    ``monkeypatch.setattr(mod, "_y", ...)`` on such a module (dunder names are not private)."""
+    tree = ast.parse(code)
+    modules: set[str] = set()
+    out: list[str] = []
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.startswith("__")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "specnb":
+            for a in node.names:
+                if private(a.name):
+                    out.append(f"{node.lineno}: from {node.module} import {a.name}")
+                modules.add(a.asname or a.name)
+        elif isinstance(node, ast.Import):
+            modules.update(a.asname for a in node.names if a.name.startswith("specnb.") and a.asname)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules \
+                and private(node.attr):
+            out.append(f"{node.lineno}: {node.value.id}.{node.attr}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "setattr" \
+                and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id in modules \
+                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str) \
+                and private(node.args[1].value):
+            out.append(f"{node.lineno}: setattr({node.args[0].id}, {node.args[1].value!r})")
+    return sorted(set(out))
+
+
+def test_no_test_reaches_a_private_name_of_specnb():
+    found = {str(f.relative_to(paths.ROOT)): bad for f in sorted((paths.ROOT / "tests").rglob("*.py"))
+             if (bad := private_reaches(f.read_text()))}
+    assert found == {}, f"tests that reach private names (make the name public, or test through one): {found}"
+
+
+def test_the_private_name_check_sees_each_way_in():
+    for code in ("from specnb.sweep.tune import _judge", "from specnb.engine import kernels\nkernels._probe()",
+                 "import specnb.engine.server as server\nserver._LIVE",
+                 "from specnb.sweep import preflight\nmonkeypatch.setattr(preflight, '_in_hub_cache', f)"):
+        assert private_reaches(code), code
+    for code in ("from specnb.engine import kernels\nkernels.probe_for.cache_clear()", "import os\nos._exit(1)",
+                 "from specnb.ledger import frame\nframe.__name__", "from specnb import paths\nx._private",
+                 "import vllm.utils.cpu_triton_utils as cpu_tl\ncpu_tl._x"):
+        assert not private_reaches(code), code
