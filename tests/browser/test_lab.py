@@ -27,6 +27,7 @@ from tests.conftest import require
 
 NOTEBOOKS = paths.ROOT / "notebooks"
 RUN_TIMEOUT_MS = 240_000
+CALCULATOR_RUN_TIMEOUT_MS = 600_000  # under the suite's 900 s per test
 
 
 def _free_port() -> int:
@@ -108,14 +109,14 @@ def _open(page, name: str):
     return panel
 
 
-def _run_all(page, panel) -> None:
+def _run_all(page, panel, timeout_ms: int = RUN_TIMEOUT_MS) -> None:
     from playwright.sync_api import expect
 
     page.get_by_role("menuitem", name="Run", exact=True).click()
     page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
     prompts = panel.locator(".jp-CodeCell .jp-InputPrompt")
-    expect(prompts.filter(has_text="[1]")).to_have_count(1, timeout=RUN_TIMEOUT_MS)
-    expect(prompts.filter(has_text="*")).to_have_count(0, timeout=RUN_TIMEOUT_MS)
+    expect(prompts.filter(has_text="[1]")).to_have_count(1, timeout=timeout_ms)
+    expect(prompts.filter(has_text="*")).to_have_count(0, timeout=timeout_ms)
     errors = panel.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
     tracebacks = [t for t in errors.all_text_contents() if "Error" in t or "Traceback" in t]
     assert not tracebacks, "a cell raised:\n" + tracebacks[0][-2000:]
@@ -172,7 +173,9 @@ def test_saving_from_lab_leaves_the_py_unchanged(lab, page):
 def test_calculator_sliders_redraw_through_the_kernel(lab, page):
     page.goto(f"{lab['url']}/lab/tree/notebooks?token={lab['token']}")
     panel = _open(page, "07_calculator.py")
-    _run_all(page, panel)
+    # section 7 fits the GPU terms to the published curves with a 100-resample bootstrap: on two
+    # loaded cores that alone can take two to three minutes (a liveness bound, not a speed check)
+    _run_all(page, panel, timeout_ms=CALCULATOR_RUN_TIMEOUT_MS)
     interact = panel.locator(".widget-interact").first
     interact.scroll_into_view_if_needed()
     slider = interact.locator(".widget-slider").first
