@@ -337,6 +337,18 @@ def _rows(led: PublishedLedger, path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _published_files(sources: Iterable[Path | str] | Path | str | None, folder: Path) -> list[Path]:
+    """The ledger files that ids, files or folders name (``None``: every ledger in ``folder``)."""
+    if sources is None:
+        sources = [folder]
+    elif isinstance(sources, (str, Path)):
+        sources = [sources]
+    files: list[Path] = []
+    for src in sources:
+        files += _resolve(src, folder)
+    return files
+
+
 def load_published(
     sources: Iterable[Path | str] | Path | str | None = None, folder: Path | None = None
 ) -> pd.DataFrame:
@@ -347,14 +359,7 @@ def load_published(
     ``concurrency``, ``metric``, ``unit``, ``value`` (or ``low``/``high`` for a range),
     ``approx``, ``text`` (as printed), ``note``, plus each row's params as their own columns.
     """
-    folder = folder or PUBLISHED_DIR
-    if sources is None:
-        sources = [folder]
-    elif isinstance(sources, (str, Path)):
-        sources = [sources]
-    files: list[Path] = []
-    for src in sources:
-        files += _resolve(src, folder)
+    files = _published_files(sources, folder or PUBLISHED_DIR)
     seen: dict[str, Path] = {}
     rows: list[dict[str, Any]] = []
     for path in files:
@@ -382,14 +387,7 @@ def published_curves(sources: Iterable[Path | str] | Path | str | None = None,
     published ratio) and ``inferred`` (the point itself was read off a figure). Per-row inputs
     (``k``, ``tokens_per_step`` for a curve along K) come from the row's params.
     """
-    folder = folder or PUBLISHED_DIR
-    if sources is None:
-        sources = [folder]
-    elif isinstance(sources, (str, Path)):
-        sources = [sources]
-    files: list[Path] = []
-    for src in sources:
-        files += _resolve(src, folder)
+    files = _published_files(sources, folder or PUBLISHED_DIR)
     out: list[dict[str, Any]] = []
     for path in files:
         led = read_published(path)
