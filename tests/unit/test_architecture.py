@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -257,10 +258,16 @@ def test_the_file_check_sees_each_way_in():
         assert not file_access(code), code
 
 
+_PRIVATE_TARGET = re.compile(r"^specnb(?:\.\w+)*\._(?!_)")
+
+
 def private_reaches(code: str) -> list[str]:
-    """Where test code reaches a private name of specnb: ``from specnb.x import _y``, ``mod._y``
-    on a name bound by ``from specnb... import mod`` or ``import specnb.x as mod``, and
-    ``monkeypatch.setattr(mod, "_y", ...)`` on such a module (dunder names are not private)."""
+    """Where test code reaches a private name of specnb: ``from specnb.x import _y``; an attribute
+    chain rooted in a name bound to specnb (``mod._y``, ``specnb.x._y`` after ``import specnb.x``,
+    ``sys.modules["specnb.x"]._y``) with a private part; a call whose first argument is such a
+    module and whose second is a private name as a string (``monkeypatch.setattr``,
+    ``mock.patch.object``, ``getattr``, ``delattr``); and a patch target written as a string
+    (``"specnb.x._y"``). Dunder names are not private."""
     tree = ast.parse(code)
     modules: set[str] = set()
     out: list[str] = []
@@ -275,16 +282,28 @@ def private_reaches(code: str) -> list[str]:
                     out.append(f"{node.lineno}: from {node.module} import {a.name}")
                 modules.add(a.asname or a.name)
         elif isinstance(node, ast.Import):
-            modules.update(a.asname for a in node.names if a.name.startswith("specnb.") and a.asname)
+            for a in node.names:
+                if a.name.split(".")[0] == "specnb":
+                    modules.add(a.asname or "specnb")
+
+    def specnb_bound(expr: ast.AST) -> bool:
+        while isinstance(expr, ast.Attribute):
+            expr = expr.value
+        if isinstance(expr, ast.Name):
+            return expr.id in modules
+        # sys.modules["specnb.x"]
+        return (isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant)
+                and isinstance(expr.slice.value, str) and expr.slice.value.split(".")[0] == "specnb")
+
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules \
-                and private(node.attr):
-            out.append(f"{node.lineno}: {node.value.id}.{node.attr}")
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "setattr" \
-                and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id in modules \
+        if isinstance(node, ast.Attribute) and private(node.attr) and specnb_bound(node.value):
+            out.append(f"{node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.Call) and len(node.args) >= 2 and specnb_bound(node.args[0]) \
                 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str) \
                 and private(node.args[1].value):
-            out.append(f"{node.lineno}: setattr({node.args[0].id}, {node.args[1].value!r})")
+            out.append(f"{node.lineno}: {node.args[1].value!r} on a specnb module")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _PRIVATE_TARGET.match(node.value):
+            out.append(f"{node.lineno}: {node.value!r}")
     return sorted(set(out))
 
 
@@ -297,7 +316,14 @@ def test_no_test_reaches_a_private_name_of_specnb():
 def test_the_private_name_check_sees_each_way_in():
     for code in ("from specnb.sweep.tune import _judge", "from specnb.engine import kernels\nkernels._probe()",
                  "import specnb.engine.server as server\nserver._LIVE",
-                 "from specnb.sweep import preflight\nmonkeypatch.setattr(preflight, '_in_hub_cache', f)"):
+                 "from specnb.sweep import preflight\nmonkeypatch.setattr(preflight, '_in_hub_cache', f)",
+                 "import specnb.engine.server\nspecnb.engine.server._LIVE", "import specnb as s\ns._x",
+                 "from specnb import engine\nengine.server._LIVE", "mock.patch('specnb.engine.server._LIVE')",
+                 "monkeypatch.setattr('specnb.x._y', f)", "from specnb.engine import kernels\nmock.patch.object(kernels, '_probe')",
+                 "from specnb.engine import kernels\nmonkeypatch.delattr(kernels, '_probe')",
+                 "from specnb.engine import kernels\ngetattr(kernels, '_probe')", "sys.modules['specnb.x']._y",
+                 "monkeypatch.setattr(sys.modules['specnb.sweep.measure'], '_y', f)",
+                 "import specnb.engine.kernels\nmonkeypatch.setattr(specnb.engine.kernels, '_probe', f)"):
         assert private_reaches(code), code
     for code in ("from specnb.engine import kernels\nkernels.probe_for.cache_clear()", "import os\nos._exit(1)",
                  "from specnb.ledger import frame\nframe.__name__", "from specnb import paths\nx._private",

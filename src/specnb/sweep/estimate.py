@@ -73,14 +73,16 @@ class Costs:
                      sizing_s=self.sizing_s if self.sizing_s is not None else prior.sizing_s)
 
     def speed_ratio(self, prior: Costs) -> dict[str | None, float]:
-        """This run's measured per-request cost over what ``prior`` says the same point costs
-        (its own level, or its nearest as :meth:`point` reads it): the median ratio per arm, and
-        over every measured point under the key None. Empty when nothing comparable is measured."""
+        """This run's measured per-request cost over ``prior``'s for the same point (same arm,
+        workload and level: a level or arm the prior never measured would mix the level model's
+        error or another arm's speed into the ratio, so it is left out): the median ratio per arm,
+        and over every compared point under the key None. Empty when nothing is comparable."""
         by_arm: dict[str | None, list[float]] = {}
-        for (arm, workload, level), vals in self.per_request_s.items():
-            before = prior.point(PlannedPoint(arm, workload, level, 1))
-            if before and before > 0 and vals:
-                r = statistics.median(vals) / before
+        for key, vals in self.per_request_s.items():
+            before = prior.per_request_s.get(key)
+            if before and vals and statistics.median(before) > 0:
+                arm = key[0]
+                r = statistics.median(vals) / statistics.median(before)
                 by_arm.setdefault(arm, []).append(r)
                 by_arm.setdefault(None, []).append(r)
         return {arm: statistics.median(rs) for arm, rs in by_arm.items()}

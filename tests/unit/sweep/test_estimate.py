@@ -72,6 +72,23 @@ def test_the_prior_is_rescaled_to_this_machine_per_arm_once_points_are_measured(
     assert Costs().speed_ratio(prior) == {} and Costs().merged_over(prior).per_request_s == prior.per_request_s
 
 
+def test_only_the_same_arm_workload_and_level_are_compared():
+    """A prior without this arm, or without this level, says nothing of this machine's speed:
+    comparing against another arm's or a level-model guess would rescale what the prior measured."""
+    prior = Costs()
+    prior.add_point("baseline", "copy", 1, 10.0, 10)
+    prior.add_point("baseline", "copy", 2, 10.0, 20)
+    live = Costs()
+    live.add_point("eagle", "copy", 1, 5.0, 10)  # another arm, same machine
+    assert live.speed_ratio(prior) == {}
+    assert live.merged_over(prior).point(PlannedPoint("baseline", "copy", 2, 20)) == pytest.approx(10.0)
+    live = Costs()
+    live.add_point("baseline", "copy", 1, 10.0, 10)  # as before
+    live.add_point("baseline", "copy", 8, 17.0, 80)  # a new level: its cost is not the 1/level guess
+    assert live.speed_ratio(prior) == {"baseline": pytest.approx(1.0), None: pytest.approx(1.0)}
+    assert live.merged_over(prior).point(PlannedPoint("baseline", "copy", 2, 20)) == pytest.approx(10.0)
+
+
 def _replay_errors(learn: bool, seed: int) -> list[float]:
     """The demo's shape (baseline and n-gram, c = 1 to 32, two repeats, a block per arm and repeat)
     on a machine 2-3x slower than its prior's, the arms slowed unequally and each part +-10 %:
