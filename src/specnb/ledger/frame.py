@@ -23,7 +23,7 @@ from specnb.ledger.names import PLAIN_CONDITION
 from specnb.ledger.schema import PointLedger, drafter_method, synthetic_rates
 from specnb.ledger.store import LedgerError, read_ledger
 
-__all__ = ["arm_configs", "json_cell", "load_ledgers", "load_requests", "load_spec_by_category", "load_turns", "ledger_files", "machine_label",
+__all__ = ["arm_configs", "json_cell", "load_ledgers", "load_requests", "load_spec_by_category", "load_turns", "ledger_files", "machine_label", "NO_GPU",
            "SkippedLedgersWarning"]
 
 
@@ -222,6 +222,9 @@ _ISA_NAMES = {"none": "no AVX2", "avx2": "AVX2", "avx512": "AVX-512", "avx512_bf
               "amx_bf16": "AMX BF16"}
 
 
+NO_GPU = "no GPU"  # how machine_label ends for a machine without a GPU
+
+
 def machine_label(hardware: dict[str, Any]) -> str:
     """Where a point ran, in one phrase: CPU model and cores, and the GPUs with their driver."""
     cpu = hardware.get("cpu_model") or hardware.get("machine") or "unknown CPU"
@@ -238,7 +241,7 @@ def machine_label(hardware: dict[str, Any]) -> str:
         text += ", " + ", ".join(f"{n} x {name}" for name, n in names.items())
         text += f" (driver {', '.join(drivers)})" if drivers else ""
     else:
-        text += ", no GPU"
+        text += f", {NO_GPU}"
     return text
 
 

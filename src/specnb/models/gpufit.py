@@ -338,7 +338,9 @@ def measured_on_gpu(df: pd.DataFrame) -> bool:
     with a GPU (its ``machine`` label names one); the published GPU fit is held only against those."""
     if df.empty or "machine" not in df.columns:
         return False
-    return bool((~df["machine"].astype(str).str.endswith("no GPU")).all())
+    from specnb.ledger.frame import NO_GPU
+
+    return bool((~df["machine"].astype(str).str.endswith(NO_GPU)).all())
 
 
 def gap_line(gap: pd.DataFrame) -> str:
