@@ -173,8 +173,8 @@ def test_saving_from_lab_leaves_the_py_unchanged(lab, page):
 def test_calculator_sliders_redraw_through_the_kernel(lab, page):
     page.goto(f"{lab['url']}/lab/tree/notebooks?token={lab['token']}")
     panel = _open(page, "07_calculator.py")
-    # section 7 fits the GPU terms to the published curves with a 100-resample bootstrap: on two
-    # loaded cores that alone can take two to three minutes (a liveness bound, not a speed check)
+    # section 7 fits the GPU terms to the published curves with a 100-resample bootstrap (about 20 s
+    # on two idle cores since the fit evaluates every curve in one call): a liveness bound, not a speed check
     _run_all(page, panel, timeout_ms=CALCULATOR_RUN_TIMEOUT_MS)
     interact = panel.locator(".widget-interact").first
     interact.scroll_into_view_if_needed()

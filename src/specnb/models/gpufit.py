@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -57,6 +57,11 @@ _NEED = ("ledger_id", "condition", "hardware_preset", "gpus", "compute_dtype", "
          "drafter_params_b", "k", "tokens_per_step", "prompt_tokens", "output_tokens", "concurrency", "value")
 
 
+def _with(obj: Any, **changes: Any) -> Any:
+    # a dataclass (one curve, one preset) or a stack of curves (a namespace of per-point arrays)
+    return SimpleNamespace(**{**vars(obj), **changes}) if isinstance(obj, SimpleNamespace) else replace(obj, **changes)
+
+
 @dataclass(frozen=True)
 class GpuTerms:
     """The fitted terms; zero costs and full efficiency are the spec-sheet model."""
@@ -71,10 +76,10 @@ class GpuTerms:
         """``hw`` and ``drafter`` with these terms in seconds for ``target`` (added to what they carry)."""
         read_s = target.weight_bytes / hw.bandwidth_bytes_s
         flop_s = hw.flop_s * self.compute_efficiency
-        hw2 = replace(hw, flop_s=flop_s, step_overhead_s=hw.step_overhead_s + self.step_overhead_frac * read_s)
-        d2 = replace(drafter, step_overhead_s=drafter.step_overhead_s + self.spec_step_frac * read_s,
-                     per_pass_s=drafter.per_pass_s + self.draft_pass_frac * read_s,
-                     per_token_s=drafter.per_token_s + self.per_token_frac * 2.0 * target.params / flop_s)
+        hw2 = _with(hw, flop_s=flop_s, step_overhead_s=hw.step_overhead_s + self.step_overhead_frac * read_s)
+        d2 = _with(drafter, step_overhead_s=drafter.step_overhead_s + self.spec_step_frac * read_s,
+                   per_pass_s=drafter.per_pass_s + self.draft_pass_frac * read_s,
+                   per_token_s=drafter.per_token_s + self.per_token_frac * 2.0 * target.params / flop_s)
         return hw2, d2
 
     def seconds(self, hw: Hardware, target: TargetModel) -> dict[str, float]:
@@ -96,11 +101,6 @@ class _Curve:
     arrays: dict[str, Any]
     tau: np.ndarray
     value: np.ndarray
-
-    @cached_property
-    def both(self) -> dict[str, Any]:
-        """The point arrays twice over (the baseline's, then the speculative arm's), for one step_terms call."""
-        return {k: v if v is None or np.isscalar(v) else np.concatenate([v, v]) for k, v in self.arrays.items()}
 
 
 def curve_models(points: pd.DataFrame, presets: Mapping[str, Hardware]) -> list[_Curve]:
@@ -136,20 +136,49 @@ def curve_models(points: pd.DataFrame, presets: Mapping[str, Hardware]) -> list[
     return out
 
 
-def _curve_speedup(c: _Curve, terms: GpuTerms) -> np.ndarray:
-    # both arms in one call (step_terms is elementwise): the fit evaluates this thousands of times
-    hw, d = terms.apply(c.hw, c.target, c.drafter)
-    n = c.tau.size
-    both = step_terms(hw, c.target, d, tau=np.concatenate([np.ones(n), c.tau]),
-                      spec=np.concatenate([np.zeros(n, bool), np.ones(n, bool)]), **c.both)
-    return both.tok_s[n:] / both.tok_s[:n]
+@dataclass(frozen=True)
+class _Stack:
+    """Every curve's points in one set of arrays, each point carrying its curve's hardware, target and
+    drafter fields, twice over (every baseline point, then every speculative one): the fit evaluates
+    all curves in one step_terms call (elementwise, so each point's value is the one its curve alone gives)."""
+
+    hw: SimpleNamespace
+    target: SimpleNamespace
+    drafter: SimpleNamespace
+    arrays: dict[str, Any]
+    n: int
+
+    @classmethod
+    def of(cls, curves: Sequence[_Curve]) -> _Stack:
+        def per_point(get: Any) -> np.ndarray:
+            one = np.concatenate([np.full(c.tau.size, get(c)) for c in curves])
+            return np.concatenate([one, one])
+
+        hw = SimpleNamespace(bandwidth_bytes_s=per_point(lambda c: c.hw.bandwidth_bytes_s),
+                             flop_s=per_point(lambda c: c.hw.flop_s), step_overhead_s=per_point(lambda c: c.hw.step_overhead_s))
+        target = SimpleNamespace(**{f: per_point(lambda c, f=f: getattr(c.target, f))
+                                    for f in ("params", "weight_bytes", "kv_bytes_per_token")})
+        drafter = SimpleNamespace(**{f: per_point(lambda c, f=f: getattr(c.drafter, f))
+                                     for f in ("params", "weight_bytes", "kv_bytes_per_token", "parallel", "per_request_s",
+                                               "step_overhead_s", "per_token_s", "per_pass_s")})
+        n = sum(c.tau.size for c in curves)
+        arrays = {k: np.concatenate([c.arrays[k] for c in curves] * 2) for k in ("batch", "prompt", "prefill", "output", "k", "q")}
+        arrays["tau"] = np.concatenate([np.ones(n)] + [c.tau for c in curves])
+        arrays["spec"] = np.concatenate([np.zeros(n, bool), np.ones(n, bool)])
+        return cls(hw, target, drafter, arrays, n)
+
+    def speedups(self, terms: GpuTerms) -> np.ndarray:
+        """Every point's predicted speedup, curve after curve in the order given."""
+        hw, d = terms.apply(self.hw, self.target, self.drafter)
+        both = step_terms(hw, self.target, d, sharpness=None, **self.arrays)
+        return both.tok_s[self.n:] / both.tok_s[:self.n]
 
 
 def predict_speedups(points: pd.DataFrame, presets: Mapping[str, Hardware], terms: GpuTerms) -> pd.Series:
     """The model's speedup at every published point (aligned with ``points``)."""
+    curves = curve_models(points, presets)
     out = pd.Series(np.nan, index=points.index, name="predicted")
-    for c in curve_models(points, presets):
-        out.loc[c.index] = _curve_speedup(c, terms)
+    out.loc[np.concatenate([c.index for c in curves])] = _Stack.of(curves).speedups(terms)
     return out
 
 
@@ -196,12 +225,12 @@ def fit_gpu_terms(points: pd.DataFrame, presets: Mapping[str, Hardware], terms: 
     if len(points) <= len(free):
         raise StepCostError(f"{len(points)} points cannot fit {len(free)} terms")
     w = pd.Series(_weights(points), index=points.index)
-    wc = [w.loc[c.index].to_numpy() for c in curves]
-    logv = [np.log(c.value) for c in curves]
+    wc = np.concatenate([w.loc[c.index].to_numpy() for c in curves])
+    logv = np.concatenate([np.log(c.value) for c in curves])
+    stack = _Stack.of(curves)
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        t = _terms_from(x, free, fixed)
-        return np.concatenate([wi * (np.log(_curve_speedup(c, t)) - lv) for c, wi, lv in zip(curves, wc, logv, strict=True)])
+        return wc * (np.log(stack.speedups(_terms_from(x, free, fixed))) - logv)
 
     def sse(x: np.ndarray) -> float:
         r = residuals(x)

@@ -217,13 +217,15 @@ def step_terms(hw: Hardware, target: TargetModel, drafter: Drafter, batch: np.nd
     compute = 2.0 * target.params * batch * tokens / hw.flop_s
     target_s = _roofline(memory, compute, sharpness)
     drafting = drafter.step_overhead_s + drafter.per_request_s * batch + drafter.per_token_s * batch * q * k
-    passes = 1.0 if drafter.parallel else k
+    # the drafter's fields may be arrays too (one drafter per element: gpufit stacks its curves)
+    passes = np.where(drafter.parallel, 1.0, k)
     drafting = drafting + drafter.per_pass_s * passes
-    if drafter.params > 0 or drafter.weight_bytes > 0:
-        per_pass = k if drafter.parallel else 1.0
+    sized = (np.asarray(drafter.params) > 0) | (np.asarray(drafter.weight_bytes) > 0)
+    if np.any(sized):
+        per_pass = np.where(drafter.parallel, k, 1.0)
         d_mem = (drafter.weight_bytes + batch * drafter.kv_bytes_per_token * context) / hw.bandwidth_bytes_s
         d_comp = 2.0 * drafter.params * batch * per_pass / hw.flop_s
-        drafting = drafting + passes * _roofline(d_mem, d_comp, sharpness)
+        drafting = drafting + np.where(sized, passes * _roofline(d_mem, d_comp, sharpness), 0.0)
     drafting = np.where(spec, drafting, 0.0)
     step = hw.step_overhead_s + target_s + drafting
     return StepTerms(memory, compute, target_s, drafting, step, batch * tau / step)
