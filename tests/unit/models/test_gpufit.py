@@ -78,6 +78,23 @@ def test_a_drafting_pass_is_paid_k_times_by_a_sequential_drafter_once_by_a_block
         Drafter("d", per_pass_s=-1.0)
 
 
+def test_all_curves_in_one_call_give_each_curve_what_it_gives_alone():
+    """The fit stacks every curve into one step_terms call; each point must get exactly what its
+    curve's own hardware, target and drafter give through the scalar path (mixed drafter kinds:
+    sized and unsized, sequential and block)."""
+    pts = pd.concat([_synthetic(), _curve("d", "8b draft model", "h100-sxm", 8.0, kind="draft")], ignore_index=True)
+    pts.loc[pts["ledger_id"] == "d", "drafter_params_b"] = 0.5
+    stacked = gpufit.predict_speedups(pts, PRESETS, KNOWN)
+    for c in gpufit.curve_models(pts, PRESETS):
+        hw, d = KNOWN.apply(c.hw, c.target, c.drafter)
+        kw = {k: v for k, v in c.arrays.items()}
+        base = step_terms(hw, c.target, d, tau=np.ones_like(c.tau), spec=np.zeros(c.tau.size, bool), **kw)
+        spec = step_terms(hw, c.target, d, tau=c.tau, spec=np.ones(c.tau.size, bool), **kw)
+        assert np.array_equal(stacked.loc[c.index].to_numpy(), spec.tok_s / base.tok_s), c.condition
+    assert {c.drafter.parallel for c in gpufit.curve_models(pts, PRESETS)} == {True, False}
+    assert {c.drafter.params > 0 for c in gpufit.curve_models(pts, PRESETS)} == {True, False}
+
+
 def test_known_terms_are_recovered_from_synthetic_curves():
     fit = gpufit.fit_gpu_terms(_synthetic(), PRESETS)
     for term in gpufit.DEFAULT_TERMS:
