@@ -1,17 +1,26 @@
-"""One real profiled CPU point: ``specnb anatomy`` starts an n-gram server with vLLM's torch
-profiler, profiles one window at c=2 and writes a step-anatomy record whose steps add up, whose
-streamed tokens are all placed on steps, whose accepted drafts match the engine's counters, and
-whose unprofiled twin gives the profiler's slowdown."""
+"""One real profiled CPU point: ``specnb anatomy --executor ray`` runs its one block as a task on
+a local Ray, which starts an n-gram server with vLLM's torch profiler, profiles one window at c=2
+and sends the driver a step-anatomy record whose steps add up, whose streamed tokens are all
+placed on steps, whose accepted drafts match the engine's counters, and whose unprofiled twin
+gives the profiler's slowdown, with its trace and log. A rerun here (the local executor) finds
+the window done."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from specnb import cli
 from specnb.analysis.anatomy import PARTS, anatomy_frame, load_anatomy
+from tests.conftest import require
 from tests.integration.conftest import MODEL, NGRAM, SERVER_ARGS
+
+try:
+    import ray
+except ImportError:  # fails under CI=true, skips elsewhere
+    ray = None
 
 pytestmark = pytest.mark.integration
 
@@ -26,12 +35,25 @@ def test_one_profiled_ngram_point_on_the_real_server(tmp_path, capsys):
         f'[[arms]]\nname = "ngram-k4"\nspeculative_config = {json.dumps(NGRAM)}\n'.replace(': ', ' = ')
     )
     out = tmp_path / "out"
-    rc = cli.main(["anatomy", str(cfg), "--out", str(out), "--no-progress"])
+    require(ray is not None, "ray (the Ray executor's tests)", "the dev extra installs it: make setup")
+    # a Ray of this machine's two CPUs and a small object store (the servers need the memory)
+    ray.init(num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False, log_to_driver=False,
+             logging_level="ERROR")
+    try:
+        rc = cli.main(["anatomy", str(cfg), "--out", str(out), "--no-progress", "--executor", "ray"])
+    finally:
+        ray.shutdown()
     printed = capsys.readouterr()
     assert rc == 0, printed.err[-3000:]
     assert "decode steps of profiled windows" in printed.out
     (rec,) = load_anatomy(out)
     assert rec["status"] == "ok" and rec["arm"] == "ngram-k4" and rec["concurrency"] == 2
+    ex = rec["provenance"]["executor"]
+    assert ex["kind"] == "ray" and ex["block"] == "anat/r0/ngram-k4" and ex["node_id"]
+    trace = Path(rec["profiler"]["trace"])  # the trace came to the driver, where the record says (a /tmp path)
+    assert trace.is_file() and out.resolve() in trace.parents, trace
+    assert (out / "logs" / "ngram-k4-r00.log").read_text().count("# specnb: ") == 1
+    assert not (out / "invocations").exists() or len(list((out / "invocations").iterdir())) == 1  # the driver's own
     assert "VLLM_CUSTOM_SCOPES_FOR_PROFILING" in rec["profiler"]["env"]
     assert "--profiler-config" in rec["server"]["argv"]
     steps, checks, sm = rec["steps"], rec["checks"], rec["summary"]

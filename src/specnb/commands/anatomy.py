@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from specnb import paths
-from specnb.commands.common import MeasuringCommand, echo, finished, overrides
+from specnb.commands.common import MeasuringCommand, echo, executor_from_args, finished, overrides
 from specnb.ledger.runs import new_run_name
 
 
@@ -19,6 +19,7 @@ class Anatomy(MeasuringCommand):
             "verification, sampling and scheduling (vLLM's torch profiler)")
     config_help = "sweep TOML file (its arms, levels, workloads and sampling)"
     out_help = "record folder (default: ledgers/anatomy/<name>/<UTC time>); an existing one resumes"
+    on_ray = True  # each (arm, repeat) block can run as a task on a Ray cluster
 
     @classmethod
     def add_cli_args(cls, p: argparse.ArgumentParser) -> None:
@@ -40,7 +41,8 @@ class Anatomy(MeasuringCommand):
     def measure(spec: Any, out: Path, a: argparse.Namespace, executor: Any) -> Any:
         from specnb.sweep.anatomy import run_anatomy  # the engine side
 
-        return run_anatomy(spec, out, window_requests=a.window_requests, progress=not a.no_progress, echo=echo)
+        return run_anatomy(spec, out, window_requests=a.window_requests, progress=not a.no_progress, echo=echo,
+                           executor=executor)
 
     @classmethod
     def run(cls, a: argparse.Namespace) -> int:
@@ -48,8 +50,9 @@ class Anatomy(MeasuringCommand):
         from specnb.sweep.anatomy import format_anatomy, load_anatomy
 
         spec = cls.read(a.config, overrides(a.set))
+        executor = executor_from_args(a)
         out = a.out or cls.default_out(spec)
-        outcome = cls.measure(spec, out, a, None)
+        outcome = cls.measure(spec, out, a, executor)
         print(outcome.summary(), file=sys.stderr)
         print(format_anatomy(load_anatomy(out)))
         return finished(out, outcome.failed, 0)

@@ -21,14 +21,21 @@ pass of them that warms the level's batch shapes): the ratio of the
 two windows' client-side milliseconds per streamed token is the profiler's slowdown
 (``profiling_slowdown``), and a step's parts divided by it are the record's estimate of the
 unprofiled step (:func:`specnb.analysis.anatomy.anatomy_frame`'s ``unprofiled_*`` columns).
+
+Where the blocks run is the sweep's executor (``--executor``): here, one after another, or each
+(arm, repeat) block as a task on a Ray cluster, through the fleet's dispatch, retries, mailbox
+and Ctrl-C (:class:`AnatomyFleet`); a node profiles into a scratch folder and sends its records,
+logs and traces to the driver, which writes them into the run folder. A record's ``trace`` names
+where the driver keeps it; its ``provenance.executor`` names the node.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,6 +50,7 @@ from specnb.engine.server import VllmServer
 from specnb.ledger import LoadMode, provenance
 from specnb.ledger.schema import utcnow
 from specnb.ledger.store import write_once
+from specnb.sweep.fleet import Fleet, FleetBlock, import_ray, on_node
 from specnb.sweep.measure import run_async as _run_async
 from specnb.sweep.preflight import prepare
 from specnb.sweep.progress import progress_bar
@@ -243,17 +251,28 @@ def window_problems(body: dict[str, Any], speculative: bool) -> list[str]:
     return out
 
 
-class _AnatomyRun:
+class AnatomyRun:
+    """One anatomy run (resumable): its record of the run, its blocks and windows, its failures.
+
+    On a Ray node (:func:`anatomy_task`) it profiles one block into a scratch folder: ``shown_out``
+    is the driver's run folder (what a record's trace path names), ``after_window`` sends what was
+    written, ``node`` goes into each record's provenance as its executor."""
+
     def __init__(self, spec: SweepSpec, out_dir: Path, window_requests: int | None, progress: bool,
-                 echo: Callable[[str], None]):
+                 echo: Callable[[str], None], *, shown_out: Path | None = None,
+                 after_window: Callable[[], None] | None = None, node: dict[str, Any] | None = None,
+                 argv: list[str] | None = None):
         check(spec, window_requests)
         self.spec, self.out_dir, self.echo = spec, out_dir, echo
         self.window_requests = window_requests
+        self.shown_out, self.after_window = shown_out, after_window
         pre = prepare(spec, out_dir)
         self.model, self.workloads = pre.model, pre.workloads
         self.refused = pre.refused
         self.panels = {name: wl.panel(spec.panel_size) for name, wl in self.workloads.items()}
         self.provenance = provenance.collect()
+        if node is not None:
+            self.provenance.update(executor=node, argv=list(argv or self.provenance["argv"]))
         self.outcome = AnatomyOutcome(out_dir)
         run_doc = {"kind": RUN_KIND, "schema_version": SCHEMA, "name": spec.name, "spec": spec.model_dump(mode="json"),
                    "window_requests": window_requests, "created_at": utcnow(), "kept_apart": KEPT_APART}
@@ -281,19 +300,24 @@ class _AnatomyRun:
     def levels(self) -> list[int]:
         return [int(c) for c in self.spec.concurrency]
 
+    def todo(self) -> Iterator[tuple[int, Any, list[tuple[str, int]]]]:
+        """Each block with windows left to profile, in the sweep's ABBA order: (repeat, arm,
+        windows); a window already recorded is counted done, an arm this build cannot serve is
+        recorded as failed (its windows are not handed out)."""
+        for repeat, _, arm in blocks(self.spec):
+            todo = [(w, c) for w in self.workloads for c in self.levels()
+                    if not record_path(self.out_dir, arm.name, w, c, repeat).exists()]
+            self.bar.update(len(self.workloads) * len(self.levels()) - len(todo))
+            self.outcome.already += len(self.workloads) * len(self.levels()) - len(todo)
+            if todo and arm.name in self.refused:
+                for w, c in todo:
+                    self.fail(arm, w, c, repeat, f"refused: {self.refused[arm.name]}")
+            elif todo:
+                yield repeat, arm, todo
+
     def run(self) -> AnatomyOutcome:
         try:
-            for repeat, _, arm in blocks(self.spec):
-                todo = [(w, c) for w in self.workloads for c in self.levels()
-                        if not record_path(self.out_dir, arm.name, w, c, repeat).exists()]
-                self.bar.update(len(self.workloads) * len(self.levels()) - len(todo))
-                self.outcome.already += len(self.workloads) * len(self.levels()) - len(todo)
-                if not todo:
-                    continue
-                if arm.name in self.refused:
-                    for w, c in todo:
-                        self.fail(arm, w, c, repeat, f"refused: {self.refused[arm.name]}")
-                    continue
+            for repeat, arm, todo in self.todo():
                 self.block(arm, repeat, todo)
         finally:
             self.bar.close()
@@ -331,6 +355,8 @@ class _AnatomyRun:
                 except Exception as exc:  # noqa: BLE001 - recorded; the next window goes on
                     self.fail(arm, w, c, repeat, f"{type(exc).__name__}: {exc}")
                 self.bar.update(1)
+                if self.after_window is not None:
+                    self.after_window()
         finally:
             srv.stop()
 
@@ -362,7 +388,7 @@ class _AnatomyRun:
             "repeat": repeat, "started_at": started, "finished_at": utcnow(),
             "profiler": {"route": "torch profiler: POST /start_profile, POST /stop_profile",
                          "config": anatomy.profiler_config(trace_dir), "env": anatomy.PROFILE_ENV,
-                         "trace": paths.portable(str(trace)), "trace_bytes": trace.stat().st_size},
+                         "trace": paths.portable(str(self.kept_at(trace))), "trace_bytes": trace.stat().st_size},
             "server": {"argv": ep.argv, "env": ep.env, "engine_version": ep.engine_version, "pid": ep.pid},
             "sampling": self.spec.sampling.model_dump(mode="json"), "kept_apart": KEPT_APART,
             "units": {"*_ms": "milliseconds per step (profiled engine)", "start_s": "epoch seconds",
@@ -383,6 +409,10 @@ class _AnatomyRun:
         if not problems:
             self.outcome.written.append(p)
 
+    def kept_at(self, trace: Path) -> Path:
+        """Where the run keeps a trace: here, or in the driver's folder when a node profiled it."""
+        return trace if self.shown_out is None else self.shown_out / trace.relative_to(self.out_dir.resolve())
+
     def fail(self, arm, workload: str, level: int, repeat: int, why: str) -> None:
         p = record_path(self.out_dir, arm.name, workload, level, repeat)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
@@ -396,7 +426,107 @@ class _AnatomyRun:
 
 
 def run_anatomy(spec: SweepSpec, out_dir: str | Path, *, window_requests: int | None = None, progress: bool = True,
-                echo: Callable[[str], None] | None = None) -> AnatomyOutcome:
-    """Profile one window per (arm, workload, level, repeat) into ``out_dir`` (resumable)."""
+                echo: Callable[[str], None] | None = None, executor: Any = None) -> AnatomyOutcome:
+    """Profile one window per (arm, workload, level, repeat) into ``out_dir`` (resumable), on an
+    executor (:func:`specnb.sweep.executor.run_sweep`'s: default here, or ``"ray"``, a Ray
+    address or a table of Ray options); bad input is refused before anything starts."""
+    from specnb.sweep.executor import ExecutorSpec
+
+    ex = executor if isinstance(executor, ExecutorSpec) else ExecutorSpec.model_validate(executor)
     echo = echo or (lambda s: print(s, file=sys.stderr))
-    return _AnatomyRun(spec, Path(out_dir), window_requests, progress, echo).run()
+    if ex.local:
+        return AnatomyRun(spec, Path(out_dir), window_requests, progress, echo).run()
+    import_ray()  # before anything is written: a missing Ray is said first
+    run = AnatomyRun(spec, Path(out_dir), window_requests, False, echo)
+    return AnatomyFleet([run], ex, progress, echo).run()[0]
+
+
+# -- on Ray: one task per (arm, repeat) block --------------------------------------------------------
+@dataclass
+class AnatomyOrder:
+    """One anatomy block as the driver hands it to a node."""
+
+    key: str
+    sweep: int
+    spec: SweepSpec
+    arm: str
+    repeat: int
+    windows: list[tuple[str, int]]
+    window_requests: int | None
+    out: str  # the driver's run folder, as its records name it
+    argv: list[str]
+    cwd: str
+    attempt: int
+    mailbox: Any
+
+
+def anatomy_task(order: AnatomyOrder) -> dict[str, Any]:  # pragma: no cover - runs in a Ray worker
+    """Profile one block's windows on this node; every file it writes goes to the driver."""
+    t0, began = time.monotonic(), time.time()
+    with on_node(order, keep=("anatomy.json", "invocations/")) as (staging, shipper, node, send):
+        run = AnatomyRun(order.spec, staging, order.window_requests, False, lambda text: send("echo", text),
+                         shown_out=Path(order.out), after_window=shipper.ship, node=node, argv=order.argv)
+        arm = next(a for a in order.spec.arms if a.name == order.arm)
+        if arm.name in run.refused:  # this node's build cannot serve it: said per window, as a local run does
+            for w, c in order.windows:
+                run.fail(arm, w, c, order.repeat, f"refused on {node['host']}: {run.refused[arm.name]}")
+        else:
+            run.block(arm, order.repeat, [(w, int(c)) for w, c in order.windows])
+        return {"node": node, "wall_s": time.monotonic() - t0, "points": len(order.windows), "began": began,
+                "ended": time.time()}
+
+
+@dataclass
+class AnatomyBlock(FleetBlock):
+    """One arm's start in one repeat, and its windows (``points``: (workload, level) pairs)."""
+
+    arm: Any = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.run.spec.name}/r{self.repeat}/{self.arm.name}"
+
+
+class AnatomyFleet(Fleet):
+    """The fleet's dispatch for an anatomy run: a block is one arm's start in one repeat and its
+    windows; the driver writes what nodes send and records a lost block's windows as failed."""
+
+    task_fn = staticmethod(anatomy_task)
+
+    def measure_all(self, t0: float) -> None:
+        (run,) = self.runs
+        todo = [AnatomyBlock(run, repeat, 0, None, windows, arm=arm) for repeat, arm, windows in run.todo()]
+        self.bar.total += run.outcome.already + sum(len(b.points) for b in todo)
+        self.bar.update(run.outcome.already)
+        self.dispatch(todo)
+
+    def order(self, blk: AnatomyBlock) -> AnatomyOrder:
+        run = blk.run
+        return AnatomyOrder(key=blk.key, sweep=0, spec=run.spec, arm=blk.arm.name, repeat=blk.repeat,
+                            windows=list(blk.points), window_requests=run.window_requests,
+                            out=str(run.out_dir.resolve()), argv=list(run.provenance["argv"]), cwd=os.getcwd(),
+                            attempt=blk.attempt, mailbox=self.mailbox)
+
+    def needs_sizing(self, blk: AnatomyBlock) -> bool:
+        return False  # a window sends the level's requests from the panel: nothing to size
+
+    def count(self, run: AnatomyRun, relp: Path, dest: Path) -> None:
+        if relp.parts[0] in ("logs", "traces") or dest.suffix != ".json":
+            return
+        if ".failed-" in dest.name:
+            doc = json.loads(dest.read_text())
+            run.outcome.failed.append(f"{doc['arm']}/{doc['workload']}/{level_tag(doc['concurrency'])}"
+                                      f"-r{doc['repeat']} ({str(doc.get('error', ''))[:160]})")
+        else:
+            run.outcome.written.append(dest)
+            self.bar_points(1)
+
+    def left_of(self, blk: AnatomyBlock) -> list[Any]:
+        return [(w, c) for w, c in blk.points if not record_path(blk.run.out_dir, blk.arm.name, w, c, blk.repeat).exists()]
+
+    def record_left(self, blk: AnatomyBlock, left: list[Any], exc: Exception, node: dict[str, Any]) -> None:
+        for w, c in left:
+            blk.run.fail(blk.arm, w, c, blk.repeat, f"{type(exc).__name__}: {exc}")
+
+    def write_timing(self, run: Any, index: int, ended: str, elapsed_s: float) -> None:
+        """An anatomy run keeps no timing record (its records carry their windows' times)."""

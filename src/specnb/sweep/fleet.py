@@ -35,6 +35,7 @@ Ray is imported only here and only when this executor is chosen (``pip install -
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import os
@@ -43,7 +44,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,7 +57,7 @@ from specnb.sweep.rounds import Rounds, run_rounds
 from specnb.sweep.spec import SweepError, SweepSpec
 
 __all__ = ["NodeLost", "WorkerLost", "BlockFailed", "BlockRefused", "block_gpus", "layout_gpus",
-           "run_fleet", "Fleet", "FleetBlock"]
+           "run_fleet", "Fleet", "FleetBlock", "on_node", "import_ray"]
 
 # set in a block's worker while it runs, so the servers it launches carry it (never recorded in a ledger)
 BLOCK_ENV = "SPECNB_FLEET_BLOCK"
@@ -183,15 +184,19 @@ class _Shipper(SweepObserver):
     that names it; server logs at the block's end, when they are whole): an observer of the
     block's run, told after every point, sizing and block."""
 
-    def __init__(self, staging: Path, send: Callable[[str, Any], None], sweep: int):
-        self.staging, self.send, self.sweep = staging, send, sweep
+    def __init__(self, staging: Path, send: Callable[[str, Any], None], sweep: int,
+                 keep: tuple[str, ...] = ("sweep.json",)):
+        """``keep``: files and folders (``name/``) the block writes for itself, never sent (the
+        driver wrote its own)."""
+        self.staging, self.send, self.sweep, self.keep = staging, send, sweep, keep
         self.sent: set[str] = set()
 
     def ship(self, final: bool = False) -> None:
         batch = []
         for p in sorted(self.staging.rglob("*"), key=lambda q: (q.suffix == ".json", str(q))):
             rel = p.relative_to(self.staging).as_posix()
-            if not p.is_file() or rel in self.sent or rel == "sweep.json" or p.name.startswith("."):
+            if (not p.is_file() or rel in self.sent or p.name.startswith(".")
+                    or any(rel == k or (k.endswith("/") and rel.startswith(k)) for k in self.keep)):
                 continue
             if rel.startswith("logs/") and not final:
                 continue
@@ -221,11 +226,15 @@ def _without_ray_defaults() -> dict[str, str]:
     return {k: os.environ.pop(k) for k in RAY_DEFAULTS if k in os.environ and k not in base}
 
 
-def _block_task(order: _Order) -> dict[str, Any]:  # pragma: no cover - runs in a Ray worker
-    """Run one pairing block on this node; every file it writes goes to the driver."""
+@contextlib.contextmanager
+def on_node(order: Any, keep: tuple[str, ...] = ("sweep.json",)) -> Iterator[tuple[Path, _Shipper, dict[str, Any],
+                                                                            Callable[[str, Any], None]]]:
+    """A block's frame on its node (in a Ray worker): says where it runs, gives it a scratch
+    folder whose files go to the driver (all of them once more at the end), runs it in the
+    driver's folder with the block's marker in its environment and without Ray's defaults.
+    ``order`` carries ``key``, ``sweep``, ``attempt``, ``cwd`` and ``mailbox``."""
     import ray
 
-    t0, began = time.monotonic(), time.time()
     ctx = ray.get_runtime_context()
     node = {"kind": "ray", "node_id": ctx.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
             "host": socket.gethostname(), "job_id": ctx.get_job_id(), "task_id": ctx.get_task_id(),
@@ -239,7 +248,7 @@ def _block_task(order: _Order) -> dict[str, Any]:  # pragma: no cover - runs in 
     # the node's own hardware, for the failure records the driver writes if this block is lost
     send("started", {**node, "hardware": provenance.hardware()})
     staging = Path(tempfile.mkdtemp(prefix="specnb-block-"))
-    shipper = _Shipper(staging, send, order.sweep)
+    shipper = _Shipper(staging, send, order.sweep, keep)
     old = os.getcwd()
     removed: dict[str, str] = {}
     try:
@@ -248,6 +257,22 @@ def _block_task(order: _Order) -> dict[str, Any]:  # pragma: no cover - runs in 
         os.environ[BLOCK_ENV] = order.key  # in every server it starts: what a node's leftovers are found by
         removed.update(_without_ray_defaults())
         node["ray_env_removed"] = sorted(removed)
+        yield staging, shipper, node, send
+    finally:
+        os.chdir(old)
+        os.environ.pop(BLOCK_ENV, None)
+        os.environ.update(removed)
+        try:
+            shipper.ship(final=True)
+        except Exception:  # noqa: BLE001 - the driver is gone: nothing to send to
+            pass
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _block_task(order: _Order) -> dict[str, Any]:  # pragma: no cover - runs in a Ray worker
+    """Run one pairing block on this node; every file it writes goes to the driver."""
+    t0, began = time.monotonic(), time.time()
+    with on_node(order) as (staging, shipper, node, send):
         for rel, data in order.sizing.items():
             (staging / rel).parent.mkdir(parents=True, exist_ok=True)
             (staging / rel).write_bytes(data)
@@ -259,15 +284,6 @@ def _block_task(order: _Order) -> dict[str, Any]:  # pragma: no cover - runs in 
         run.run_blocks([b for b in plan if b])
         return {"node": node, "wall_s": time.monotonic() - t0, "points": run.points_run, "began": began,
                 "ended": time.time()}
-    finally:
-        os.chdir(old)
-        os.environ.pop(BLOCK_ENV, None)
-        os.environ.update(removed)
-        try:
-            shipper.ship(final=True)
-        except Exception:  # noqa: BLE001 - the driver is gone: nothing to send to
-            pass
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _block_run(order: _Order, staging: Path, shipper: _Shipper, node: dict[str, Any],
@@ -307,7 +323,7 @@ class FleetBlock:
         return f"{self.run.spec.name}/r{self.repeat}" + (f"/round{self.round}" if self.round else "")
 
 
-def _import_ray() -> Any:
+def import_ray() -> Any:
     try:
         import ray
     except ImportError:
@@ -366,13 +382,20 @@ def _classify(ray: Any, exc: BaseException) -> tuple[type[SpecnbError], str]:
 
 
 class Fleet:
-    """Dispatches the pairing blocks of one or more sweeps (a study's conditions) round by round."""
+    """Dispatches the pairing blocks of one or more sweeps (a study's conditions) round by round.
+
+    What a block is, what its node runs and what the driver records of it are hooks
+    (:attr:`task_fn`, :meth:`measure_all`, :meth:`order`, :meth:`count`, :meth:`left_of`,
+    :meth:`record_left`, :meth:`again`): the step anatomy's blocks (:mod:`specnb.sweep.anatomy`)
+    take the same dispatch, retries, mailbox and Ctrl-C."""
+
+    task_fn = staticmethod(_block_task)  # what a block runs on its node
 
     def __init__(self, runs: list[Any], ex: Any, progress: bool, echo: Callable[[str], None], ray: Any = None):
         """``ray``: the Ray module (imported here when None; a stand-in for the driver's file and
         bookkeeping rules, which need no cluster)."""
         self.runs, self.ex, self.echo = runs, ex, echo
-        self.ray = ray if ray is not None else _import_ray()
+        self.ray = ray if ray is not None else import_ray()
         self.progress = progress
         self.blocks_done = 0
         self.records: dict[int, list[dict[str, Any]]] = collections.defaultdict(list)
@@ -398,7 +421,7 @@ class Fleet:
         head = any(HEAD_RESOURCE in n["Resources"] for n in alive)
         box = ray.remote(num_cpus=0)(_Mailbox)
         self.mailbox = (box.options(resources={HEAD_RESOURCE: 0.001}) if head else box).remote()
-        self.task = ray.remote(_block_task)
+        self.task = ray.remote(self.task_fn)
         from specnb.engine.vllm import installed_vllm
 
         self.cpu_engine = bool(installed_vllm()["cpu_build"])
@@ -455,6 +478,10 @@ class Fleet:
             write_once(dest, data)
             if dest.suffix == ".parquet":
                 self.renamed[(id(run), relp.parent.as_posix(), old_name)] = dest.name
+        self.count(run, relp, dest)
+
+    def count(self, run: Any, relp: Path, dest: Path) -> None:
+        """A file written for ``run``, into its outcome and the progress bar."""
         if relp.parts[0] == "timings":
             run.outcome.timings.append(dest)
         if relp.parts[0] in ("logs", "sizing", "timings") or dest.suffix != ".json":
@@ -491,24 +518,10 @@ class Fleet:
         self.queue: collections.deque[FleetBlock] = collections.deque()
         self.running: dict[Any, FleetBlock] = {}
         self.bar = progress_bar(0, desc="ray", enabled=self.progress, unit="pt", file=sys.stderr, dynamic_ncols=True)
-        rounds = [Rounds(r.spec, r.out_dir, r.workloads, r.clock, r.echo) for r in self.runs]
         t0 = time.monotonic()
         ended = "complete"
-
-        def measure(active: list[int]) -> None:
-            blocks = []
-            for i in active:
-                blocks += self.blocks_of(self.runs[i], rounds[i].levels, rounds[i].round)
-            # repeat-major across conditions: drift lands on every condition alike
-            blocks.sort(key=lambda b: (b.repeat, self.runs.index(b.run)))
-            self.bar.total += sum(len(b.points) for b in blocks)
-            self.bar.refresh()
-            self.dispatch(blocks)
-
         try:
-            run_rounds(rounds, measure, lambda: time.monotonic() - t0)
-            for run in self.runs:
-                run.finish()
+            self.measure_all(t0)
         except BaseException as exc:
             ended = ended_by(exc)
             raise
@@ -521,6 +534,24 @@ class Fleet:
             except Exception:  # noqa: BLE001 - Ray is going away anyway
                 pass
         return [r.outcome for r in self.runs]
+
+    def measure_all(self, t0: float) -> None:
+        """Every sweep's rounds, each round's blocks dispatched together, then each sweep finished."""
+        rounds = [Rounds(r.spec, r.out_dir, r.workloads, r.clock, r.echo) for r in self.runs]
+
+        def measure(active: list[int]) -> None:
+            blocks = []
+            for i in active:
+                blocks += self.blocks_of(self.runs[i], rounds[i].levels, rounds[i].round)
+            # repeat-major across conditions: drift lands on every condition alike
+            blocks.sort(key=lambda b: (b.repeat, self.runs.index(b.run)))
+            self.bar.total += sum(len(b.points) for b in blocks)
+            self.bar.refresh()
+            self.dispatch(blocks)
+
+        run_rounds(rounds, measure, lambda: time.monotonic() - t0)
+        for run in self.runs:
+            run.finish()
 
     def blocks_of(self, run: Any, levels: Levels, round_: int) -> list[FleetBlock]:
         """The round's pairing blocks of one sweep with their points not yet measured; an arm this
@@ -646,8 +677,6 @@ class Fleet:
     def lost(self, blk: FleetBlock, exc: BaseException) -> None:
         """A block that did not finish: its points without a measurement get a failure record
         with the reason, and it goes back in the queue while retries are left."""
-        from specnb.ledger import utcnow
-
         kind, why = _classify(self.ray, exc)
         node = blk.node or {}
         where = _where(node) + (f" ({node.get('node_ip')})" if node.get("node_ip") else "")
@@ -656,20 +685,35 @@ class Fleet:
             "block": blk.key, "attempt": blk.attempt, "node_id": node.get("node_id"), "host": node.get("host"),
             "ok": False, "error_type": kind.__name__, "reason": why,
             "returned_s": round(time.monotonic() - blk.submitted, 2)})
-        left = [pt for pt in blk.points if not run.path(pt).exists()]
-        prov = lost_provenance(run.provenance, node, blk.key, blk.attempt)
-        for pt in left:
-            run.record_failure(pt, kind(f"block {blk.key} on {where} (try {blk.attempt + 1} of {self.ex.retries + 1}): {why}"),
-                               None, utcnow(), quiet=True, provenance=prov)
+        left = self.left_of(blk)
+        self.record_left(blk, left, kind(f"block {blk.key} on {where} (try {blk.attempt + 1} of "
+                                         f"{self.ex.retries + 1}): {why}"), node)
         retry = kind is not BlockCancelled and blk.attempt < self.ex.retries and left
         if not retry:  # these points end here: the progress bar counts them as done, like measured ones
             self.bar_points(len(left))
         self.echo(f"ray: block {blk.key} on {where} ended early ({why.splitlines()[0][:200]}); {len(left)} point(s) "
                   + ("recorded as failed, block submitted again" if retry else "recorded as failed"))
         if retry:
-            self.queue.appendleft(FleetBlock(run, blk.repeat, blk.round, blk.levels, left, attempt=blk.attempt + 1))
+            self.queue.appendleft(self.again(blk, left))
         else:
             self.blocks_done += 1
+
+    def left_of(self, blk: FleetBlock) -> list[Any]:
+        """A lost block's points that have no measurement on the driver."""
+        return [pt for pt in blk.points if not blk.run.path(pt).exists()]
+
+    def record_left(self, blk: FleetBlock, left: list[Any], exc: SpecnbError, node: dict[str, Any]) -> None:
+        """Each of them recorded as failed, with why and where (the node's own provenance)."""
+        from specnb.ledger import utcnow
+
+        prov = lost_provenance(blk.run.provenance, node, blk.key, blk.attempt)
+        for pt in left:
+            blk.run.record_failure(pt, exc, None, utcnow(), quiet=True, provenance=prov)
+
+    def again(self, blk: FleetBlock, left: list[Any]) -> FleetBlock:
+        """The block submitted again with what it left."""
+        return dataclasses.replace(blk, points=left, attempt=blk.attempt + 1, node=None, submitted=0.0, started=None,
+                                   history=[])
 
     def cancel_all(self, grace_s: float = 60.0) -> None:
         """Ctrl-C (or an error) on the driver: every running block is cancelled, so it stops its
@@ -741,7 +785,7 @@ def run_fleet(sweeps: list[tuple[SweepSpec, Path]], executor: Any, *, progress: 
     if executor.local:
         raise FleetError("run_fleet runs on Ray; a local executor is run_sweep")
     echo = echo or (lambda s: print(s, file=sys.stderr))
-    _import_ray()  # before the preflight: a missing Ray is said first
+    import_ray()  # before the preflight: a missing Ray is said first
     runs = []
     for spec, out in sweeps:
         pre = preflight(spec, Path(out))
