@@ -93,23 +93,23 @@ def cpu_family(isa: str | None = None) -> str:
 
 
 FAMILY = cpu_family()
-_spent: dict = {"integration": 0.0, "tests": 0, "start_s": None}
+SPENT: dict = {"integration": 0.0, "tests": 0, "start_s": None}
 
 
 def record_server_start(seconds: float) -> None:
     """The seconds the shared sweep's servers took to start side by side: this run's unit of time."""
-    _spent["start_s"] = seconds
+    SPENT["start_s"] = seconds
 
 
 def pytest_runtest_logreport(report):
     if "integration" in report.keywords:
-        _spent["integration"] += report.duration
+        SPENT["integration"] += report.duration
         if report.when == "call":
-            _spent["tests"] += 1
+            SPENT["tests"] += 1
 
 
 # the tmp_path factory, while the shared pair is to be launched at the first browser test
-_early_pair: dict = {}
+EARLY_PAIR: dict = {}
 
 
 def pytest_collection_finish(session):
@@ -117,20 +117,20 @@ def pytest_collection_finish(session):
     vLLM pair is launched as the first browser test starts, so it starts beside them
     (tests/integration/conftest.py), not beside the timing-sensitive serial tests before them; not
     in an xdist worker, where every worker would launch its own."""
-    _early_pair.clear()
+    EARLY_PAIR.clear()
     items = session.items
     if os.environ.get("PYTEST_XDIST_WORKER") or not any(i.get_closest_marker("browser") for i in items):
         return
     if any("_shared_pair" in getattr(i, "fixturenames", ()) for i in items):
-        _early_pair["factory"] = session.config._tmp_path_factory
+        EARLY_PAIR["factory"] = session.config._tmp_path_factory
 
 
 def pytest_runtest_setup(item):
-    if _early_pair and item.get_closest_marker("browser"):
+    if EARLY_PAIR and item.get_closest_marker("browser"):
         from tests.integration.conftest import launch_pair_early
 
         try:
-            launch_pair_early(_early_pair.pop("factory"))
+            launch_pair_early(EARLY_PAIR.pop("factory"))
         except Exception as exc:  # noqa: BLE001 - the first test that needs the pair launches it then
             print(f"the shared vLLM pair was not launched early ({exc}); its first user launches it")
 
@@ -140,11 +140,11 @@ def pytest_sessionfinish(session, exitstatus):
     early = sys.modules.get("tests.integration.conftest")
     if early is not None:  # a shared pair launched early that no test took (an interrupted run)
         early.stop_early_pair()
-    if not _spent["tests"]:
+    if not SPENT["tests"]:
         return
-    spent, start = _spent["integration"], _spent["start_s"]
+    spent, start = SPENT["integration"], SPENT["start_s"]
     in_starts = "" if not start else f", {spent / start:.1f} times the shared sweep's {start:.1f} s start (its servers side by side)"
-    line = (f"real-server tests: {spent:.0f} s over {_spent['tests']} tests{in_starts}; a figure, not a budget "
+    line = (f"real-server tests: {spent:.0f} s over {SPENT['tests']} tests{in_starts}; a figure, not a budget "
             f"(this CPU family, {FAMILY}, measured {INTEGRATION_MEASURED[FAMILY]})")
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:

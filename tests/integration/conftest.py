@@ -96,19 +96,19 @@ def _pair(tmp_path_factory) -> dict[str, VllmServer]:
 
 # the shared pair when launched before the first test (launch_pair_early), until _shared_pair takes
 # it; "claimed" once the session fixture made or took its pair (no second one is launched then)
-_EARLY: dict[str, VllmServer] = {}
-_PAIR_CLAIMED: list[bool] = []
+EARLY: dict[str, VllmServer] = {}
+PAIR_CLAIMED: list[bool] = []
 
 
 def launch_pair_early(tmp_path_factory) -> None:
     """Launch the shared pair now, without waiting: ``make test``'s second pass calls it after
     collection when the browser tests run first (they start no vLLM), so the pair's start runs
     beside them instead of before the first real-server test that needs it."""
-    if _EARLY or _PAIR_CLAIMED or not (MODEL / "config.json").exists():
+    if EARLY or PAIR_CLAIMED or not (MODEL / "config.json").exists():
         return
-    _EARLY.update(_pair(tmp_path_factory))
+    EARLY.update(_pair(tmp_path_factory))
     try:
-        for srv in _EARLY.values():
+        for srv in EARLY.values():
             srv.launch()
     except BaseException:
         stop_early_pair()
@@ -117,8 +117,8 @@ def launch_pair_early(tmp_path_factory) -> None:
 
 def stop_early_pair() -> None:
     """The session's end: stop a pair launched early that no test took (stopped by its ids)."""
-    while _EARLY:
-        _EARLY.popitem()[1].stop()
+    while EARLY:
+        EARLY.popitem()[1].stop()
 
 
 @pytest.fixture(scope="session")
@@ -129,10 +129,10 @@ def _shared_pair(tmp_path_factory) -> Iterator[dict[str, Shared]]:
     the tests that need it run)."""
     if not (MODEL / "config.json").exists():
         pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
-    _PAIR_CLAIMED.append(True)
-    early = bool(_EARLY)
-    servers = dict(_EARLY) if early else _pair(tmp_path_factory)
-    _EARLY.clear()
+    PAIR_CLAIMED.append(True)
+    early = bool(EARLY)
+    servers = dict(EARLY) if early else _pair(tmp_path_factory)
+    EARLY.clear()
     with started_together(servers, launched=early) as eps:
         yield {name: Shared(servers[name], ep) for name, ep in eps.items()}
 

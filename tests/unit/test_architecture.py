@@ -258,11 +258,15 @@ def test_the_file_check_sees_each_way_in():
         assert not file_access(code), code
 
 
-_PRIVATE_TARGET = re.compile(r"^specnb(?:\.\w+)*\._(?!_)")
+_PRIVATE_TARGET = re.compile(r"^(?:specnb|tests)(?:\.\w+)*\._(?!_)")
+
+
+ROOTS = ("specnb", "tests")  # the package, and the test harness's own modules
 
 
 def private_reaches(code: str) -> list[str]:
-    """Where test code reaches a private name of specnb: ``from specnb.x import _y``; an attribute
+    """Where test code reaches a private name of specnb or of the test harness's own modules (the
+    same rules with ``tests`` for ``specnb``): ``from specnb.x import _y``; an attribute
     chain rooted in a name bound to specnb (``mod._y``, ``specnb.x._y`` after ``import specnb.x``,
     ``sys.modules["specnb.x"]._y``) with a private part; a call whose first argument is such a
     module and whose second is a private name as a string (``monkeypatch.setattr``,
@@ -276,15 +280,15 @@ def private_reaches(code: str) -> list[str]:
         return name.startswith("_") and not name.startswith("__")
 
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "specnb":
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ROOTS:
             for a in node.names:
                 if private(a.name):
                     out.append(f"{node.lineno}: from {node.module} import {a.name}")
                 modules.add(a.asname or a.name)
         elif isinstance(node, ast.Import):
             for a in node.names:
-                if a.name.split(".")[0] == "specnb":
-                    modules.add(a.asname or "specnb")
+                if a.name.split(".")[0] in ROOTS:
+                    modules.add(a.asname or a.name.split(".")[0])
 
     def specnb_bound(expr: ast.AST) -> bool:
         while isinstance(expr, ast.Attribute):
@@ -293,7 +297,7 @@ def private_reaches(code: str) -> list[str]:
             return expr.id in modules
         # sys.modules["specnb.x"]
         return (isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant)
-                and isinstance(expr.slice.value, str) and expr.slice.value.split(".")[0] == "specnb")
+                and isinstance(expr.slice.value, str) and expr.slice.value.split(".")[0] in ROOTS)
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and private(node.attr) and specnb_bound(node.value):
@@ -314,7 +318,9 @@ def test_no_test_reaches_a_private_name_of_specnb():
 
 
 def test_the_private_name_check_sees_each_way_in():
-    for code in ("from specnb.sweep.tune import _judge", "from specnb.engine import kernels\nkernels._probe()",
+    for code in ("from specnb.sweep.tune import _judge", "from tests import conftest as budget\nbudget._spent",
+                 "import tests.integration.conftest as it\nmonkeypatch.setattr(it, '_EARLY', {})",
+                 "mock.patch('tests.conftest._spent')", "from specnb.engine import kernels\nkernels._probe()",
                  "import specnb.engine.server as server\nserver._LIVE",
                  "from specnb.sweep import preflight\nmonkeypatch.setattr(preflight, '_in_hub_cache', f)",
                  "import specnb.engine.server\nspecnb.engine.server._LIVE", "import specnb as s\ns._x",

@@ -26,7 +26,7 @@ class _Config:
 @pytest.fixture
 def spent(monkeypatch):
     state = {"integration": 0.0, "tests": 0, "start_s": None}
-    monkeypatch.setattr(budget, "_spent", state)
+    monkeypatch.setattr(budget, "SPENT", state)
     return state
 
 
@@ -111,7 +111,7 @@ def test_the_shared_pair_is_launched_at_the_first_browser_test(monkeypatch):
 
     calls: list = []
     monkeypatch.setattr(integration, "launch_pair_early", calls.append)
-    monkeypatch.setattr(budget, "_early_pair", {})  # this session's own plan is not touched
+    monkeypatch.setattr(budget, "EARLY_PAIR", {})  # this session's own plan is not touched
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
 
     def item(browser: bool, fixtures: tuple = ()):
@@ -147,10 +147,10 @@ def test_no_second_pair_is_launched_once_the_session_made_its_own(monkeypatch):
         def mktemp(self, *a, **kw):
             raise AssertionError("a second pair was being made")
 
-    monkeypatch.setattr(integration, "_EARLY", {})
-    monkeypatch.setattr(integration, "_PAIR_CLAIMED", [True])
+    monkeypatch.setattr(integration, "EARLY", {})
+    monkeypatch.setattr(integration, "PAIR_CLAIMED", [True])
     integration.launch_pair_early(NoFactory())
-    assert integration._EARLY == {}
+    assert integration.EARLY == {}
 
 
 @pytest.mark.parametrize("ci,rc", [("true", 1), ("", 0)])
