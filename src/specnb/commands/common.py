@@ -130,6 +130,13 @@ def print_report(folder: Path, opts: ReportOptions | None = None, skip_bad: bool
 
     run = load_announced(folder, skip_bad, load_run)
     if run.tune is None and run.df.empty:
+        from specnb.analysis.anatomy import format_anatomy
+        from specnb.ledger.records import load_anatomy
+
+        windows = load_anatomy(folder)  # a step-anatomy run (specnb anatomy): its table, as that command ends
+        if windows:
+            print(format_anatomy(windows))
+            return 0
         print(f"no ledgers under {folder}", file=sys.stderr)
         return 1
     try:
