@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -159,6 +160,9 @@ def costs_from_run(folder: Path | str, source: str | None = None) -> Costs | Non
     return costs
 
 
+RUN_STAMP = re.compile(r"^\d{8}T\d{6}Z$")  # a run folder's name (specnb.ledger.runs.new_run_name)
+
+
 def prior_costs(run_dir: Path | str, machine: str | None = None) -> Costs | None:
     """What to estimate from before this invocation measures anything: the folder itself when it
     is resumed, else the same condition of the newest earlier run of the study
@@ -167,9 +171,11 @@ def prior_costs(run_dir: Path | str, machine: str | None = None) -> Costs | None
     run_dir = Path(run_dir)
     cands: list[Path] = [run_dir]
     study = run_dir.parent.parent
-    if study.is_dir():
+    # a condition of a study's run (<study>/<UTC time>/<condition>): the same condition of the
+    # study's other runs, never of whatever else sits two levels up (a scratch folder's neighbours)
+    if RUN_STAMP.match(run_dir.parent.name) and study.is_dir():
         cands += [d / run_dir.name for d in sorted((d for d in study.iterdir() if d.is_dir()), reverse=True)
-                  if d != run_dir.parent]
+                  if d != run_dir.parent and RUN_STAMP.match(d.name)]
     if run_dir.parent.is_dir():
         cands += sorted((d for d in run_dir.parent.iterdir() if d.is_dir() and d != run_dir), reverse=True)
     for other in cands:
