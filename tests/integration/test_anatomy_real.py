@@ -52,6 +52,9 @@ def test_one_profiled_ngram_point_on_the_real_server(tmp_path, capsys):
     assert ex["kind"] == "ray" and ex["block"] == "anat/r0/ngram-k4" and ex["node_id"]
     trace = Path(rec["profiler"]["trace"])  # the trace came to the driver, where the record says (a /tmp path)
     assert trace.is_file() and out.resolve() in trace.parents, trace
+    # no field names the node's scratch folder, which is gone: the profiler's folder is the driver's
+    assert "specnb-block-" not in json.dumps([rec["server"]["argv"], rec["profiler"]])
+    assert str(trace.parent) in rec["profiler"]["config"]["torch_profiler_dir"]
     assert (out / "logs" / "ngram-k4-r00.log").read_text().count("# specnb: ") == 1
     assert not (out / "invocations").exists() or len(list((out / "invocations").iterdir())) == 1  # the driver's own
     assert "VLLM_CUSTOM_SCOPES_FOR_PROFILING" in rec["profiler"]["env"]

@@ -62,7 +62,8 @@ def load_predicted(folder: str | Path) -> pd.DataFrame:
 
 def load_anatomy(folder: str | Path) -> list[dict[str, Any]]:
     """Every ``step_anatomy`` record under ``folder`` (ok and failed), by arm, workload, level, repeat."""
-    out = [{**doc, "path": str(p)} for p, doc in read_records(folder, "anatomy-c*.json", ANATOMY_KIND)]
+    out = [{**doc, "path": str(p)} for p, doc in read_records(folder, "anatomy-c*.json", ANATOMY_KIND)
+           if ".superseded-" not in p.name]  # a window a node sent twice: the first stands
     return sorted(out, key=lambda d: (d["arm"], d["workload"], d["concurrency"], d["repeat"], d["status"]))
 
 

@@ -24,9 +24,10 @@ unprofiled step (:func:`specnb.analysis.anatomy.anatomy_frame`'s ``unprofiled_*`
 
 Where the blocks run is the sweep's executor (``--executor``): here, one after another, or each
 (arm, repeat) block as a task on a Ray cluster, through the fleet's dispatch, retries, mailbox
-and Ctrl-C (:class:`AnatomyFleet`); a node profiles into a scratch folder and sends its records,
-logs and traces to the driver, which writes them into the run folder. A record's ``trace`` names
-where the driver keeps it; its ``provenance.executor`` names the node.
+and Ctrl-C (:class:`AnatomyFleet`); a node profiles into a scratch folder and sends each record as
+it is written, its server's log and its traces at the block's end (whole then), and the driver
+writes them into the run folder. A record names the driver's copy of its trace and profiler
+folder; its ``provenance.executor`` names the node.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from specnb.engine.server import VllmServer
 from specnb.ledger import LoadMode, provenance
 from specnb.ledger.schema import utcnow
 from specnb.ledger.store import write_once
-from specnb.sweep.fleet import Fleet, FleetBlock, import_ray, on_node
+from specnb.sweep.fleet import BlockRefused, Fleet, FleetBlock, import_ray, on_node
 from specnb.sweep.measure import run_async as _run_async
 from specnb.sweep.preflight import prepare
 from specnb.sweep.progress import progress_bar
@@ -387,9 +388,9 @@ class AnatomyRun:
             "speculative_config": arm.speculative_config, "workload": workload, "concurrency": level,
             "repeat": repeat, "started_at": started, "finished_at": utcnow(),
             "profiler": {"route": "torch profiler: POST /start_profile, POST /stop_profile",
-                         "config": anatomy.profiler_config(trace_dir), "env": anatomy.PROFILE_ENV,
+                         "config": self.kept_at(anatomy.profiler_config(trace_dir)), "env": anatomy.PROFILE_ENV,
                          "trace": paths.portable(str(self.kept_at(trace))), "trace_bytes": trace.stat().st_size},
-            "server": {"argv": ep.argv, "env": ep.env, "engine_version": ep.engine_version, "pid": ep.pid},
+            "server": {"argv": self.kept_at(ep.argv), "env": ep.env, "engine_version": ep.engine_version, "pid": ep.pid},
             "sampling": self.spec.sampling.model_dump(mode="json"), "kept_apart": KEPT_APART,
             "units": {"*_ms": "milliseconds per step (profiled engine)", "start_s": "epoch seconds",
                       "unprofiled.cycle_ms": "ms per decode step, estimated unprofiled (cycle / slowdown)",
@@ -400,29 +401,58 @@ class AnatomyRun:
         }
         p = record_path(self.out_dir, arm.name, workload, level, repeat)
         if problems:  # kept, under a failure's name: a rerun profiles the window again
-            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-            p = p.with_name(f"{p.stem}.failed-{stamp}.json")
-            point = f"{arm.name}/{workload}/{level_tag(level)}-r{repeat}"
-            self.outcome.failed.append(f"{point} ({doc['error'][:160]})")
-            self.echo(f"FAILED anatomy {point}: {doc['error'][:300]}")
-        write_once(p, (json.dumps(doc, indent=2, default=str) + "\n").encode())
-        if not problems:
+            self.record_failed(doc)
+        else:
+            write_once(p, (json.dumps(doc, indent=2, default=str) + "\n").encode())
             self.outcome.written.append(p)
 
-    def kept_at(self, trace: Path) -> Path:
-        """Where the run keeps a trace: here, or in the driver's folder when a node profiled it."""
-        return trace if self.shown_out is None else self.shown_out / trace.relative_to(self.out_dir.resolve())
+    def kept_at(self, value: Any) -> Any:
+        """A path (or a string, list or dict holding one) in this run's folder, as the run keeps
+        it: unchanged here; in the driver's folder when a node profiled it into its scratch one."""
+        if self.shown_out is None:
+            return value
+        if isinstance(value, Path):
+            return self.shown_out / value.relative_to(self.out_dir.resolve())
+        return json.loads(json.dumps(value).replace(json.dumps(str(self.out_dir.resolve()))[1:-1],
+                                                    json.dumps(str(self.shown_out))[1:-1]))
 
-    def fail(self, arm, workload: str, level: int, repeat: int, why: str) -> None:
-        p = record_path(self.out_dir, arm.name, workload, level, repeat)
+    def fail(self, arm, workload: str, level: int, repeat: int, why: str, *, quiet: bool = False,
+             provenance: dict[str, Any] | None = None) -> None:
+        """A window that has no measurement, recorded as failed with why (``provenance``: where, when
+        the driver records a lost block's windows; ``quiet``: the caller says it in one line)."""
+        self.record_failed({"kind": KIND, "schema_version": SCHEMA, "status": "failed", "sweep": self.spec.name,
+                            "arm": arm.name, "workload": workload, "concurrency": level, "repeat": repeat,
+                            "failed_at": utcnow(), "error": " ".join(why.split())[:2000],
+                            **({"provenance": provenance} if provenance else {})}, quiet=quiet)
+
+    def record_failed(self, doc: dict[str, Any], quiet: bool = False) -> None:
+        p = record_path(self.out_dir, doc["arm"], doc["workload"], doc["concurrency"], doc["repeat"])
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-        doc = {"kind": KIND, "schema_version": SCHEMA, "status": "failed", "sweep": self.spec.name, "arm": arm.name,
-               "workload": workload, "concurrency": level, "repeat": repeat, "failed_at": utcnow(),
-               "error": " ".join(why.split())[:2000]}
-        write_once(p.with_name(f"{p.stem}.failed-{stamp}.json"), (json.dumps(doc, indent=2) + "\n").encode())
-        point = f"{arm.name}/{workload}/{level_tag(level)}-r{repeat}"
-        self.outcome.failed.append(f"{point} ({doc['error'][:160]})")
-        self.echo(f"FAILED anatomy {point}: {doc['error'][:300]}")
+        write_once(p.with_name(f"{p.stem}.failed-{stamp}.json"),
+                   (json.dumps(doc, indent=2, default=str) + "\n").encode())
+        self.outcome.failed.append(failed_line(doc))
+        if not quiet:
+            self.echo(f"FAILED anatomy {failed_line(doc, 300)}")
+
+
+def _newest_failure(out_dir: Path, arm: str, workload: str, level: int, repeat: int) -> dict[str, Any]:
+    p = record_path(out_dir, arm, workload, level, repeat)
+    for f in sorted(p.parent.glob(f"{p.stem}.failed-*.json"), reverse=True):
+        try:
+            return json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+    return {"arm": arm, "workload": workload, "concurrency": level, "repeat": repeat, "error": "no record"}
+
+
+def _one_arm(spec: SweepSpec, arm: Any) -> SweepSpec:
+    return spec.model_copy(update={"arms": [arm], "start_together": False})
+
+
+def failed_line(doc: dict[str, Any], width: int = 160) -> str:
+    """A failed window in one line: arm/workload/cNNN-rR (why)."""
+    return (f"{doc['arm']}/{doc['workload']}/{level_tag(doc['concurrency'])}-r{doc['repeat']} "
+            f"({str(doc.get('error', ''))[:width]})")
 
 
 def run_anatomy(spec: SweepSpec, out_dir: str | Path, *, window_requests: int | None = None, progress: bool = True,
@@ -454,6 +484,7 @@ class AnatomyOrder:
     windows: list[tuple[str, int]]
     window_requests: int | None
     out: str  # the driver's run folder, as its records name it
+    engine: str | None  # the driver's vLLM version
     argv: list[str]
     cwd: str
     attempt: int
@@ -463,15 +494,19 @@ class AnatomyOrder:
 def anatomy_task(order: AnatomyOrder) -> dict[str, Any]:  # pragma: no cover - runs in a Ray worker
     """Profile one block's windows on this node; every file it writes goes to the driver."""
     t0, began = time.monotonic(), time.time()
-    with on_node(order, keep=("anatomy.json", "invocations/")) as (staging, shipper, node, send):
+    # traces at the block's end only: a trace is whole once its server has stopped (every rank's)
+    with on_node(order, keep=("anatomy.json", "invocations/"), late=("logs/", "traces/")) as (staging, shipper, node,
+                                                                                              send):
         run = AnatomyRun(order.spec, staging, order.window_requests, False, lambda text: send("echo", text),
                          shown_out=Path(order.out), after_window=shipper.ship, node=node, argv=order.argv)
         arm = next(a for a in order.spec.arms if a.name == order.arm)
-        if arm.name in run.refused:  # this node's build cannot serve it: said per window, as a local run does
-            for w, c in order.windows:
-                run.fail(arm, w, c, order.repeat, f"refused on {node['host']}: {run.refused[arm.name]}")
-        else:
-            run.block(arm, order.repeat, [(w, int(c)) for w, c in order.windows])
+        where = f"node {node['host']} ({node['node_ip']})"
+        engine = run.provenance["versions"].get("vllm")
+        if order.engine and engine != order.engine:  # refused here, submitted again while retries are left
+            raise BlockRefused(f"{where} has vLLM {engine}, the driver {order.engine}")
+        if arm.name in run.refused:
+            raise BlockRefused(f"{where} cannot serve arm {arm.name}: {run.refused[arm.name]}")
+        run.block(arm, order.repeat, [(w, int(c)) for w, c in order.windows])
         return {"node": node, "wall_s": time.monotonic() - t0, "points": len(order.windows), "began": began,
                 "ended": time.time()}
 
@@ -496,37 +531,53 @@ class AnatomyFleet(Fleet):
     def measure_all(self, t0: float) -> None:
         (run,) = self.runs
         todo = [AnatomyBlock(run, repeat, 0, None, windows, arm=arm) for repeat, arm, windows in run.todo()]
+        refused = list(run.outcome.failed)  # the arms this build refuses, recorded here before any block
         self.bar.total += run.outcome.already + sum(len(b.points) for b in todo)
         self.bar.update(run.outcome.already)
         self.dispatch(todo)
+        run.outcome.failed = refused + self.still_failed(todo)
+
+    @staticmethod
+    def still_failed(blocks: list[AnatomyBlock]) -> list[str]:
+        """Each window of ``blocks`` still without a record, as its newest failure record says it
+        (a lost block's window that a retry then profiled is not a failure)."""
+        return [failed_line(_newest_failure(b.run.out_dir, b.arm.name, w, c, b.repeat)) for b in blocks
+                for w, c in b.points if not record_path(b.run.out_dir, b.arm.name, w, c, b.repeat).exists()]
+
+    def block_specs(self, run: AnatomyRun) -> list[SweepSpec]:
+        return [_one_arm(run.spec, a) for a in run.spec.arms]  # a block starts one arm's server
+
+    def block_spec(self, blk: AnatomyBlock) -> SweepSpec:
+        return _one_arm(blk.run.spec, blk.arm)
 
     def order(self, blk: AnatomyBlock) -> AnatomyOrder:
         run = blk.run
         return AnatomyOrder(key=blk.key, sweep=0, spec=run.spec, arm=blk.arm.name, repeat=blk.repeat,
                             windows=list(blk.points), window_requests=run.window_requests,
-                            out=str(run.out_dir.resolve()), argv=list(run.provenance["argv"]), cwd=os.getcwd(),
+                            out=str(run.out_dir.resolve()), engine=run.provenance["versions"].get("vllm"),
+                            argv=list(run.provenance["argv"]), cwd=os.getcwd(),
                             attempt=blk.attempt, mailbox=self.mailbox)
 
     def needs_sizing(self, blk: AnatomyBlock) -> bool:
         return False  # a window sends the level's requests from the panel: nothing to size
 
     def count(self, run: AnatomyRun, relp: Path, dest: Path) -> None:
-        if relp.parts[0] in ("logs", "traces") or dest.suffix != ".json":
+        """A window's record: profiled (written) or failed on its node, one tick either way, as a
+        local run ticks; a window sent twice (a block declared lost that was not) is kept apart."""
+        if relp.parts[0] in ("logs", "traces") or dest.suffix != ".json" or ".superseded-" in dest.name:
             return
-        if ".failed-" in dest.name:
-            doc = json.loads(dest.read_text())
-            run.outcome.failed.append(f"{doc['arm']}/{doc['workload']}/{level_tag(doc['concurrency'])}"
-                                      f"-r{doc['repeat']} ({str(doc.get('error', ''))[:160]})")
-        else:
+        if ".failed-" not in dest.name:
             run.outcome.written.append(dest)
-            self.bar_points(1)
+        self.bar_points(1)
 
     def left_of(self, blk: AnatomyBlock) -> list[Any]:
         return [(w, c) for w, c in blk.points if not record_path(blk.run.out_dir, blk.arm.name, w, c, blk.repeat).exists()]
 
     def record_left(self, blk: AnatomyBlock, left: list[Any], exc: Exception, node: dict[str, Any]) -> None:
-        for w, c in left:
-            blk.run.fail(blk.arm, w, c, blk.repeat, f"{type(exc).__name__}: {exc}")
+        where = {"executor": {k: v for k, v in node.items() if k != "hardware"} or {"kind": "ray", "block": blk.key},
+                 "hardware": node.get("hardware") or "unknown: the node was lost before it said"}
+        for w, c in left:  # said once, in the fleet's line
+            blk.run.fail(blk.arm, w, c, blk.repeat, f"{type(exc).__name__}: {exc}", quiet=True, provenance=where)
 
     def write_timing(self, run: Any, index: int, ended: str, elapsed_s: float) -> None:
         """An anatomy run keeps no timing record (its records carry their windows' times)."""

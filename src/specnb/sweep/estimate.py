@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import statistics
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -160,26 +159,25 @@ def costs_from_run(folder: Path | str, source: str | None = None) -> Costs | Non
     return costs
 
 
-RUN_STAMP = re.compile(r"^\d{8}T\d{6}Z$")  # a run folder's name (specnb.ledger.runs.new_run_name)
-
-
-def prior_costs(run_dir: Path | str, machine: str | None = None) -> Costs | None:
+def prior_costs(run_dir: Path | str, machine: str | None = None, name: str | None = None) -> Costs | None:
     """What to estimate from before this invocation measures anything: the folder itself when it
     is resumed, else the same condition of the newest earlier run of the study
     (``<study>/<run>/<condition>``), else the newest other sweep beside it; only folders a sweep
-    wrote (a ``sweep.json``). Its machine is named in the source; None when there is none."""
+    wrote (a ``sweep.json``) and, given ``name``, only another folder whose sweep has that name (the
+    same study's condition, or the same sweep file: not a scratch folder's unrelated neighbours).
+    Its machine is named in the source; None when there is none."""
     run_dir = Path(run_dir)
     cands: list[Path] = [run_dir]
     study = run_dir.parent.parent
-    # a condition of a study's run (<study>/<UTC time>/<condition>): the same condition of the
-    # study's other runs, never of whatever else sits two levels up (a scratch folder's neighbours)
-    if RUN_STAMP.match(run_dir.parent.name) and study.is_dir():
+    if study.is_dir():
         cands += [d / run_dir.name for d in sorted((d for d in study.iterdir() if d.is_dir()), reverse=True)
-                  if d != run_dir.parent and RUN_STAMP.match(d.name)]
+                  if d != run_dir.parent]
     if run_dir.parent.is_dir():
         cands += sorted((d for d in run_dir.parent.iterdir() if d.is_dir() and d != run_dir), reverse=True)
     for other in cands:
         if not (other / "sweep.json").is_file() or not any(other.glob(f"{TIMINGS_DIR}/*.json")):
+            continue
+        if name is not None and other != run_dir and _sweep_name(other) not in (None, name):
             continue
         costs = costs_from_run(other, source="")
         if costs is None or not costs.block_s:
@@ -191,6 +189,14 @@ def prior_costs(run_dir: Path | str, machine: str | None = None) -> Costs | None
             " (another machine)" if machine and where and where != machine else "")
         return costs
     return None
+
+
+def _sweep_name(run: Path) -> str | None:
+    try:
+        spec = json.loads((run / "sweep.json").read_text()).get("spec")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return spec.get("name") if isinstance(spec, dict) else None
 
 
 def _machine_of(run: Path) -> str | None:

@@ -185,10 +185,10 @@ class _Shipper(SweepObserver):
     block's run, told after every point, sizing and block."""
 
     def __init__(self, staging: Path, send: Callable[[str, Any], None], sweep: int,
-                 keep: tuple[str, ...] = ("sweep.json",)):
+                 keep: tuple[str, ...] = ("sweep.json",), late: tuple[str, ...] = ("logs/",)):
         """``keep``: files and folders (``name/``) the block writes for itself, never sent (the
-        driver wrote its own)."""
-        self.staging, self.send, self.sweep, self.keep = staging, send, sweep, keep
+        driver wrote its own); ``late``: folders sent at the block's end only, when whole."""
+        self.staging, self.send, self.sweep, self.keep, self.late = staging, send, sweep, keep, late
         self.sent: set[str] = set()
 
     def ship(self, final: bool = False) -> None:
@@ -198,7 +198,7 @@ class _Shipper(SweepObserver):
             if (not p.is_file() or rel in self.sent or p.name.startswith(".")
                     or any(rel == k or (k.endswith("/") and rel.startswith(k)) for k in self.keep)):
                 continue
-            if rel.startswith("logs/") and not final:
+            if not final and rel.startswith(self.late):
                 continue
             batch.append((self.sweep, rel, p.read_bytes()))
             self.sent.add(rel)
@@ -227,12 +227,14 @@ def _without_ray_defaults() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def on_node(order: Any, keep: tuple[str, ...] = ("sweep.json",)) -> Iterator[tuple[Path, _Shipper, dict[str, Any],
-                                                                            Callable[[str, Any], None]]]:
+def on_node(order: Any, keep: tuple[str, ...] = ("sweep.json",),
+            late: tuple[str, ...] = ("logs/",)) -> Iterator[tuple[Path, Any, dict[str, Any], Callable[[str, Any], None]]]:
     """A block's frame on its node (in a Ray worker): says where it runs, gives it a scratch
     folder whose files go to the driver (all of them once more at the end), runs it in the
     driver's folder with the block's marker in its environment and without Ray's defaults.
-    ``order`` carries ``key``, ``sweep``, ``attempt``, ``cwd`` and ``mailbox``."""
+    ``order`` carries ``key``, ``sweep``, ``attempt``, ``cwd`` and ``mailbox``; ``keep`` and ``late``
+    are the shipper's (what is never sent, what is sent at the end only); it yields the scratch
+    folder, the shipper (``ship()`` sends what is new), the node's description and ``send``."""
     import ray
 
     ctx = ray.get_runtime_context()
@@ -248,7 +250,7 @@ def on_node(order: Any, keep: tuple[str, ...] = ("sweep.json",)) -> Iterator[tup
     # the node's own hardware, for the failure records the driver writes if this block is lost
     send("started", {**node, "hardware": provenance.hardware()})
     staging = Path(tempfile.mkdtemp(prefix="specnb-block-"))
-    shipper = _Shipper(staging, send, order.sweep, keep)
+    shipper = _Shipper(staging, send, order.sweep, keep, late)
     old = os.getcwd()
     removed: dict[str, str] = {}
     try:
@@ -513,7 +515,8 @@ class Fleet:
 
         self.connect()
         for run in self.runs:  # every sweep's blocks must fit some node, or Ray would queue them forever
-            self.check_placeable(run.spec)
+            for spec in self.block_specs(run):
+                self.check_placeable(spec)
         self.by_key: dict[str, FleetBlock] = {}
         self.queue: collections.deque[FleetBlock] = collections.deque()
         self.running: dict[Any, FleetBlock] = {}
@@ -620,8 +623,16 @@ class Fleet:
                              f"{', '.join(f'{k} {v:g}' for k, v in need.items() if v > 0)}"
                              + (f" with labels {labels}" if labels else "") + f" (nodes offer: {offer})")
 
+    def block_specs(self, run: Any) -> list[SweepSpec]:
+        """What the run's blocks ask Ray for, as sweeps (one here: every block runs all its arms)."""
+        return [run.spec]
+
+    def block_spec(self, blk: FleetBlock) -> SweepSpec:
+        """What this block asks Ray for (:func:`block_options` of it)."""
+        return blk.run.spec
+
     def submit(self, blk: FleetBlock) -> None:
-        opts = block_options(blk.run.spec, self.ex, self.cpu_engine, self.node_cpus)
+        opts = block_options(self.block_spec(blk), self.ex, self.cpu_engine, self.node_cpus)
         blk.submitted, blk.started, blk.node = time.monotonic(), None, None
         ref = self.task.options(**opts).remote(self.order(blk))
         self.running[ref] = blk

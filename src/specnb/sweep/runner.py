@@ -266,7 +266,7 @@ class BlockRunner:
         self.observer = Observers([ProgressObserver(bar), *observers])
         self.t_start = time.monotonic()
         try:  # what is left, estimated from this run's measured costs (an earlier run's before any)
-            prior = prior_costs(out_dir, machine_label(self.provenance.hardware))
+            prior = prior_costs(out_dir, machine_label(self.provenance.hardware), spec.name)
         except Exception:  # noqa: BLE001 - an estimate is never worth a sweep
             prior = None
         self.time_left = TimeLeft(spec, self.panels, prior)
