@@ -222,7 +222,9 @@ def test_the_prior_is_the_folder_itself_then_the_same_condition_of_an_earlier_ru
     (study / "20260301T000000Z" / "junk" / "x.json").write_text('{"status": "ok", "results": {}, "load": 3}')
     assert costs_from_run(study / "20260301T000000Z" / "junk") is None
     assert prior_costs(tmp_path / "nowhere" / "x") is None
-    # a sweep in a scratch folder (/tmp/<anything>/out) does not read its neighbours' sweeps that
-    # happen to have an "out" of their own: only a study's run folders are the same study
+    # a sweep in a scratch folder (/tmp/<anything>/out) reads a neighbour's "out" only when it is the
+    # same sweep (its name): another job's sweep is not this one's prior
     run(tmp_path / "scratch" / "other-job" / "out", 3.0)
-    assert prior_costs(tmp_path / "scratch" / "mine" / "out") is None
+    (tmp_path / "scratch" / "other-job" / "out" / "sweep.json").write_text('{"spec": {"name": "other"}}')
+    assert prior_costs(tmp_path / "scratch" / "mine" / "out", name="mine") is None
+    assert prior_costs(tmp_path / "scratch" / "mine" / "out", name="other").block() == 3.0
