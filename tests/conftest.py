@@ -14,7 +14,7 @@ from specnb.engine.vllm import TWO_PROCESSES_OPT_IN
 
 # Every single-worker vLLM-CPU server the tests launch runs its worker inside the engine core
 # (two processes, about 8 s less per start; specnb.engine.vllm.TWO_PROCESSES): the tests check
-# what specnb does, not which layout is faster. The shared baseline server (tests/integration/conftest.py)
+# what specnb does, not which layout is faster. The shared baseline server (tests/shared_pair.py)
 # keeps vLLM's own three-process layout, so both are started on every run.
 os.environ.setdefault(TWO_PROCESSES_OPT_IN, "1")
 
@@ -115,7 +115,7 @@ EARLY_PAIR: dict = {}
 def pytest_collection_finish(session):
     """When browser tests run before the real-server ones (``make test``'s second pass), the shared
     vLLM pair is launched as the first browser test starts, so it starts beside them
-    (tests/integration/conftest.py), not beside the timing-sensitive serial tests before them; not
+    (tests/shared_pair.py), not beside the timing-sensitive serial tests before them; not
     in an xdist worker, where every worker would launch its own."""
     EARLY_PAIR.clear()
     items = session.items
@@ -127,7 +127,7 @@ def pytest_collection_finish(session):
 
 def pytest_runtest_setup(item):
     if EARLY_PAIR and item.get_closest_marker("browser"):
-        from tests.integration.conftest import launch_pair_early
+        from tests.shared_pair import launch_pair_early
 
         try:
             launch_pair_early(EARLY_PAIR.pop("factory"))
@@ -137,7 +137,7 @@ def pytest_runtest_setup(item):
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
-    early = sys.modules.get("tests.integration.conftest")
+    early = sys.modules.get("tests.shared_pair")
     if early is not None:  # a shared pair launched early that no test took (an interrupted run)
         early.stop_early_pair()
     if not SPENT["tests"]:

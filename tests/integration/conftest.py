@@ -10,34 +10,25 @@ answers what a sweep must write and what the per-category acceptance must add up
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from specnb import paths
-from specnb.engine.kernels import machine_dtype
-from specnb.engine.server import VllmServer, started_together
+from specnb.engine.server import started_together
 from specnb.prompts.workload import bundled
 from specnb.sweep import SweepSpec, run_sweep
-from specnb.sweep.runner import PROMPT_DETAILS_FLAG
 from tests.conftest import record_server_start
 
-MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
-K = 4
-NGRAM = {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 4}
-# Every server of the suite serves in the dtype this CPU has a oneDNN kernel for: bf16 on AVX-512,
-# fp32 on an AVX2-only CPU, where bf16 runs on torch's fallback linear (the baseline 2.1x slower at
-# c=4 there, an n-gram arm up to 3.4x: docs/cpu.md). The tests check what specnb does, and the
-# fallback made the AVX2 machines' suite 2.7x the AVX-512 ones'. The fallback route itself is
-# tested through the probe (test_checkpoints_real.py) and the emulated quantization notebook.
-# SPECNB_TEST_DTYPE=float32 runs the AVX2 machines' choice on any machine.
-DTYPE = os.environ.get("SPECNB_TEST_DTYPE") or machine_dtype()
-SERVER_ARGS = ["--enforce-eager", "--dtype", DTYPE, "--max-model-len", "2048"]
+# the server arguments and the shared pair live in a harness module; named here too, where the
+# real-server tests take them from
+from tests.shared_pair import DTYPE, EARLY, MODEL, NGRAM, PAIR_CLAIMED, SERVER_ARGS, K, Shared, make_pair
+
+__all__ = ["DTYPE", "K", "MODEL", "NGRAM", "SERVER_ARGS", "Shared", "CATEGORIES", "mixed_prompts", "sweep_spec",
+           "RealSweep"]
+
 CATEGORIES = {"fix-json": "copy", "list-transform": "copy", "chat": "freeform", "creative": "freeform"}
 
 
@@ -70,57 +61,6 @@ def sweep_spec(**kw) -> SweepSpec:
     return SweepSpec.parse(base)
 
 
-@dataclass
-class Shared:
-    """A server several test modules attach to (started once per session, stopped at its end)."""
-
-    server: Any
-    endpoint: Any
-
-
-def _server(tmp_path_factory, name: str, speculative_config: dict | None,
-            env: dict[str, str] | None = None) -> VllmServer:
-    # per-request cached prompt tokens in the usage (the conversation replay's per-turn counts)
-    return VllmServer(str(MODEL), args=[*SERVER_ARGS, PROMPT_DETAILS_FLAG], speculative_config=speculative_config,
-                      served_model_name="smol", env={"VLLM_CPU_KVCACHE_SPACE": "1", **(env or {})},
-                      log_path=tmp_path_factory.mktemp(f"shared-{name}") / "server.log", ready_timeout_s=300)
-
-
-def _pair(tmp_path_factory) -> dict[str, VllmServer]:
-    return {
-        # vLLM's own three-process layout; every other server of the suite runs two (tests/conftest.py)
-        "baseline": _server(tmp_path_factory, "baseline", None, env={"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}),
-        "ngram": _server(tmp_path_factory, "ngram", NGRAM),
-    }
-
-
-# the shared pair when launched before the first test (launch_pair_early), until _shared_pair takes
-# it; "claimed" once the session fixture made or took its pair (no second one is launched then)
-EARLY: dict[str, VllmServer] = {}
-PAIR_CLAIMED: list[bool] = []
-
-
-def launch_pair_early(tmp_path_factory) -> None:
-    """Launch the shared pair now, without waiting: ``make test``'s second pass calls it after
-    collection when the browser tests run first (they start no vLLM), so the pair's start runs
-    beside them instead of before the first real-server test that needs it."""
-    if EARLY or PAIR_CLAIMED or not (MODEL / "config.json").exists():
-        return
-    EARLY.update(_pair(tmp_path_factory))
-    try:
-        for srv in EARLY.values():
-            srv.launch()
-    except BaseException:
-        stop_early_pair()
-        raise
-
-
-def stop_early_pair() -> None:
-    """The session's end: stop a pair launched early that no test took (stopped by its ids)."""
-    while EARLY:
-        EARLY.popitem()[1].stop()
-
-
 @pytest.fixture(scope="session")
 def _shared_pair(tmp_path_factory) -> Iterator[dict[str, Shared]]:
     """Both shared servers, launched side by side on the first request for either (or already
@@ -131,7 +71,7 @@ def _shared_pair(tmp_path_factory) -> Iterator[dict[str, Shared]]:
         pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
     PAIR_CLAIMED.append(True)
     early = bool(EARLY)
-    servers = dict(EARLY) if early else _pair(tmp_path_factory)
+    servers = dict(EARLY) if early else make_pair(tmp_path_factory)
     EARLY.clear()
     with started_together(servers, launched=early) as eps:
         yield {name: Shared(servers[name], ep) for name, ep in eps.items()}

@@ -311,6 +311,32 @@ def private_reaches(code: str) -> list[str]:
     return sorted(set(out))
 
 
+def integration_imports(code: str) -> list[str]:
+    """Where code imports a module of tests/integration (``import tests.integration.x``, ``from
+    tests.integration.x import y``, ``from tests import integration``)."""
+    out = []
+    for node in ast.walk(ast.parse(code)):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                 if isinstance(node, ast.ImportFrom) else [])
+        if any(n == "tests.integration" or n.startswith("tests.integration.") for n in names):
+            out.append(f"{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def test_no_unit_or_browser_test_and_no_harness_module_imports_an_integration_module():
+    """Unit and browser tests, the root conftest and the harness modules run without the real-server
+    side: what they share with it (the server arguments, the shared pair) is in tests/shared_pair.py."""
+    files = [*(paths.ROOT / "tests" / "unit").rglob("*.py"), *(paths.ROOT / "tests" / "browser").rglob("*.py"),
+             *(paths.ROOT / "tests").glob("*.py")]
+    found = {str(f.relative_to(paths.ROOT)): bad for f in sorted(files) if (bad := integration_imports(f.read_text()))}
+    found.pop("tests/unit/test_architecture.py", None)  # its own examples, below
+    assert found == {}, found
+    for code in ("import tests.integration.conftest as it", "from tests.integration.conftest import MODEL",
+                 "from tests import integration"):
+        assert integration_imports(code), code
+
+
 def test_no_test_reaches_a_private_name_of_specnb():
     found = {str(f.relative_to(paths.ROOT)): bad for f in sorted((paths.ROOT / "tests").rglob("*.py"))
              if (bad := private_reaches(f.read_text()))}

@@ -107,10 +107,10 @@ def test_the_shared_pair_is_launched_at_the_first_browser_test(monkeypatch):
     """make test's second pass: the browser tests (no vLLM) run after the serial ones, so the
     shared pair starts beside the browser tests; not without them, not before the first of them
     (the serial tests time things), and not in an xdist worker (each would launch its own)."""
-    import tests.integration.conftest as integration
+    import tests.shared_pair as shared
 
     calls: list = []
-    monkeypatch.setattr(integration, "launch_pair_early", calls.append)
+    monkeypatch.setattr(shared, "launch_pair_early", calls.append)
     monkeypatch.setattr(budget, "EARLY_PAIR", {})  # this session's own plan is not touched
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
 
@@ -141,16 +141,16 @@ def test_the_shared_pair_is_launched_at_the_first_browser_test(monkeypatch):
 
 def test_no_second_pair_is_launched_once_the_session_made_its_own(monkeypatch):
     """Browser tests after the first real-server test: the pair is claimed, nothing more starts."""
-    import tests.integration.conftest as integration
+    import tests.shared_pair as shared
 
     class NoFactory:
         def mktemp(self, *a, **kw):
             raise AssertionError("a second pair was being made")
 
-    monkeypatch.setattr(integration, "EARLY", {})
-    monkeypatch.setattr(integration, "PAIR_CLAIMED", [True])
-    integration.launch_pair_early(NoFactory())
-    assert integration.EARLY == {}
+    monkeypatch.setattr(shared, "EARLY", {})
+    monkeypatch.setattr(shared, "PAIR_CLAIMED", [True])
+    shared.launch_pair_early(NoFactory())
+    assert shared.EARLY == {}
 
 
 @pytest.mark.parametrize("ci,rc", [("true", 1), ("", 0)])
