@@ -36,7 +36,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,6 +74,11 @@ class AnatomyError(SweepError):
 
 def record_path(out_dir: Path, arm: str, workload: str, level: int, repeat: int) -> Path:
     return out_dir / arm / workload / f"anatomy-{level_tag(level)}-r{repeat:02d}.json"
+
+
+def unrecorded(out_dir: Path, arm: str, repeat: int, windows: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The (workload, level) windows of one arm and repeat that have no record yet."""
+    return [(w, c) for w, c in windows if not record_path(out_dir, arm, w, c, repeat).exists()]
 
 
 @dataclass
@@ -306,8 +311,7 @@ class AnatomyRun:
         windows); a window already recorded is counted done, an arm this build cannot serve is
         recorded as failed (its windows are not handed out)."""
         for repeat, _, arm in blocks(self.spec):
-            todo = [(w, c) for w in self.workloads for c in self.levels()
-                    if not record_path(self.out_dir, arm.name, w, c, repeat).exists()]
+            todo = unrecorded(self.out_dir, arm.name, repeat, ((w, c) for w in self.workloads for c in self.levels()))
             self.bar.update(len(self.workloads) * len(self.levels()) - len(todo))
             self.outcome.already += len(self.workloads) * len(self.levels()) - len(todo)
             if todo and arm.name in self.refused:
@@ -542,7 +546,7 @@ class AnatomyFleet(Fleet):
         """Each window of ``blocks`` still without a record, as its newest failure record says it
         (a lost block's window that a retry then profiled is not a failure)."""
         return [failed_line(_newest_failure(b.run.out_dir, b.arm.name, w, c, b.repeat)) for b in blocks
-                for w, c in b.points if not record_path(b.run.out_dir, b.arm.name, w, c, b.repeat).exists()]
+                for w, c in unrecorded(b.run.out_dir, b.arm.name, b.repeat, b.points)]
 
     def block_specs(self, run: AnatomyRun) -> list[SweepSpec]:
         return [_one_arm(run.spec, a) for a in run.spec.arms]  # a block starts one arm's server
@@ -571,7 +575,7 @@ class AnatomyFleet(Fleet):
         self.bar_points(1)
 
     def left_of(self, blk: AnatomyBlock) -> list[Any]:
-        return [(w, c) for w, c in blk.points if not record_path(blk.run.out_dir, blk.arm.name, w, c, blk.repeat).exists()]
+        return unrecorded(blk.run.out_dir, blk.arm.name, blk.repeat, blk.points)
 
     def record_left(self, blk: AnatomyBlock, left: list[Any], exc: Exception, node: dict[str, Any]) -> None:
         where = {"executor": {k: v for k, v in node.items() if k != "hardware"} or {"kind": "ray", "block": blk.key},
