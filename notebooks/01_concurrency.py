@@ -54,7 +54,9 @@ burstiness = 1.0  # gamma shape of the gaps between arrivals (1: Poisson; below 
 max_in_flight = 32  # open loop: cap on requests in flight (recorded)
 rate_study = "cpu-rate"  # ledgers/concurrency/<rate_study>/: the open-loop runs this notebook draws when present
 slos = {"ttft_ms": 1000, "decode_tok_s": 20}  # goodput: a request counts when it meets every bound (ttft_ms, itl_p99_ms, e2el_ms at most; decode_tok_s at least)
-repeats = 3  # server restarts per arm; arm order alternates
+repeats = 3  # server restarts per arm; arm order alternates (with sequential: the repeats before the first look)
+sequential = None  # {"max_repeats": 5, "alpha": 0.05}: then one more repeat per round for the levels still undecided, stopped once decided (None: every level gets every repeat)
+budget_s = None  # seconds per sweep: no later round (search or sequential) starts that would end past it (None: no budget)
 panel_size = 10  # prompts every point sends, balanced over categories, in whole passes
 work_floor_tokens = 400  # output tokens a point's steady window holds at least (sizes the passes)
 warmup_requests = 2  # per server start, not measured
@@ -89,7 +91,7 @@ from specnb.analysis.schedule import derive_policies, format_policy
 from specnb.figures import arm_colors, panels
 from specnb.figures import published as seeds
 from specnb.ledger import PLAIN_CONDITION, load_spec_by_category
-from specnb.ledger.runs import search_lines
+from specnb.ledger.runs import search_lines, sequential_lines
 from specnb.notebooks import open_axis
 from specnb.prompts.copyshare import MixError
 
@@ -185,7 +187,9 @@ good.round(3)
 # ## Where the search looked, whether the drafter changed the outputs, and the schedule to deploy
 #
 # Levels beyond the parameters' were added by the adaptive search (each records its round and
-# reason), and the search says why it stopped and what it left unmeasured. The lossless check
+# reason), and the search says why it stopped and what it left unmeasured. A sequential run
+# (`sequential`) says, per level, the look it stopped at: decided after how many repeats, or
+# still open at its last look or when the budget ran out. The lossless check
 # compares every request's output token ids between the arms at
 # temperature 0, against the baseline's own start-to-start reference. The schedule is vLLM's
 # `num_speculative_tokens_per_batch_size`, derived with the rule printed above it.
@@ -194,7 +198,7 @@ good.round(3)
 added = nb.df[nb.df.search_round > 0].drop_duplicates(["workload", "concurrency"])
 display(Markdown("\n".join(f"- {r.workload} c={r.concurrency} (round {r.search_round}): {r.search_reason}"
                             for r in added.itertuples()) or "The search added no level to this run."))
-stops = search_lines(nb.folder)
+stops = search_lines(nb.folder) + sequential_lines(nb.folder)
 if stops:
     display(Markdown("```\n" + "\n".join(stops) + "\n```"))
 display(Markdown("```\n" + lossless_summary(lossless(nb.df)) + "\n```"))

@@ -53,7 +53,7 @@ def _read_all(files: list[Path], skip_bad: bool, each: Callable[[PointLedger, Pa
 
 # JSON files that live among ledgers but are not measurements: a published table, a policy
 # derived from a run (``specnb policy``), a sweep's sizing, search and timing records.
-NOT_MEASURED = ("published", "policy", "sizing", "search", "timing", "tune_round", "tune_result", "predicted_acceptance",
+NOT_MEASURED = ("published", "policy", "sizing", "search", "sequential", "timing", "tune_round", "tune_result", "predicted_acceptance",
                 "lossless_margins", "step_anatomy", "anatomy_run", "watch_phases", "figure")
 
 
@@ -72,8 +72,9 @@ def _is_published(path: Path) -> bool:
     return _kind(path) == "published"
 
 
-# a sweep folder's own records beside its points (sweep.json, sizing/, search/, timings/, predicted/): not ledgers
-SWEEP_RECORDS = ("sizing", "search", "timings", "predicted")
+# a sweep folder's own records beside its points (sweep.json, sizing/, search/, sequential/, timings/, predicted/):
+# not ledgers
+SWEEP_RECORDS = ("sizing", "search", "sequential", "timings", "predicted")
 
 
 def _sweep_record(root: Path, p: Path) -> bool:

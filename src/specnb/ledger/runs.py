@@ -21,7 +21,7 @@ from specnb.errors import SpecnbError, plain_name
 
 __all__ = ["AXES", "RunError", "new_run_name", "run_folder", "latest_run", "find_run", "OUTCOME_FILE_ENV",
            "report_failed_points", "read_failed_points", "report_refused_all", "read_refused_all", "search_record",
-           "search_lines", "TuneRecords", "read_tune", "is_tune_run"]
+           "search_lines", "sequential_record", "sequential_lines", "TuneRecords", "read_tune", "is_tune_run"]
 
 # Set by the notebook runner for the kernel it starts: the measuring notebook appends the points
 # that failed, so `make measure-<axis>` exits non-zero although the notebook itself finished.
@@ -114,6 +114,72 @@ def read_refused_all(path: Path | str) -> list[str]:
 def search_record(out_dir: Path | str, round_: int) -> Path:
     """Where a sweep's adaptive search writes round ``round_``'s decision (written once)."""
     return Path(out_dir) / "search" / f"round-{round_:02d}.json"
+
+
+def sequential_record(out_dir: Path | str, round_: int) -> Path:
+    """Where a sequential sweep writes round ``round_``'s looks and choices (written once)."""
+    return Path(out_dir) / "sequential" / f"round-{round_:02d}.json"
+
+
+def _fmt_level(v: Any) -> str:
+    f = float(v)
+    return str(int(f)) if f.is_integer() else f"{f:g}"
+
+
+def sequential_lines(folder: Path | str) -> list[str]:
+    """The report's lines on each sequential sweep under ``folder`` (:mod:`specnb.sweep.sequential`):
+    the rule, how its rounds ended, and per drafter and level the look it stopped at: decided after
+    n repeats (early when fewer than the last look), open at its last look, or open when the rounds
+    stopped (the time budget, or a run cut short)."""
+    root = Path(folder)
+    out: list[str] = []
+    for seq_dir in sorted({p.parent for p in root.rglob("sequential/round-*.json")}):
+        docs, bad = [], []
+        for f in sorted(seq_dir.glob("round-*.json")):
+            try:
+                doc = json.loads(f.read_text())
+                if isinstance(doc, dict):
+                    docs.append(doc)
+                    continue
+                bad.append(f"{f.name} (not a JSON object)")
+            except (OSError, ValueError) as exc:
+                bad.append(f"{f.name} ({exc})")
+        where = seq_dir.parent.relative_to(root).as_posix()
+        label = f"sequential ({where})" if where != "." else "sequential"
+        out += [f"{label}: {b} unreadable" for b in bad]
+        if not docs:
+            continue
+        last, rule = docs[-1], docs[-1].get("rule", {})
+        stopped = last.get("stopped")
+        state = (f"stopped before round {last.get('round')}: {stopped}" if stopped
+                 else f"round {last.get('round')} chosen, no stop recorded after it (the run was cut short or is still "
+                      "running; rerunning with the same folder resumes it)")
+        out.append(f"{label}: looks after {rule.get('first')}..{rule.get('last')} repeats, alpha {rule.get('alpha')} "
+                   f"over all looks ({rule.get('per_look_alpha', 0):.4f} each: {rule.get('interval')}); {state}")
+        first_seen: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
+        for doc in docs:  # the round at which each drafter's level was first decided
+            for lk in doc.get("looks", []):
+                key = (lk.get("arm"), lk.get("workload"), lk.get("level"))
+                if str(lk.get("state", "")).startswith("decided") and key not in first_seen:
+                    first_seen[key] = lk
+        for lk in last.get("looks", []):
+            key = (lk.get("arm"), lk.get("workload"), lk.get("level"))
+            at = first_seen.get(key, lk)
+            look = at.get("look") or {}
+            head = f"  {lk.get('arm') or '(no pair)'} / {lk.get('workload')} c={_fmt_level(lk.get('level'))}: "
+            shown = (f"{look.get('ratio', float('nan')):.2f}x [{look.get('lo', float('nan')):.2f}, "
+                     f"{look.get('hi', float('nan')):.2f}] after {look.get('n')} repeats" if look else
+                     f"{len(lk.get('ratios', []))} paired repeat(s)")
+            if key in first_seen:
+                n = look.get("n") or 0
+                early = (f": stopped early, {rule.get('last', n) - n} repeat(s) not needed"
+                         if n < rule.get("last", n) else ": decided at the last look")
+                out.append(f"{head}{at['state'][len('decided: '):]} {shown}{early}")
+            elif lk.get("state") == "open at the last look":
+                out.append(f"{head}open {shown}: undecided at the last look")
+            else:
+                out.append(f"{head}open {shown}: undecided when the rounds stopped ({stopped or 'cut short'})")
+    return out
 
 
 def search_lines(folder: Path | str) -> list[str]:

@@ -235,12 +235,13 @@ def estimate_s(costs: Costs | None, blocks: Iterable[Iterable[PlannedPoint]], *,
 
 
 def plan_line(n_points: int, n_blocks: int, n_requests: int, seconds: float | None, source: str | None,
-              search: dict[str, Any] | None = None) -> str:
-    """``plan: 20 points, 4 server starts, 560 requests; about 14m10s (from run ... on ...)``."""
+              search: dict[str, Any] | None = None, then: str = "") -> str:
+    """``plan: 20 points, 4 server starts, 560 requests; about 14m10s (from run ... on ...)``
+    (``then``: what follows these points, e.g. a sequential sweep's later rounds)."""
     text = f"plan: {n_points} point(s), {n_blocks} server start(s), {n_requests:,} request(s)"
     if search:
         text += f", then search rounds while the budget lasts ({format_duration(search['budget_s'])})" \
             if search.get("budget_s") else ", then search rounds"
     if seconds is None:
-        return text + "; no estimate yet (no earlier run of this study to go on: one follows the first start)"
-    return text + f"; about {format_duration(seconds)} (costs from {source})"
+        return text + then + "; no estimate yet (no earlier run of this study to go on: one follows the first start)"
+    return text + f"; about {format_duration(seconds)} (costs from {source})" + then

@@ -26,7 +26,7 @@ from specnb.sweep.arm import Arm
 from specnb.sweep.estimate import Costs, PlannedPoint, estimate_s, plan_line
 from specnb.sweep.spec import SweepSpec, blocks, level_tag, point_path
 
-__all__ = ["Levels", "Panels", "Point", "TimeLeft", "failed_path", "round_blocks", "sizing_path",
+__all__ = ["Levels", "Panels", "Point", "TimeLeft", "failed_path", "round_blocks", "round_repeats", "sizing_path",
            "superseded_path"]
 
 # per workload, the round's levels with why each is measured ("asked for", or the search's reason)
@@ -55,11 +55,19 @@ class Point:
         return point_path(out_dir, self.arm.name, self.workload.name, self.level, self.repeat, self.load)
 
 
+def round_repeats(spec: SweepSpec, round_: int) -> list[int]:
+    """The repeats a round measures: every repeat of the sweep, except in a sequential sweep's later
+    rounds, each of which is one more repeat (:mod:`specnb.sweep.sequential`)."""
+    if spec.sequential is not None and round_ > 0:
+        return [spec.repeats + round_ - 1]
+    return list(range(spec.repeats))
+
+
 def round_blocks(spec: SweepSpec, workloads: dict[str, Workload], levels: Levels, round_: int) -> list[list[Point]]:
     """The blocks of one round: per (repeat, arm) in ABBA order, its points at the given levels
     per workload."""
     return [[Point(arm, workloads[wl], level, r, pos, spec.load, round_, reason) for wl, lv in levels.items()
-             for level, reason in lv] for r, pos, arm in blocks(spec)]
+             for level, reason in lv] for r, pos, arm in blocks(spec, round_repeats(spec, round_))]
 
 
 def sizing_path(out_dir: Path, workload: str) -> Path:
@@ -177,7 +185,30 @@ class TimeLeft:
         seconds = estimate_s(costs, planned,
                              sizing=bool(self.spec.work_floor_tokens and not self.panels.tokens_per_request))
         search: dict[str, Any] | None = self.spec.search.model_dump() if self.spec.search is not None else None
+        if search is not None and search.get("budget_s") is None:
+            search["budget_s"] = self.spec.budget_s
         starts = sum(1 for b in left if not b[0].arm.endpoint)
         return plan_line(sum(len(b) for b in planned), starts, sum(p.requests for b in planned for p in b), seconds,
-                         costs.source, search)
+                         costs.source, search, self.sequential_text(seconds))
+
+    def sequential_text(self, seconds: float | None) -> str:
+        """A sequential sweep's later rounds as the plan line says them: how many more repeats at
+        most, the rule, and with a budget how many repeats of every level it leaves room for."""
+        seq = self.spec.sequential
+        if seq is None:
+            return ""
+        more = seq.max_repeats - self.spec.repeats
+        text = (f"; then up to {more} more repeat(s), each for the levels still open (looks after "
+                f"{self.spec.repeats}..{seq.max_repeats} repeats, alpha {seq.alpha:g} over them)")
+        budget = self.spec.budget_s
+        if budget is None:
+            return text
+        text += f"; budget {format_duration(budget)}"
+        if seconds is None or seconds <= 0:
+            return text + " (how many repeats it holds follows the first measured points)"
+        if seconds > budget:
+            return text + (f": the first {self.spec.repeats} repeats alone take about {format_duration(seconds)}, "
+                           "past it (every level gets them; no later round starts)")
+        room = min(more, int((budget - seconds) // (seconds / self.spec.repeats)))
+        return text + f": room for about {room} more repeat(s) of every level (fewer levels: more repeats)"
 

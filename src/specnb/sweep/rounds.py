@@ -1,4 +1,5 @@
-"""The one round loop: the levels asked for, then any the search adds, for one sweep or several.
+"""The one round loop: the levels asked for, then any the search adds (or, in a sequential sweep,
+one more repeat of the levels still open), for one sweep or several.
 
 A round's points are measured by whoever runs the sweep: here, block by block
 (:class:`specnb.sweep.runner.SweepRun`), or as Ray tasks (:mod:`specnb.sweep.fleet`, which runs the
@@ -31,8 +32,16 @@ class Rounds:
         self.levels: Levels = {wl: [(lv, "asked for") for lv in spec.levels()] for wl in workloads}
 
     def advance(self, elapsed_s: float) -> bool:
-        """After a round: the search's next levels (read from the run's ledgers); False when there
-        is no next round."""
+        """After a round: the search's next levels, or a sequential sweep's levels still open (read
+        from the run's ledgers); False when there is no next round."""
+        if self.spec.sequential is not None:
+            from specnb.sweep import sequential  # the looks read this run's ledgers
+
+            self.round += 1
+            with self.clock.phase(Phase.SEARCH):
+                self.levels = sequential.next_round(self.spec, self.out_dir, self.round, elapsed_s=elapsed_s,
+                                                    echo=self.echo)
+            return bool(self.levels)
         if self.spec.search is None:
             self.levels = {}
             return False

@@ -162,7 +162,7 @@ def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
         return {wl: [(float(c), why) for c, why in lv] for wl, lv in doc["levels"].items()}
     doc: dict[str, Any] = {"kind": "search", "round": round_, "decided_at": utcnow(), "elapsed_s": round(elapsed_s, 1),
                            "levels": {}, "curves": [], "stopped": None}
-    budget = spec.search.budget_s
+    budget = spec.search.budget_s if spec.search.budget_s is not None else spec.budget_s
     if round_ > spec.search.max_rounds:
         doc["stopped"] = f"max_rounds ({spec.search.max_rounds}) reached"
     else:

@@ -26,7 +26,7 @@ and a pass sends every turn of every one of them (``panel`` counts their turns i
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -97,6 +97,18 @@ class SearchSpec(BaseModel):
     max_rounds: int = Field(4, ge=1, description="rounds of added levels at most")
 
 
+class SequentialSpec(BaseModel):
+    """Stop a level once its decision cannot change (:mod:`specnb.sweep.sequential`): after the
+    sweep's ``repeats`` (the first look), each round adds one repeat (a fresh start of every arm)
+    for the levels still open, until ``max_repeats`` (the last look) or the time budget."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_repeats: int = Field(5, ge=2, description="the last look: no level gets more repeats than this")
+    alpha: float = Field(0.05, gt=0, lt=0.5, description="the chance that a stopped level's decision is wrong, "
+                         "over every look (split evenly over the looks)")
+
+
 class SweepSpec(BaseModel):
     """Everything that defines a sweep. Loaded from TOML or built in a notebook.
 
@@ -135,7 +147,14 @@ class SweepSpec(BaseModel):
     max_in_flight: int = Field(64, ge=1, description="open loop: cap on requests in flight (recorded)")
     arrival_seed: int = Field(0, description="open loop: seed of the arrival times, the same for every arm")
     search: SearchSpec | None = Field(None, description="adaptive search for the crossing (closed loop)")
-    repeats: int = Field(2, ge=1, description="server restarts per arm; arm order alternates")
+    repeats: int = Field(2, ge=1, description="server restarts per arm; arm order alternates (with "
+                         "sequential: the repeats before the first look)")
+    sequential: SequentialSpec | None = Field(
+        None, description="stop a level once its decision cannot change; each later round adds a repeat for "
+        "the levels still open (None: fixed work, every level gets every repeat)")
+    budget_s: float | None = Field(
+        None, gt=0, description="decide as many levels as this allows: no round (sequential or search) starts "
+        "that would end past it, by the costs measured so far")
     start_together: bool = Field(
         False, description="launch a repeat's servers side by side before its first point, then measure "
         "them one at a time, each stopped after its block: a repeat's starts cost about one start instead of "
@@ -220,6 +239,18 @@ class SweepSpec(BaseModel):
             raise ValueError("workloads must be a non-empty list of distinct names")
         n_conv = sum(1 for w in self.workloads if _replays_conversations(w))
         _CHECKS[LoadMode(self.load)](self, n_conv)
+        if self.sequential is not None:
+            if self.search is not None:
+                raise ValueError("sequential adds repeats to the levels asked for, the search adds levels: use "
+                                 "one of them (search = null, or sequential = null)")
+            if self.repeats < 2:
+                raise ValueError("sequential needs repeats >= 2 before its first look (a t interval over starts "
+                                 "needs two of them; three is usual)")
+            if self.sequential.max_repeats < self.repeats:
+                raise ValueError(f"sequential.max_repeats ({self.sequential.max_repeats}) is below repeats "
+                                 f"({self.repeats}): the last look cannot come before the first")
+            if len(self.arms) < 2:
+                raise ValueError("sequential decides a drafter against a baseline: it needs two arms at least")
         return self
 
     def _check_concurrency(self, n_conv: int) -> None:
@@ -345,9 +376,10 @@ _CHECKS = {
 }
 
 
-def blocks(spec: SweepSpec) -> Iterator[tuple[int, int, Arm]]:
-    """(repeat, position, arm) in run order: A B | B A | A B ..."""
-    for r in range(spec.repeats):
+def blocks(spec: SweepSpec, repeats: Iterable[int] | None = None) -> Iterator[tuple[int, int, Arm]]:
+    """(repeat, position, arm) in run order: A B | B A | A B ... (``repeats``: only those, each in
+    its own order; None: the sweep's)."""
+    for r in (range(spec.repeats) if repeats is None else repeats):
         order = spec.arms if r % 2 == 0 else list(reversed(spec.arms))
         for pos, arm in enumerate(order):
             yield r, pos, arm

@@ -105,6 +105,10 @@ class Study(BaseModel):
     work_floor_tokens: int | None = Field(ge=0, description="steady-window output tokens per point (0 or None: none)")
     warmup_requests: int = Field(ge=0)
     search: dict[str, Any] | None = Field(None, description="adaptive concurrency search settings (SearchSpec)")
+    sequential: dict[str, Any] | None = Field(None, description="stop a level once its decision cannot change "
+                                              "(SequentialSpec)")
+    budget_s: float | None = Field(None, gt=0, description="per sweep: no later round starts that would end past "
+                                   "it (SweepSpec.budget_s)")
     # open-loop arrivals: only notebooks that offer a `load` parameter use these
     load: Literal["concurrency", "rate"] = "concurrency"
     rates: list[float] = Field(default_factory=list, description="open-loop levels, requests per second")
@@ -228,6 +232,8 @@ class Study(BaseModel):
                 "burstiness": self.burstiness,
                 "max_in_flight": self.max_in_flight,
                 "search": self.search if closed else None,
+                "sequential": self.sequential,
+                "budget_s": self.budget_s,
                 "repeats": self.repeats,
                 "start_together": self.start_together,
                 "panel_size": self.panel_size,

@@ -100,7 +100,7 @@ def test_draft_vocabulary_must_match(tmp_path):
 def test_resuming_with_other_settings_is_refused(tmp_path, monkeypatch):
     import specnb.sweep.plan as plan
 
-    monkeypatch.setattr(plan, "blocks", lambda s: iter(()))  # record the sweep, run nothing
+    monkeypatch.setattr(plan, "blocks", lambda s, repeats=None: iter(()))  # record the sweep, run nothing
     run_sweep(spec(), tmp_path, progress=False)
     run_sweep(spec(concurrency=[1, 2, 4, 8], repeats=5), tmp_path, progress=False)  # may extend
     with pytest.raises(SweepError, match="different settings"):
@@ -112,7 +112,7 @@ def test_dtype_machine_resumes_a_run_of_the_dtype_it_names_here_and_no_other(tmp
     from specnb.engine import kernels
     from tests.unit.engine.test_kernels import AVX2_PROBE, AVX512_PROBE
 
-    monkeypatch.setattr(plan, "blocks", lambda s: iter(()))  # record the sweep, run nothing
+    monkeypatch.setattr(plan, "blocks", lambda s, repeats=None: iter(()))  # record the sweep, run nothing
     run_sweep(spec(server_args=["--dtype", "bfloat16"]), tmp_path, progress=False)  # a run from before the value
     monkeypatch.setattr(kernels, "probe", lambda env=None: AVX512_PROBE)
     run_sweep(spec(server_args=["--dtype", "machine"]), tmp_path, progress=False)  # bf16 here: the same run

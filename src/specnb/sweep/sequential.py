@@ -1,0 +1,185 @@
+"""Sequential rounds: measure a level until its decision cannot change, then stop measuring it.
+
+A sweep with ``sequential`` measures its ``repeats`` first (round 0: every level, every arm, fresh
+server starts, ABBA order). Then, before each later round, it reads the run's ledgers and looks at
+every level: per drafter arm, the repeated confidence interval over the per-repeat paired ratios
+(:mod:`specnb.analysis.sequential`, Bonferroni over the planned looks, so the stated error rate
+holds however early a level stops). A level is *decided* once every drafter's interval clears 1.0
+(pays or loses), and *closed* at its last look (``max_repeats``) either way. The next round is one
+more repeat (both arms started afresh: start-to-start noise is what keeps a level open on these
+machines) for the levels still open, in ABBA order as always.
+
+With a time budget (``budget_s``), a round is measured only as far as it fits: its cost is
+estimated from this run's ledgers (the mean server start of the run, one per arm or one per repeat
+when the arms start together, plus the mean duration of each open level's points), and when the
+whole round does not fit, the open levels closest to a decision (largest distance of their ratio
+from 1.0 in units of their interval's half-width) go first; a round with no level that fits is not
+started. Each round's looks and choices are written once to ``sequential/round-NN.json`` (a
+resumed run replays them) and ``specnb report`` says which levels stopped early and why
+(:func:`specnb.ledger.runs.sequential_lines`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from specnb.analysis.bootstrap import level_of
+from specnb.analysis.pairing import paired
+from specnb.analysis.sequential import Look, SequentialRule
+from specnb.ledger import load_ledgers, utcnow, write_once
+from specnb.ledger.runs import sequential_record
+from specnb.sweep.spec import SweepSpec
+
+__all__ = ["rule_of", "level_looks", "next_round", "repeat_cost"]
+
+
+def rule_of(spec: SweepSpec) -> SequentialRule:
+    """The sweep's stopping rule: looks at ``repeats`` .. ``sequential.max_repeats``."""
+    assert spec.sequential is not None
+    return SequentialRule(alpha=spec.sequential.alpha, first=spec.repeats, last=spec.sequential.max_repeats)
+
+
+def _level_key(v: Any) -> float:
+    return float(v)
+
+
+def level_looks(rule: SequentialRule, df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per (workload, level, drafter arm): its per-repeat ratios in repeat order and the look they
+    give (``look`` None before the first look)."""
+    pairs = paired(df) if len(df) else pd.DataFrame()
+    if pairs.empty:
+        return []
+    pairs = pairs.assign(level=level_of(pairs)).sort_values("repeat")
+    out = []
+    for (wl, level, arm), g in pairs.groupby(["workload", "level", "arm"], sort=True):
+        ratios = [float(r) for r in g["speedup"]]
+        out.append({"workload": str(wl), "level": _level_key(level), "arm": str(arm),
+                    "repeats": [int(r) for r in g["repeat"]], "ratios": ratios, "look": rule.look(ratios)})
+    return out
+
+
+def _look_doc(lk: Look | None) -> dict[str, Any] | None:
+    if lk is None:
+        return None
+    return {"n": lk.n, "ratio": round(lk.ratio, 4), "lo": round(lk.lo, 4), "hi": round(lk.hi, 4),
+            "decision": lk.decision}
+
+
+def _closeness(lk: Look | None) -> float:
+    """How near a look is to a decision: its log ratio's distance from 0 over its half-width."""
+    if lk is None:
+        return 0.0
+    half = (math.log(lk.hi) - math.log(lk.lo)) / 2
+    return abs(math.log(lk.ratio)) / half if half > 0 else math.inf
+
+
+def repeat_cost(spec: SweepSpec, df: pd.DataFrame, levels: list[tuple[str, float]]) -> float | None:
+    """Seconds one more repeat of these (workload, level)s takes, from this run's ledgers: server
+    starts (one per arm; one for the repeat when its arms start together) at the run's mean start,
+    plus each point's mean duration so far. None when nothing is measured yet."""
+    if not len(df) or "duration_s" not in df.columns:
+        return None
+    ok = df[pd.to_numeric(df["duration_s"], errors="coerce").notna()].assign(level=lambda d: level_of(d))
+    ready = pd.to_numeric(ok.get("server_ready_s"), errors="coerce").mean() if len(ok) else float("nan")
+    starts = 1 if spec.start_together else len([a for a in spec.arms if a.endpoint is None])
+    total = 0.0 if pd.isna(ready) else float(ready) * starts
+    for wl, level in levels:
+        pts = ok[(ok["workload"] == wl) & (ok["level"].astype(float) == float(level))]
+        if not len(pts):
+            return None
+        total += float(pd.to_numeric(pts.groupby("arm")["duration_s"].mean(), errors="coerce").sum())
+    return total
+
+
+def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
+               echo: Callable[[str], None] = print) -> dict[str, list[tuple[float, str]]]:
+    """The levels to measure in round ``round_`` (one more repeat each) per workload; empty: every
+    level is decided, at its last look, or out of budget. Written once to
+    ``sequential/round-NN.json``; a resumed run replays the record."""
+    assert spec.sequential is not None
+    path = sequential_record(out_dir, round_)
+    if path.exists():
+        doc = json.loads(path.read_text())
+        return {wl: [(float(c), why) for c, why in lv] for wl, lv in doc["levels"].items()}
+    rule = rule_of(spec)
+    repeat = spec.repeats + round_ - 1  # the repeat this round would add (0-based)
+    doc: dict[str, Any] = {
+        "kind": "sequential", "round": round_, "repeat": repeat, "decided_at": utcnow(),
+        "elapsed_s": round(elapsed_s, 1), "budget_s": spec.budget_s,
+        "rule": {"alpha": rule.alpha, "first": rule.first, "last": rule.last, "per_look_alpha": rule.per_look_alpha,
+                 "interval": "repeated t interval over per-repeat log ratios, Bonferroni over the looks"},
+        "looks": [], "levels": {}, "stopped": None}
+    df = load_ledgers(out_dir)
+    looks = level_looks(rule, df)
+    workloads = sorted({str(w) for w in df["workload"]}) if len(df) and "workload" in df.columns else []
+    asked = {(wl, float(c)) for wl in workloads for c in spec.levels()}
+    by_level: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for r in looks:
+        by_level.setdefault((r["workload"], r["level"]), []).append(r)
+    open_levels: list[tuple[float, tuple[str, float], str]] = []
+    for key in sorted(asked):
+        rows = by_level.get(key, [])
+        states = []
+        for r in rows:
+            lk: Look | None = r["look"]
+            n = len(r["ratios"])
+            if lk is not None and lk.decision is not None:
+                state = f"decided: {lk.decision}"
+            elif n >= rule.last:
+                state = "open at the last look"
+            else:
+                state = "open"
+            states.append(state)
+            doc["looks"].append({"workload": key[0], "level": key[1], "arm": r["arm"], "repeats": r["repeats"],
+                                 "ratios": [round(x, 4) for x in r["ratios"]], "look": _look_doc(lk),
+                                 "state": state})
+        if not rows:  # no pair at this level yet (its points failed): another repeat may give one
+            states = ["open"]
+            doc["looks"].append({"workload": key[0], "level": key[1], "arm": None, "repeats": [], "ratios": [],
+                                 "look": None, "state": "open: no paired repeat yet"})
+        if any(s == "open" for s in states) and repeat < rule.last:
+            worst = min((_closeness(r["look"]) for r in rows), default=0.0)
+            shown = "; ".join(f"{r['arm']} {r['look'].text()}" if r["look"] is not None
+                              else f"{r['arm'] if r['arm'] else 'no arm'}: {len(r['ratios'])} paired repeat(s)"
+                              for r in rows) or "no paired repeat yet"
+            open_levels.append((worst, key, f"sequential: open ({shown}): repeat {repeat + 1} of at most {rule.last}"))
+    if round_ > rule.last - rule.first:
+        doc["stopped"] = f"the last look ({rule.last} repeats) is done"
+    elif not open_levels:
+        doc["stopped"] = "every level decided or at its last look"
+    else:
+        chosen = sorted(open_levels, key=lambda t: (-t[0], t[1]))  # nearest to a decision first
+        if spec.budget_s is not None:
+            left = spec.budget_s - elapsed_s
+            fit: list[tuple[float, tuple[str, float], str]] = []
+            for item in chosen:
+                cost = repeat_cost(spec, df, [k for _, k, _ in [*fit, item]])
+                if cost is None or cost <= left:  # no cost measured yet: nothing to hold it back
+                    fit.append(item)
+            full = repeat_cost(spec, df, [k for _, k, _ in chosen])
+            doc["estimated_s"] = None if full is None else round(full, 1)
+            if not fit:
+                doc["stopped"] = (f"time budget: {elapsed_s:.0f} s spent of {spec.budget_s:.0f} s, one more repeat "
+                                  f"of the nearest open level would take about "
+                                  f"{repeat_cost(spec, df, [chosen[0][1]]) or 0:.0f} s")
+            elif len(fit) < len(chosen):
+                kept = {k for _, k, _ in fit}
+                doc["left_out"] = [{"workload": k[0], "level": k[1]} for _, k, _ in chosen if k not in kept]
+            chosen = fit
+        if doc["stopped"] is None:
+            for _, (wl, level), why in sorted(chosen, key=lambda t: t[1]):
+                doc["levels"].setdefault(wl, []).append([level, why])
+    write_once(path, (json.dumps(doc, indent=2) + "\n").encode())
+    if doc["stopped"]:
+        echo(f"sequential: stopped before round {round_}: {doc['stopped']}")
+    else:
+        n = sum(len(v) for v in doc["levels"].values())
+        echo(f"sequential round {round_}: repeat {repeat + 1} for {n} open level(s)"
+             + (f"; {len(doc['left_out'])} left out for the time budget" if doc.get("left_out") else ""))
+    return {wl: [(float(c), why) for c, why in lv] for wl, lv in doc["levels"].items()}

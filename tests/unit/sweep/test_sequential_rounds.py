@@ -1,0 +1,133 @@
+"""A sequential sweep's rounds: one more repeat for the levels still open, decided once and replayed,
+bounded by the last look and the time budget; the report says where each level stopped."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specnb.ledger import write_ledger
+from specnb.ledger.runs import sequential_lines
+from specnb.sweep.plan import round_blocks, round_repeats
+from specnb.sweep.sequential import next_round
+from specnb.sweep.spec import SweepError, SweepSpec
+from tests.unit.factories import ledger
+
+# per level, one start's ratio in each repeat: c=1 pays clearly, c=8 is a coin toss, c=4 loses
+RATIOS = {1: [1.80, 1.75, 1.85], 4: [0.70, 0.72, 0.69], 8: [1.30, 0.90, 1.10]}
+
+
+def _spec(**kw):
+    base = dict(name="s", model="m", concurrency=[1, 4, 8], repeats=3, workloads=["copy"],
+                sequential={"max_repeats": 5, "alpha": 0.05},
+                arms=[{"name": "baseline"}, {"name": "ngram-k4", "speculative_config": {
+                    "method": "ngram", "num_speculative_tokens": 4}}])
+    base.update(kw)
+    return SweepSpec.parse(base)
+
+
+def _write(folder, ratios, duration_s=30.0):
+    i = 0
+    for c, rs in ratios.items():
+        for r, ratio in enumerate(rs):
+            for led in (ledger("baseline", c=c, r=r, tok_s=100.0), ledger("ngram-k4", c=c, r=r, tok_s=100 * ratio, mal=3)):
+                led.results["duration_s"] = duration_s
+                write_ledger(folder / "points" / f"{i:03d}.json", led)
+                i += 1
+
+
+def test_only_the_open_level_gets_the_next_repeat_and_the_record_is_replayed(tmp_path):
+    _write(tmp_path, RATIOS)
+    said: list[str] = []
+    levels = next_round(_spec(), tmp_path, 1, elapsed_s=100, echo=said.append)
+    assert list(levels) == ["copy"] and [c for c, _ in levels["copy"]] == [8.0]
+    assert "open" in levels["copy"][0][1] and "repeat 4 of at most 5" in levels["copy"][0][1]
+    rec = json.loads((tmp_path / "sequential" / "round-01.json").read_text())
+    states = {(lk["level"]): lk["state"] for lk in rec["looks"]}
+    assert states == {1.0: "decided: pays", 4.0: "decided: loses", 8.0: "open"}
+    assert rec["rule"]["per_look_alpha"] == pytest.approx(0.05 / 3) and said
+    # a resumed run follows the record, whatever the ledgers say now
+    _write(tmp_path / "late", {8: [5.0, 5.0, 5.0]})
+    assert next_round(_spec(), tmp_path, 1, elapsed_s=999) == levels
+    # the round's blocks are that one repeat (index 3), both arms, in the repeat's ABBA order
+    blocks = round_blocks(_spec(), {"copy": _Wl()}, levels, 1)
+    assert [(b[0].repeat, b[0].arm.name) for b in blocks] == [(3, "ngram-k4"), (3, "baseline")]
+    assert round_repeats(_spec(), 0) == [0, 1, 2] and round_repeats(_spec(sequential=None), 2) == [0, 1, 2]
+
+
+class _Wl:
+    name = "copy"
+
+
+def test_the_last_look_ends_the_rounds(tmp_path):
+    _write(tmp_path, {8: [1.30, 0.90, 1.10, 1.2, 0.95]})
+    assert next_round(_spec(concurrency=[8]), tmp_path, 3, elapsed_s=0) == {}
+    rec = json.loads((tmp_path / "sequential" / "round-03.json").read_text())
+    assert "last look" in rec["stopped"] and rec["looks"][0]["state"] == "open at the last look"
+    lines = sequential_lines(tmp_path)
+    assert "looks after 3..5 repeats" in lines[0] and "undecided at the last look" in lines[1]
+
+
+def test_the_budget_keeps_the_levels_nearest_a_decision_and_stops_when_none_fits(tmp_path):
+    ratios = {1: [1.30, 0.90, 1.10], 4: [1.25, 1.15, 1.05], 8: [1.02, 0.98, 1.00]}
+    _write(tmp_path, ratios, duration_s=30.0)
+    # one repeat of one level: one start per arm at the factory's 20 s plus 30 s per arm's point = 100 s
+    levels = next_round(_spec(budget_s=250), tmp_path, 1, elapsed_s=100)
+    assert [c for c, _ in levels["copy"]] == [4.0]  # the nearest to a decision; two levels would need 160 s
+    rec = json.loads((tmp_path / "sequential" / "round-01.json").read_text())
+    assert {d["level"] for d in rec["left_out"]} == {1.0, 8.0} and rec["estimated_s"] == pytest.approx(220.0)
+    assert next_round(_spec(budget_s=250), tmp_path, 2, elapsed_s=200) == {}
+    assert "time budget" in json.loads((tmp_path / "sequential" / "round-02.json").read_text())["stopped"]
+    lines = sequential_lines(tmp_path)
+    assert any("undecided when the rounds stopped (time budget" in ln for ln in lines)
+
+
+def test_the_report_says_which_levels_stopped_early(tmp_path):
+    _write(tmp_path, RATIOS)
+    next_round(_spec(), tmp_path, 1, elapsed_s=0)
+    (tmp_path / "sequential" / "round-02.json").write_text(json.dumps({
+        **json.loads((tmp_path / "sequential" / "round-01.json").read_text()), "round": 2, "levels": {},
+        "stopped": "every level decided or at its last look"}))
+    text = "\n".join(sequential_lines(tmp_path))
+    assert "ngram-k4 / copy c=1: pays 1.80x" in text and "stopped early, 2 repeat(s) not needed" in text
+    assert "ngram-k4 / copy c=4: loses" in text
+
+
+@pytest.mark.parametrize(("bad", "needle"), [
+    (dict(search={}), "use one of them"),
+    (dict(repeats=1), "repeats >= 2"),
+    (dict(sequential={"max_repeats": 2}), "below repeats"),
+    (dict(sequential={"alpha": 0.7}), "alpha"),
+    (dict(budget_s=0), "budget_s"),
+])
+def test_bad_sequential_settings_are_one_line(bad, needle):
+    with pytest.raises(SweepError) as e:
+        _spec(**bad)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_sequential_sweep_measures_one_more_repeat_of_its_open_levels_then_stops(fake_vllm, tmp_path):
+    """The whole life cycle on the fake engine (two arms of equal speed: every level stays open):
+    the first two repeats, one more for every open level, then the last look ends the rounds."""
+    from specnb.sweep import run_sweep
+
+    spec = SweepSpec.parse(dict(
+        name="t", model=str(fake_vllm.model), served_model_name="fake", workloads=["freeform"], concurrency=[1, 2],
+        repeats=2, sequential={"max_repeats": 3}, budget_s=3600, panel_size=4, work_floor_tokens=16,
+        warmup_requests=1, request_timeout_s=5, metrics_interval_s=0.05, ready_timeout_s=30, sampling={"max_tokens": 8},
+        env={"FAKE_VLLM_STATE": str(fake_vllm.state)}, arms=[{"name": "baseline"}, {"name": "ngram", "speculative_config": {
+            "method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}}]))
+    said: list[str] = []
+    out = run_sweep(spec, tmp_path / "out", progress=False, echo=said.append)
+    assert out.ok, out.summary()
+    run = tmp_path / "out"
+    for arm in ("baseline", "ngram"):
+        assert sorted(p.name for p in (run / arm / "freeform").glob("c*.json")) == [
+            "c001-r00.json", "c001-r01.json", "c001-r02.json", "c002-r00.json", "c002-r01.json", "c002-r02.json"]
+    assert sorted(p.name for p in (run / "sequential").iterdir()) == ["round-01.json", "round-02.json"]
+    assert "last look" in json.loads((run / "sequential" / "round-02.json").read_text())["stopped"]
+    plan = next(s for s in said if s.startswith("plan:"))
+    assert "then up to 1 more repeat(s)" in plan and "budget 1h00m" in plan, plan
+    assert any(s.startswith("sequential round 1: repeat 3 for 2 open level(s)") for s in said), said
+    assert len(fake_vllm.started) == 6  # three repeats of two arms, each a fresh start
