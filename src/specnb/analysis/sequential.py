@@ -14,9 +14,11 @@ stopping: the looks are planned (repeats ``first`` .. ``last``), and each look's
 built at level ``alpha / looks`` (Bonferroni over the looks). This is the repeated confidence
 interval of Jennison & Turnbull (1989, "Interim analyses: the repeated confidence interval
 approach", JRSS B 51(3):305-361) in its simplest, conservative form: the chance that any look's
-interval misses the true ratio is at most ``alpha`` whatever the stopping, so the decision a
-level stopped at is wrong with probability at most ``alpha`` (at most ``alpha / 2`` in each
-direction). Its assumption is the t interval's: per-repeat log ratios independent and about
+interval misses the true ratio is at most ``alpha`` whatever the stopping, so the decision one
+drafter's level stopped at is wrong with probability at most ``alpha`` (at most ``alpha / 2`` in
+each direction). That holds per drafter and level: over several levels, workloads or drafters the
+chance that some decision is wrong grows with their number (at most their number times
+``alpha``). Its assumption is the t interval's: per-repeat log ratios independent and about
 normal. A simulation test (tests/unit/analysis/test_sequential.py) checks the rate.
 
 A decision is ``pays`` (the interval's lower end above 1.0), ``loses`` (its upper end below

@@ -126,59 +126,72 @@ def _fmt_level(v: Any) -> str:
     return str(int(f)) if f.is_integer() else f"{f:g}"
 
 
+_LEVEL_NAME = {"concurrency": "c", "rate": "rate", "conversation": "users"}
+
+
 def sequential_lines(folder: Path | str) -> list[str]:
     """The report's lines on each sequential sweep under ``folder`` (:mod:`specnb.sweep.sequential`):
     the rule, how its rounds ended, and per drafter and level the look it stopped at: decided after
-    n repeats (early when fewer than the last look), open at its last look, or open when the rounds
-    stopped (the time budget, or a run cut short)."""
+    n repeats (early when its level was measured fewer than the last look's repeats), open at its
+    last look, or open when the rounds stopped (the time budget, or a run cut short)."""
     root = Path(folder)
     out: list[str] = []
     for seq_dir in sorted({p.parent for p in root.rglob("sequential/round-*.json")}):
-        docs, bad = [], []
+        where = seq_dir.parent.relative_to(root).as_posix()
+        label = f"sequential ({where})" if where != "." else "sequential"
+        docs = []
         for f in sorted(seq_dir.glob("round-*.json")):
             try:
                 doc = json.loads(f.read_text())
-                if isinstance(doc, dict):
-                    docs.append(doc)
-                    continue
-                bad.append(f"{f.name} (not a JSON object)")
+                if not isinstance(doc, dict) or not isinstance(doc.get("looks", []), list):
+                    raise ValueError("not a sequential record")
+                docs.append(doc)
             except (OSError, ValueError) as exc:
-                bad.append(f"{f.name} ({exc})")
-        where = seq_dir.parent.relative_to(root).as_posix()
-        label = f"sequential ({where})" if where != "." else "sequential"
-        out += [f"{label}: {b} unreadable" for b in bad]
-        if not docs:
-            continue
-        last, rule = docs[-1], docs[-1].get("rule", {})
-        stopped = last.get("stopped")
-        state = (f"stopped before round {last.get('round')}: {stopped}" if stopped
-                 else f"round {last.get('round')} chosen, no stop recorded after it (the run was cut short or is still "
-                      "running; rerunning with the same folder resumes it)")
-        out.append(f"{label}: looks after {rule.get('first')}..{rule.get('last')} repeats, alpha {rule.get('alpha')} "
-                   f"over all looks ({rule.get('per_look_alpha', 0):.4f} each: {rule.get('interval')}); {state}")
-        first_seen: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
-        for doc in docs:  # the round at which each drafter's level was first decided
-            for lk in doc.get("looks", []):
-                key = (lk.get("arm"), lk.get("workload"), lk.get("level"))
-                if str(lk.get("state", "")).startswith("decided") and key not in first_seen:
-                    first_seen[key] = lk
-        for lk in last.get("looks", []):
-            key = (lk.get("arm"), lk.get("workload"), lk.get("level"))
-            at = first_seen.get(key, lk)
-            look = at.get("look") or {}
-            head = f"  {lk.get('arm') or '(no pair)'} / {lk.get('workload')} c={_fmt_level(lk.get('level'))}: "
-            shown = (f"{look.get('ratio', float('nan')):.2f}x [{look.get('lo', float('nan')):.2f}, "
-                     f"{look.get('hi', float('nan')):.2f}] after {look.get('n')} repeats" if look else
-                     f"{len(lk.get('ratios', []))} paired repeat(s)")
-            if key in first_seen:
-                n = look.get("n") or 0
-                early = (f": stopped early, {rule.get('last', n) - n} repeat(s) not needed"
-                         if n < rule.get("last", n) else ": decided at the last look")
-                out.append(f"{head}{at['state'][len('decided: '):]} {shown}{early}")
-            elif lk.get("state") == "open at the last look":
-                out.append(f"{head}open {shown}: undecided at the last look")
+                out.append(f"{label}: {f.name} unreadable ({exc})")
+        if docs:
+            try:
+                out += _sequential_run_lines(label, docs)
+            except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                out.append(f"{label}: round-{docs[-1].get('round')} unreadable ({type(exc).__name__}: {exc})")
+    return out
+
+
+def _sequential_run_lines(label: str, docs: list[dict[str, Any]]) -> list[str]:
+    last, rule = docs[-1], docs[-1].get("rule") or {}
+    stopped = last.get("stopped")
+    state = (f"stopped before round {last.get('round')}: {stopped}" if stopped
+             else f"round {last.get('round')} chosen, no stop recorded after it (the run was cut short or is still "
+                  "running; rerunning with the same folder resumes it)")
+    per_look = rule.get("per_look_alpha")
+    out = [f"{label}: looks after {rule.get('first')}..{rule.get('last')} repeats, alpha {rule.get('alpha')} per "
+           f"drafter and level over all its looks ({'?' if per_look is None else f'{float(per_look):.4f}'} each: "
+           f"{rule.get('interval')}); {state}"]
+    name = _LEVEL_NAME.get(str(last.get("load", "concurrency")), "c")
+    looks = last.get("looks", [])
+    measured: dict[tuple[Any, Any], int] = {}  # per level, the most repeats any of its arms has
+    for lk in looks:
+        key = (lk.get("workload"), lk.get("level"))
+        measured[key] = max(measured.get(key, 0), len(lk.get("ratios") or []))
+    last_look = int(rule.get("last") or 0)
+    for lk in looks:
+        look = lk.get("look") or {}
+        head = f"  {lk.get('arm') or '(no pair)'} / {lk.get('workload')} {name}={_fmt_level(lk.get('level'))}: "
+        shown = (f"{float(look['ratio']):.2f}x [{float(look['lo']):.2f}, {float(look['hi']):.2f}] after {look['n']} "
+                 "repeats" if look else f"{len(lk.get('ratios') or [])} paired repeat(s)")
+        st = str(lk.get("state", ""))
+        if st.startswith("decided"):
+            n, m = int(look.get("n") or 0), measured[(lk.get("workload"), lk.get("level"))]
+            if n < m:
+                tail = f" (its level went on to {m} repeats for another arm)"
+            elif m < last_look:
+                tail = f": stopped early, {last_look - m} repeat(s) not needed"
             else:
-                out.append(f"{head}open {shown}: undecided when the rounds stopped ({stopped or 'cut short'})")
+                tail = ": decided at the last look"
+            out.append(f"{head}{st[len('decided: '):]} {shown}{tail}")
+        elif st == "open at the last look":
+            out.append(f"{head}open {shown}: undecided at the last look")
+        else:
+            out.append(f"{head}open {shown}: undecided when the rounds stopped ({stopped or 'cut short'})")
     return out
 
 

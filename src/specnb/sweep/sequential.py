@@ -30,11 +30,11 @@ from typing import Any
 import pandas as pd
 
 from specnb.analysis.bootstrap import level_of
-from specnb.analysis.pairing import paired
-from specnb.analysis.sequential import Look, SequentialRule
-from specnb.ledger import load_ledgers, utcnow, write_once
+from specnb.analysis.pairing import AnalysisError, paired
+from specnb.analysis.sequential import Look, SequentialRule, first_decision
+from specnb.ledger import REFUSED_ERROR, load_ledgers, utcnow, write_once
 from specnb.ledger.runs import sequential_record
-from specnb.sweep.spec import SweepSpec
+from specnb.sweep.spec import SweepError, SweepSpec
 
 __all__ = ["rule_of", "level_looks", "next_round", "repeat_cost"]
 
@@ -82,74 +82,113 @@ def _closeness(lk: Look | None) -> float:
 def repeat_cost(spec: SweepSpec, df: pd.DataFrame, levels: list[tuple[str, float]]) -> float | None:
     """Seconds one more repeat of these (workload, level)s takes, from this run's ledgers: server
     starts (one per arm; one for the repeat when its arms start together) at the run's mean start,
-    plus each point's mean duration so far. None when nothing is measured yet."""
+    plus each point's mean duration so far (the run's mean point for a level without one). None
+    when no point has a duration yet."""
     if not len(df) or "duration_s" not in df.columns:
         return None
     ok = df[pd.to_numeric(df["duration_s"], errors="coerce").notna()].assign(level=lambda d: level_of(d))
     ready = pd.to_numeric(ok.get("server_ready_s"), errors="coerce").mean() if len(ok) else float("nan")
     starts = 1 if spec.start_together else len([a for a in spec.arms if a.endpoint is None])
     total = 0.0 if pd.isna(ready) else float(ready) * starts
+    if not len(ok):
+        return None
+    arms = max(1, ok["arm"].nunique())
     for wl, level in levels:
         pts = ok[(ok["workload"] == wl) & (ok["level"].astype(float) == float(level))]
-        if not len(pts):
-            return None
-        total += float(pd.to_numeric(pts.groupby("arm")["duration_s"].mean(), errors="coerce").sum())
+        if len(pts):
+            total += float(pd.to_numeric(pts.groupby("arm")["duration_s"].mean(), errors="coerce").sum())
+        else:  # a level without a measured point yet: the run's mean point, once per arm
+            total += float(pd.to_numeric(ok["duration_s"], errors="coerce").mean()) * arms
     return total
+
+
+def _refused_arms(df: pd.DataFrame) -> set[str]:
+    """Arms whose every record is a refusal (this build cannot serve them here): no repeat pairs them."""
+    if not len(df) or "error_type" not in df.columns:
+        return set()
+    out = set()
+    for arm, g in df.groupby("arm"):
+        if (g["error_type"] == REFUSED_ERROR).all():
+            out.add(str(arm))
+    return out
+
+
+def _replayed(spec: SweepSpec, rule: SequentialRule, doc: dict[str, Any], round_: int) -> None:
+    """A record made under another rule or first look cannot be followed: its error rate and its
+    repeat numbers are the other run's."""
+    was = doc.get("rule") or {}
+    now = {"alpha": rule.alpha, "first": rule.first, "last": rule.last}
+    if any(was.get(k) != v for k, v in now.items()) or doc.get("repeat") != spec.repeats + round_ - 1:
+        raise SweepError(f"this run's sequential round {round_} was decided with repeats {was.get('first')}, "
+                         f"max_repeats {was.get('last')}, alpha {was.get('alpha')}; resume it with those (now "
+                         f"{rule.first}, {rule.last}, {rule.alpha}), or measure into a new folder")
 
 
 def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
                echo: Callable[[str], None] = print) -> dict[str, list[tuple[float, str]]]:
     """The levels to measure in round ``round_`` (one more repeat each) per workload; empty: every
     level is decided, at its last look, or out of budget. Written once to
-    ``sequential/round-NN.json``; a resumed run replays the record."""
+    ``sequential/round-NN.json``; a resumed run replays the record (with the same rule only).
+
+    A level is open while any drafter arm the build can serve has no decision yet at it (an arm
+    without a paired repeat there is open); an arm's decision is its first decided look (the
+    repeated interval covers every look at once, so a later look that widens does not reopen it)."""
     assert spec.sequential is not None
+    rule = rule_of(spec)
     path = sequential_record(out_dir, round_)
     if path.exists():
         doc = json.loads(path.read_text())
+        _replayed(spec, rule, doc, round_)
         return {wl: [(float(c), why) for c, why in lv] for wl, lv in doc["levels"].items()}
-    rule = rule_of(spec)
     repeat = spec.repeats + round_ - 1  # the repeat this round would add (0-based)
+    final = round_ > rule.last - rule.first  # the last look is done: no round follows
     doc: dict[str, Any] = {
-        "kind": "sequential", "round": round_, "repeat": repeat, "decided_at": utcnow(),
+        "kind": "sequential", "round": round_, "repeat": repeat, "decided_at": utcnow(), "load": str(spec.load),
         "elapsed_s": round(elapsed_s, 1), "budget_s": spec.budget_s,
         "rule": {"alpha": rule.alpha, "first": rule.first, "last": rule.last, "per_look_alpha": rule.per_look_alpha,
                  "interval": "repeated t interval over per-repeat log ratios, Bonferroni over the looks"},
         "looks": [], "levels": {}, "stopped": None}
     df = load_ledgers(out_dir)
-    looks = level_looks(rule, df)
+    refused = _refused_arms(df)
+    drafters = [a.name for a in spec.arms if a.speculative and a.name not in refused]
+    try:
+        looks = level_looks(rule, df)
+    except AnalysisError as exc:  # no baseline measured to pair against (its points failed)
+        looks, doc["stopped"] = [], f"nothing to pair: {exc}"
+    if not drafters:
+        doc["stopped"] = "no drafter arm this build can serve here: nothing to decide"
     workloads = sorted({str(w) for w in df["workload"]}) if len(df) and "workload" in df.columns else []
-    asked = {(wl, float(c)) for wl in workloads for c in spec.levels()}
-    by_level: dict[tuple[str, float], list[dict[str, Any]]] = {}
-    for r in looks:
-        by_level.setdefault((r["workload"], r["level"]), []).append(r)
+    if not workloads and doc["stopped"] is None:
+        doc["stopped"] = "nothing measured in the first repeats"
+    by_arm = {(r["workload"], r["level"], r["arm"]): r for r in looks}
     open_levels: list[tuple[float, tuple[str, float], str]] = []
-    for key in sorted(asked):
-        rows = by_level.get(key, [])
-        states = []
-        for r in rows:
-            lk: Look | None = r["look"]
-            n = len(r["ratios"])
+    for key in sorted((wl, float(c)) for wl in workloads for c in spec.levels()):
+        rows, states = [], []
+        for arm in drafters:
+            r = by_arm.get((*key, arm))
+            ratios = r["ratios"] if r is not None else []
+            lk = first_decision(rule, ratios) if ratios else None
             if lk is not None and lk.decision is not None:
                 state = f"decided: {lk.decision}"
-            elif n >= rule.last:
+            elif final or len(ratios) >= rule.last:
                 state = "open at the last look"
+            elif not ratios:
+                state = "open: no paired repeat yet"
             else:
                 state = "open"
             states.append(state)
-            doc["looks"].append({"workload": key[0], "level": key[1], "arm": r["arm"], "repeats": r["repeats"],
-                                 "ratios": [round(x, 4) for x in r["ratios"]], "look": _look_doc(lk),
-                                 "state": state})
-        if not rows:  # no pair at this level yet (its points failed): another repeat may give one
-            states = ["open"]
-            doc["looks"].append({"workload": key[0], "level": key[1], "arm": None, "repeats": [], "ratios": [],
-                                 "look": None, "state": "open: no paired repeat yet"})
-        if any(s == "open" for s in states) and repeat < rule.last:
-            worst = min((_closeness(r["look"]) for r in rows), default=0.0)
-            shown = "; ".join(f"{r['arm']} {r['look'].text()}" if r["look"] is not None
-                              else f"{r['arm'] if r['arm'] else 'no arm'}: {len(r['ratios'])} paired repeat(s)"
-                              for r in rows) or "no paired repeat yet"
+            rows.append((arm, ratios, lk))
+            doc["looks"].append({"workload": key[0], "level": key[1], "arm": arm,
+                                 "repeats": r["repeats"] if r is not None else [],
+                                 "ratios": [round(x, 4) for x in ratios], "look": _look_doc(lk), "state": state})
+        if any(st.startswith("open") and st != "open at the last look" for st in states):
+            worst = min((_closeness(lk) for _, _, lk in rows), default=0.0)
+            shown = "; ".join(f"{arm} {lk.text()}" if lk is not None else f"{arm}: {len(ratios)} paired repeat(s)"
+                              for arm, ratios, lk in rows)
             open_levels.append((worst, key, f"sequential: open ({shown}): repeat {repeat + 1} of at most {rule.last}"))
-    if round_ > rule.last - rule.first:
+    if doc["stopped"] is not None:
+        pass
+    elif final:
         doc["stopped"] = f"the last look ({rule.last} repeats) is done"
     elif not open_levels:
         doc["stopped"] = "every level decided or at its last look"
@@ -160,7 +199,7 @@ def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
             fit: list[tuple[float, tuple[str, float], str]] = []
             for item in chosen:
                 cost = repeat_cost(spec, df, [k for _, k, _ in [*fit, item]])
-                if cost is None or cost <= left:  # no cost measured yet: nothing to hold it back
+                if cost is None or cost <= left:  # None: nothing measured to cost it by (no point has a duration)
                     fit.append(item)
             full = repeat_cost(spec, df, [k for _, k, _ in chosen])
             doc["estimated_s"] = None if full is None else round(full, 1)

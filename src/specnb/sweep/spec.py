@@ -249,8 +249,15 @@ class SweepSpec(BaseModel):
             if self.sequential.max_repeats < self.repeats:
                 raise ValueError(f"sequential.max_repeats ({self.sequential.max_repeats}) is below repeats "
                                  f"({self.repeats}): the last look cannot come before the first")
-            if len(self.arms) < 2:
-                raise ValueError("sequential decides a drafter against a baseline: it needs two arms at least")
+            bases = [a.name for a in self.arms if not a.speculative]
+            if len(bases) != 1 or len(self.arms) < 2:
+                raise ValueError("sequential decides each drafter against the one arm without a drafter: it needs "
+                                 f"exactly one such arm and a drafter arm (arms without a drafter: {bases})")
+            attached = [a.name for a in self.arms if a.endpoint is not None]
+            if attached:
+                raise ValueError(f"sequential needs a fresh start of every arm in each repeat (its interval is over "
+                                 f"starts); arm(s) {', '.join(map(repr, attached))} attach to an endpoint: use fixed "
+                                 "repeats (sequential = null)")
         return self
 
     def _check_concurrency(self, n_conv: int) -> None:

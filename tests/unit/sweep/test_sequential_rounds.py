@@ -100,6 +100,9 @@ def test_the_report_says_which_levels_stopped_early(tmp_path):
     (dict(sequential={"max_repeats": 2}), "below repeats"),
     (dict(sequential={"alpha": 0.7}), "alpha"),
     (dict(budget_s=0), "budget_s"),
+    (dict(arms=[{"name": "baseline"}, {"name": "other"}]), "exactly one such arm"),
+    (dict(arms=[{"name": "baseline", "endpoint": "http://127.0.0.1:8000"}, {"name": "ngram-k4", "speculative_config": {
+        "method": "ngram", "num_speculative_tokens": 4}}]), "attach to an endpoint"),
 ])
 def test_bad_sequential_settings_are_one_line(bad, needle):
     with pytest.raises(SweepError) as e:
@@ -131,3 +134,83 @@ def test_a_sequential_sweep_measures_one_more_repeat_of_its_open_levels_then_sto
     assert "then up to 1 more repeat(s)" in plan and "budget 1h00m" in plan, plan
     assert any(s.startswith("sequential round 1: repeat 3 for 2 open level(s)") for s in said), said
     assert len(fake_vllm.started) == 6  # three repeats of two arms, each a fresh start
+
+
+def _two_drafters(**kw):
+    return _spec(arms=[{"name": "baseline"},
+                       {"name": "a", "speculative_config": {"method": "ngram", "num_speculative_tokens": 4}},
+                       {"name": "b", "speculative_config": {"method": "ngram", "num_speculative_tokens": 2}}], **kw)
+
+
+def _write_arms(folder, ratios_by_arm, c=1, duration_s=30.0, start=0):
+    i = start
+    n = max(len(v) for v in ratios_by_arm.values())
+    for r in range(n):
+        led = ledger("baseline", c=c, r=r, tok_s=100.0)
+        led.results["duration_s"] = duration_s
+        write_ledger(folder / "points" / f"{i:03d}.json", led)
+        i += 1
+        for arm, rs in ratios_by_arm.items():
+            if r < len(rs) and rs[r] is not None:
+                led = ledger("ngram-k4", c=c, r=r, tok_s=100 * rs[r], mal=3)
+                led.arm.name = arm
+                led.point_id = f"{arm}/copy/c{c}-r{r}"
+                led.results["duration_s"] = duration_s
+                write_ledger(folder / "points" / f"{i:03d}.json", led)
+                i += 1
+    return i
+
+
+def test_a_drafter_without_a_pair_keeps_its_level_open(tmp_path):
+    # b's points at c=1 all failed: a alone is decided there, but the level is not
+    _write_arms(tmp_path, {"a": [1.80, 1.75, 1.85], "b": []})
+    levels = next_round(_two_drafters(concurrency=[1]), tmp_path, 1, elapsed_s=0)
+    assert [c for c, _ in levels["copy"]] == [1.0]
+    rec = json.loads((tmp_path / "sequential" / "round-01.json").read_text())
+    assert {lk["arm"]: lk["state"] for lk in rec["looks"]} == {"a": "decided: pays", "b": "open: no paired repeat yet"}
+
+
+def test_a_decision_stands_once_made_and_the_report_says_the_level_went_on(tmp_path):
+    # a is decided at the third repeat; b keeps the level open to the fifth, where a's look widens
+    _write_arms(tmp_path, {"a": [1.80, 1.75, 1.85, 0.9, 3.0], "b": [1.3, 0.9, 1.1, 1.0, 1.2]})
+    assert next_round(_two_drafters(concurrency=[1]), tmp_path, 3, elapsed_s=0) == {}
+    rec = json.loads((tmp_path / "sequential" / "round-03.json").read_text())
+    states = {lk["arm"]: (lk["state"], lk["look"]["n"]) for lk in rec["looks"]}
+    assert states == {"a": ("decided: pays", 3), "b": ("open at the last look", 5)}
+    text = "\n".join(sequential_lines(tmp_path))
+    assert "a / copy c=1: pays 1.80x" in text and "its level went on to 5 repeats for another arm" in text
+    assert "stopped early" not in text and "b / copy c=1: open" in text and "undecided at the last look" in text
+
+
+def test_refused_drafters_and_a_missing_baseline_stop_the_rounds_with_a_reason(tmp_path):
+    from specnb.ledger import REFUSED_ERROR
+    from specnb.ledger.schema import Failure
+
+    led = ledger("ngram-k4", c=1, r=0, status="failed", mal=3)
+    led.failure = Failure(error_type=REFUSED_ERROR, message="this build cannot serve it")
+    write_ledger(tmp_path / "points" / "0.json", led)
+    base = ledger("baseline", c=1, r=0)
+    write_ledger(tmp_path / "points" / "1.json", base)
+    assert next_round(_spec(concurrency=[1]), tmp_path, 1, elapsed_s=0) == {}
+    assert "no drafter arm" in json.loads((tmp_path / "sequential" / "round-01.json").read_text())["stopped"]
+    only = tmp_path / "nobase"
+    write_ledger(only / "points" / "0.json", ledger("ngram-k4", c=1, r=0, mal=3))
+    assert next_round(_spec(concurrency=[1]), only, 1, elapsed_s=0) == {}
+    assert "nothing to pair" in json.loads((only / "sequential" / "round-01.json").read_text())["stopped"]
+
+
+def test_a_resume_under_another_rule_is_refused_in_one_line(tmp_path):
+    _write(tmp_path, RATIOS)
+    next_round(_spec(), tmp_path, 1, elapsed_s=0)
+    for changed in (dict(repeats=2), dict(sequential={"max_repeats": 6})):
+        with pytest.raises(SweepError) as e:
+            next_round(_spec(**changed), tmp_path, 1, elapsed_s=0)
+        assert "resume it with those" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_level_without_a_measured_point_is_costed_at_the_runs_mean_point(tmp_path):
+    _write(tmp_path, {1: [1.3, 0.9, 1.1]}, duration_s=30.0)
+    # c=4 has no point at all: one start per arm (2 x 20 s) + the mean point (30 s) per arm for each level
+    levels = next_round(_spec(concurrency=[1, 4], budget_s=100 + 100), tmp_path, 1, elapsed_s=100)
+    rec = json.loads((tmp_path / "sequential" / "round-01.json").read_text())
+    assert rec["estimated_s"] == pytest.approx(40 + 60 + 60) and len(levels["copy"]) == 1 and rec["left_out"]
