@@ -121,11 +121,6 @@ def sequential_record(out_dir: Path | str, round_: int) -> Path:
     return Path(out_dir) / "sequential" / f"round-{round_:02d}.json"
 
 
-def _fmt_level(v: Any) -> str:
-    f = float(v)
-    return str(int(f)) if f.is_integer() else f"{f:g}"
-
-
 _LEVEL_NAME = {"concurrency": "c", "rate": "rate", "conversation": "users"}
 
 
@@ -175,7 +170,7 @@ def _sequential_run_lines(label: str, docs: list[dict[str, Any]]) -> list[str]:
     last_look = int(rule.get("last") or 0)
     for lk in looks:
         look = lk.get("look") or {}
-        head = f"  {lk.get('arm') or '(no pair)'} / {lk.get('workload')} {name}={_fmt_level(lk.get('level'))}: "
+        head = f"  {lk.get('arm') or '(no pair)'} / {lk.get('workload')} {name}={float(lk.get('level')):g}: "
         shown = (f"{float(look['ratio']):.2f}x [{float(look['lo']):.2f}, {float(look['hi']):.2f}] after {look['n']} "
                  "repeats" if look else f"{len(lk.get('ratios') or [])} paired repeat(s)")
         st = str(lk.get("state", ""))

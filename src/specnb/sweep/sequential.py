@@ -36,7 +36,7 @@ from specnb.ledger import REFUSED_ERROR, load_ledgers, utcnow, write_once
 from specnb.ledger.runs import sequential_record
 from specnb.sweep.spec import SweepError, SweepSpec
 
-__all__ = ["rule_of", "level_looks", "next_round", "repeat_cost"]
+__all__ = ["rule_of", "level_ratios", "next_round", "repeat_cost"]
 
 
 def rule_of(spec: SweepSpec) -> SequentialRule:
@@ -45,23 +45,15 @@ def rule_of(spec: SweepSpec) -> SequentialRule:
     return SequentialRule(alpha=spec.sequential.alpha, first=spec.repeats, last=spec.sequential.max_repeats)
 
 
-def _level_key(v: Any) -> float:
-    return float(v)
-
-
-def level_looks(rule: SequentialRule, df: pd.DataFrame) -> list[dict[str, Any]]:
-    """Per (workload, level, drafter arm): its per-repeat ratios in repeat order and the look they
-    give (``look`` None before the first look)."""
+def level_ratios(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per (workload, level, drafter arm): its per-repeat paired ratios in repeat order."""
     pairs = paired(df) if len(df) else pd.DataFrame()
     if pairs.empty:
         return []
     pairs = pairs.assign(level=level_of(pairs)).sort_values("repeat")
-    out = []
-    for (wl, level, arm), g in pairs.groupby(["workload", "level", "arm"], sort=True):
-        ratios = [float(r) for r in g["speedup"]]
-        out.append({"workload": str(wl), "level": _level_key(level), "arm": str(arm),
-                    "repeats": [int(r) for r in g["repeat"]], "ratios": ratios, "look": rule.look(ratios)})
-    return out
+    return [{"workload": str(wl), "level": float(level), "arm": str(arm), "repeats": [int(r) for r in g["repeat"]],
+             "ratios": [float(r) for r in g["speedup"]]}
+            for (wl, level, arm), g in pairs.groupby(["workload", "level", "arm"], sort=True)]
 
 
 def _look_doc(lk: Look | None) -> dict[str, Any] | None:
@@ -87,11 +79,11 @@ def repeat_cost(spec: SweepSpec, df: pd.DataFrame, levels: list[tuple[str, float
     if not len(df) or "duration_s" not in df.columns:
         return None
     ok = df[pd.to_numeric(df["duration_s"], errors="coerce").notna()].assign(level=lambda d: level_of(d))
-    ready = pd.to_numeric(ok.get("server_ready_s"), errors="coerce").mean() if len(ok) else float("nan")
-    starts = 1 if spec.start_together else len([a for a in spec.arms if a.endpoint is None])
-    total = 0.0 if pd.isna(ready) else float(ready) * starts
     if not len(ok):
         return None
+    ready = pd.to_numeric(ok.get("server_ready_s"), errors="coerce").mean()
+    starts = 1 if spec.start_together else len(spec.arms)  # every arm is launched (spec: no attached arm)
+    total = 0.0 if pd.isna(ready) else float(ready) * starts
     arms = max(1, ok["arm"].nunique())
     for wl, level in levels:
         pts = ok[(ok["workload"] == wl) & (ok["level"].astype(float) == float(level))]
@@ -152,7 +144,7 @@ def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
     refused = _refused_arms(df)
     drafters = [a.name for a in spec.arms if a.speculative and a.name not in refused]
     try:
-        looks = level_looks(rule, df)
+        looks = level_ratios(df)
     except AnalysisError as exc:  # no baseline measured to pair against (its points failed)
         looks, doc["stopped"] = [], f"nothing to pair: {exc}"
     if not drafters:
@@ -186,13 +178,11 @@ def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
             shown = "; ".join(f"{arm} {lk.text()}" if lk is not None else f"{arm}: {len(ratios)} paired repeat(s)"
                               for arm, ratios, lk in rows)
             open_levels.append((worst, key, f"sequential: open ({shown}): repeat {repeat + 1} of at most {rule.last}"))
-    if doc["stopped"] is not None:
-        pass
-    elif final:
+    if doc["stopped"] is None and final:
         doc["stopped"] = f"the last look ({rule.last} repeats) is done"
-    elif not open_levels:
+    elif doc["stopped"] is None and not open_levels:
         doc["stopped"] = "every level decided or at its last look"
-    else:
+    elif doc["stopped"] is None:
         chosen = sorted(open_levels, key=lambda t: (-t[0], t[1]))  # nearest to a decision first
         if spec.budget_s is not None:
             left = spec.budget_s - elapsed_s

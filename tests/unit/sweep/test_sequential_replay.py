@@ -19,7 +19,7 @@ from specnb import paths
 from specnb.analysis.bootstrap import bootstrap_speedups
 from specnb.analysis.sequential import LOSES, PAYS, SequentialRule, first_decision
 from specnb.ledger import load_ledgers
-from specnb.sweep.sequential import level_looks, next_round
+from specnb.sweep.sequential import level_ratios, next_round
 from specnb.sweep.spec import SweepSpec
 
 FIXED = paths.LEDGERS / "concurrency" / "cpu-demo-fixed" / "20261204T174738Z" / "default"
@@ -40,7 +40,7 @@ def test_replayed_over_five_fixed_repeats_the_rule_stops_at_the_whole_runs_decis
     rule = SequentialRule(alpha=0.05, first=3, last=5)
     whole = _whole_run_decisions(df)
     stops = {}
-    for r in level_looks(rule, df):
+    for r in level_ratios(df):
         assert r["repeats"] == [0, 1, 2, 3, 4], r
         stop = first_decision(rule, r["ratios"])
         assert stop is not None
