@@ -9,8 +9,9 @@ from the workload's panel, ``/stop_profile``. The worker's trace is parsed into 
 (:mod:`specnb.engine.anatomy`), the streamed chunks are given to the steps they came from, and
 one write-once record per (arm, workload, level, repeat) goes to
 ``<out>/<arm>/<workload>/anatomy-cNNN-rNN.json`` (``kind = "step_anatomy"``; a failed window:
-``anatomy-cNNN-rNN.failed-<time>.json``). A rerun with the same ``--out`` profiles only what is
-missing.
+``anatomy-cNNN-rNN.failed-<time>.json``). A window whose stream reached the client in one burst
+is kept as ``...failed-<time>.retried.json`` and profiled again at once (at most three attempts).
+A rerun with the same ``--out`` profiles only what is missing.
 
 Kept apart from measurements: these servers measure nothing else, and no point ledger is
 written here, so a profiled (slowed) window can never enter a pair or a speedup. The shares
@@ -63,6 +64,12 @@ TRACE_WAIT_S = 120.0
 # the parts of the steps a request spanned against its first-to-last chunk time on the client's
 # clock (engine.anatomy.span_agreement): the stream's delivery jitter sits in between
 STEP_TOLERANCE = 0.05
+# a window whose stream reached the client in one burst (every chunk at one instant: the engine's
+# output was held back while the profiler ran, seen once on a 2-core machine under Ray) cannot be
+# read against its steps; it is kept as a failed attempt and profiled again, at most this many times
+WINDOW_ATTEMPTS = 3
+RETRIED = ".retried"  # the name of a failed attempt that was profiled again
+BURST = "stream arrived in one burst (every chunk at one instant), so its tokens cannot be placed on the steps"
 KEPT_APART = ("a server of its own per arm and repeat, started with the profiler configured; it measures no "
               "point, and no point ledger is written from it; each profiled window follows an unprofiled twin of "
               "the same requests on that server, which gives the profiler's slowdown")
@@ -148,7 +155,9 @@ def client_pace(pl: loadgen.PointLoad) -> dict[str, Any]:
             "output_tokens": sum(r.output_tokens for r in pl.records if r.ok),
             "wall_s": (pl.wall_end_s - pl.wall_start_s) if pl.records else None,
             "span_s": span, "tokens_after_first": after_first,
-            "ms_per_token": 1e3 * span / after_first if after_first else None}
+            # tokens after the first chunk, yet no request's chunks spread in time: one burst
+            "burst": bool(after_first) and span <= 0,
+            "ms_per_token": 1e3 * span / after_first if after_first and span > 0 else None}
 
 
 async def _twin(ep, spec: SweepSpec, prompts, level: int, n: int) -> loadgen.PointLoad:
@@ -220,8 +229,15 @@ def window_record(steps: list[anatomy.Step], pl: loadgen.PointLoad, offset: floa
     return {"steps": [s.as_dict() for s in steps], "summary": summary.as_dict(), "checks": checks,
             "requests": requests,
             "window": {"requests": len(pl.records), "ok": len(ok), "concurrency": pl.concurrency,
-                       "output_tokens": out_tokens, "wall_s": client_s, "ms_per_token": pace["ms_per_token"]},
+                       "output_tokens": out_tokens, "wall_s": client_s, "ms_per_token": pace["ms_per_token"],
+                       "burst": pace["burst"]},
             "unprofiled": unprofiled}
+
+
+def came_in_a_burst(problems: list[str]) -> bool:
+    """Whether a window failed because a stream came in one burst (what else failed may follow
+    from it: chunks all given to the last step); such a window is profiled again."""
+    return any(p.endswith(BURST) for p in problems)
 
 
 def window_problems(body: dict[str, Any], speculative: bool) -> list[str]:
@@ -232,11 +248,15 @@ def window_problems(body: dict[str, Any], speculative: bool) -> list[str]:
     out = []
     if w["ok"] < w["requests"]:
         out.append(f"{w['requests'] - w['ok']} of {w['requests']} requests failed")
+    elif w.get("burst"):
+        out.append(f"the profiled window's {BURST}")
     u = body.get("unprofiled")
     if u is not None:
         if u["ok"] < u["requests"]:
             out.append(f"{u['requests'] - u['ok']} of {u['requests']} requests of the unprofiled twin failed")
-        elif not u.get("profiling_slowdown"):
+        elif u.get("burst"):
+            out.append(f"the unprofiled twin's {BURST}")
+        elif not u.get("profiling_slowdown") and not w.get("burst"):
             out.append("the unprofiled twin streamed too few tokens to give the profiler's slowdown")
     placed = c["chunks_placed"]
     if placed["before"] or placed["after"]:
@@ -366,6 +386,27 @@ class AnatomyRun:
             srv.stop()
 
     def window(self, srv: VllmServer, ep, arm, workload: str, level: int, repeat: int, trace_dir: Path) -> None:
+        """Profile one window and write its record; a window whose stream came in one burst is kept
+        as a failed attempt and profiled again (at most WINDOW_ATTEMPTS in all)."""
+        for attempt in range(1, WINDOW_ATTEMPTS + 1):
+            doc, problems = self.attempt(ep, arm, workload, level, repeat, trace_dir)
+            doc["attempt"] = attempt
+            if problems and came_in_a_burst(problems) and attempt < WINDOW_ATTEMPTS:
+                self.record_failed(doc, quiet=True, retried=True)
+                self.echo(f"anatomy {failed_line(doc, 300)}: profiled again (attempt {attempt + 1} of "
+                          f"{WINDOW_ATTEMPTS})")
+                continue
+            break
+        p = record_path(self.out_dir, arm.name, workload, level, repeat)
+        if problems:  # kept, under a failure's name: a rerun profiles the window again
+            self.record_failed(doc)
+        else:
+            write_once(p, (json.dumps(doc, indent=2, default=str) + "\n").encode())
+            self.outcome.written.append(p)
+
+    def attempt(self, ep, arm, workload: str, level: int, repeat: int,
+                trace_dir: Path) -> tuple[dict[str, Any], list[str]]:
+        """One profiled window (after its unprofiled twin): its record and why it cannot be read."""
         seen = {p.name for p in trace_dir.glob(anatomy.TRACE_GLOB)}
         if self.spec.reset_prefix_cache:
             ep.reset_prefix_cache()  # each window prefills its prompts, as the first did
@@ -403,12 +444,7 @@ class AnatomyRun:
                       "requests[].chunks": "[arrival, epoch s; tokens; the step it was given to]"},
             "provenance": self.provenance, **body,
         }
-        p = record_path(self.out_dir, arm.name, workload, level, repeat)
-        if problems:  # kept, under a failure's name: a rerun profiles the window again
-            self.record_failed(doc)
-        else:
-            write_once(p, (json.dumps(doc, indent=2, default=str) + "\n").encode())
-            self.outcome.written.append(p)
+        return doc, problems
 
     def kept_at(self, value: Any) -> Any:
         """A path (or a string, list or dict holding one) in this run's folder, as the run keeps
@@ -429,12 +465,15 @@ class AnatomyRun:
                             "failed_at": utcnow(), "error": " ".join(why.split())[:2000],
                             **({"provenance": provenance} if provenance else {})}, quiet=quiet)
 
-    def record_failed(self, doc: dict[str, Any], quiet: bool = False) -> None:
+    def record_failed(self, doc: dict[str, Any], quiet: bool = False, retried: bool = False) -> None:
+        """Keep a failed window under a failure's name; ``retried``: an attempt profiled again at
+        once (named ``.failed-<time>.retried.json``), which the run does not count as failed."""
         p = record_path(self.out_dir, doc["arm"], doc["workload"], doc["concurrency"], doc["repeat"])
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-        write_once(p.with_name(f"{p.stem}.failed-{stamp}.json"),
+        write_once(p.with_name(f"{p.stem}.failed-{stamp}{RETRIED if retried else ''}.json"),
                    (json.dumps(doc, indent=2, default=str) + "\n").encode())
-        self.outcome.failed.append(failed_line(doc))
+        if not retried:
+            self.outcome.failed.append(failed_line(doc))
         if not quiet:
             self.echo(f"FAILED anatomy {failed_line(doc, 300)}")
 
@@ -568,7 +607,8 @@ class AnatomyFleet(Fleet):
     def count(self, run: AnatomyRun, relp: Path, dest: Path) -> None:
         """A window's record: profiled (written) or failed on its node, one tick either way, as a
         local run ticks; a window sent twice (a block declared lost that was not) is kept apart."""
-        if relp.parts[0] in ("logs", "traces") or dest.suffix != ".json" or ".superseded-" in dest.name:
+        if (relp.parts[0] in ("logs", "traces") or dest.suffix != ".json" or ".superseded-" in dest.name
+                or dest.name.endswith(RETRIED + ".json")):  # an attempt its node profiled again: no tick
             return
         if ".failed-" not in dest.name:
             run.outcome.written.append(dest)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -302,3 +303,63 @@ def test_a_folder_of_another_anatomy_run_is_refused_before_any_server(tmp_path, 
     monkeypatch.setattr(sa.provenance, "collect", dict)
     with pytest.raises(sa.AnatomyError, match="holds the anatomy run of name 'other'"):
         sa.run_anatomy(spec, tmp_path, progress=False)
+
+
+def _pl(times: list[list[float]]):
+    recs = [SimpleNamespace(ok=True, chunk_times_s=t, chunk_tokens=[1] * len(t), output_tokens=len(t)) for t in times]
+    return SimpleNamespace(records=recs, wall_start_s=0.0, wall_end_s=1.0)
+
+
+def test_a_stream_that_came_in_one_burst_is_said_so_and_profiled_again(tmp_path):
+    """Seen once in CI (2-core EPYC under Ray): the profiled window's chunks all reached the client
+    at one instant after the last step, so nothing could be placed on the steps; that is the
+    window's reading failing, not the twin's tokens, and the window is profiled again."""
+    from types import MethodType
+
+    from specnb.sweep.anatomy import (BURST, WINDOW_ATTEMPTS, AnatomyOutcome, AnatomyRun, came_in_a_burst,
+                                      client_pace, record_path, window_problems)
+
+    burst, paced = client_pace(_pl([[5.0] * 6, [5.0] * 16])), client_pace(_pl([[0.0, 0.1, 0.2], [0.0, 0.2]]))
+    assert burst["burst"] and burst["ms_per_token"] is None and burst["tokens_after_first"] == 20
+    assert not paced["burst"] and paced["ms_per_token"] == pytest.approx(1e3 * 0.4 / 3)
+    assert not client_pace(_pl([[1.0], [2.0]]))["burst"]  # one chunk each: too few tokens, not a burst
+    body = _body()
+    body["window"] = {"requests": 2, "ok": 2, "burst": True}
+    body["unprofiled"] = {"requests": 2, "ok": 2, "burst": False, "profiling_slowdown": None}
+    why = window_problems(body, speculative=True)
+    assert why == [f"the profiled window's {BURST}"] and came_in_a_burst(why)
+    body["window"]["burst"], body["unprofiled"]["burst"] = False, True
+    assert window_problems(body, speculative=True) == [f"the unprofiled twin's {BURST}"]
+    body["unprofiled"]["burst"] = False
+    assert window_problems(body, speculative=True) == [
+        "the unprofiled twin streamed too few tokens to give the profiler's slowdown"]
+    assert not came_in_a_burst(window_problems(body, speculative=True))
+
+    def run_with(outcomes: list[list[str]]):
+        said: list[str] = []
+        run = SimpleNamespace(out_dir=tmp_path / str(len(list(tmp_path.iterdir()))), outcome=None, echo=said.append)
+        run.outcome = AnatomyOutcome(run.out_dir)
+        left = iter(outcomes)
+
+        def attempt(self, ep, arm, w, c, r, trace_dir):
+            problems = next(left)
+            return {"arm": arm.name, "workload": w, "concurrency": c, "repeat": r,
+                    "status": "failed" if problems else "ok", "error": "; ".join(problems)}, problems
+
+        run.attempt = MethodType(attempt, run)
+        run.record_failed = MethodType(AnatomyRun.record_failed, run)
+        AnatomyRun.window(run, None, None, SimpleNamespace(name="ngram"), "copy", 2, 0, tmp_path)
+        folder = record_path(run.out_dir, "ngram", "copy", 2, 0).parent
+        return run, sorted(p.name for p in folder.iterdir()), said
+
+    one = [f"the profiled window's {BURST}"]
+    run, names, said = run_with([one, []])  # a burst, then a window that reads
+    assert run.outcome.failed == [] and len(run.outcome.written) == 1
+    assert names[0] == "anatomy-c002-r00.failed-" + names[0].split(".failed-")[1] and names[0].endswith(".retried.json")
+    assert names[1] == "anatomy-c002-r00.json" and "profiled again (attempt 2 of 3)" in said[0]
+    assert json.loads((run.out_dir / "ngram" / "copy" / names[1]).read_text())["attempt"] == 2
+    run, names, said = run_with([one] * WINDOW_ATTEMPTS)  # bursts every time: a failure, each attempt kept
+    assert len(run.outcome.failed) == 1 and not run.outcome.written
+    assert sum(n.endswith(".retried.json") for n in names) == WINDOW_ATTEMPTS - 1 and len(names) == WINDOW_ATTEMPTS
+    run, names, said = run_with([["3 of 4 requests failed"]])  # anything else: no second attempt
+    assert len(run.outcome.failed) == 1 and len(names) == 1 and not said[0].startswith("anatomy")
