@@ -161,11 +161,14 @@ def bootstrap_speedups(
     level: float | None = None,
     keys: Sequence[str] | None = None,
     prompts: bool = True,
+    starts: bool = True,
 ) -> SpeedupBootstrap:
     """Paired speedups per (curve, concurrency) with two-level bootstrap intervals.
 
     ``df`` is :func:`specnb.load_ledgers` output; ``keys`` are the curve keys (default
     :func:`group_keys`); ``prompts=False`` skips the prompt level (server starts only);
+    ``starts=False`` skips the start level (every replicate keeps every repeat: the prompts only,
+    the spread of the answer over which prompts the panel holds);
     ``confidence`` is the intervals' confidence level (``level``: its older name, which wins
     when given). Raises :class:`~specnb.analysis.pairing.PairingError` when points that would
     pair differ in prompts, sampling or engine build, and :class:`AnalysisError` on bad arguments.
@@ -196,7 +199,7 @@ def bootstrap_speedups(
     pairs["level"] = level_of(pairs)
     if "search_round" not in pairs.columns:
         pairs["search_round"] = 0
-    draw = _Draw(n_boot, seed, Sidecars() if prompts else None)
+    draw = _Draw(n_boot, seed, Sidecars() if prompts else None, starts)
     rows: list[dict[str, Any]] = []
     curves: list[Curve] = []
     for key, g in pairs.groupby(keys, sort=True, dropna=False):
@@ -215,6 +218,7 @@ class _Draw:
     n_boot: int
     seed: int
     side: Sidecars | None  # None: no prompt level (server starts only)
+    starts: bool = True  # False: no start level (each replicate keeps every repeat)
 
     def curve(self, group: dict[str, Any], g: pd.DataFrame, confidence: float) -> tuple[list[dict[str, Any]], Curve]:
         """One curve's table rows and its replicate curve; ``g``: its pairs."""
@@ -232,7 +236,7 @@ class _Draw:
             pts = g[g["level"] == c].sort_values("repeat")
             n_rep = len(pts)
             # slot s of replicate b uses repeat draw[s, b]
-            draw = draws.get(rounds[c])
+            draw = draws.get(rounds[c]) if self.starts else np.repeat(np.arange(n_rep)[:, None], self.n_boot, axis=1)
             if draw is None:
                 draw = np.random.default_rng([self.seed, base_key, 2, int(round(1000 * c))]).integers(
                     0, n_rep, size=(n_rep, self.n_boot))

@@ -174,6 +174,7 @@ def _sequential_run_lines(label: str, docs: list[dict[str, Any]]) -> list[str]:
         shown = (f"{float(look['ratio']):.2f}x [{float(look['lo']):.2f}, {float(look['hi']):.2f}] after {look['n']} "
                  "repeats" if look else f"{len(lk.get('ratios') or [])} paired repeat(s)")
         st = str(lk.get("state", ""))
+        prompts = _across_prompts_text(lk.get("across_prompts"), st.startswith("decided"))
         if st.startswith("decided"):
             n, m = int(look.get("n") or 0), measured[(lk.get("workload"), lk.get("level"))]
             if n < m:
@@ -182,12 +183,30 @@ def _sequential_run_lines(label: str, docs: list[dict[str, Any]]) -> list[str]:
                 tail = f": stopped early, {last_look - m} repeat(s) not needed"
             else:
                 tail = ": decided at the last look"
-            out.append(f"{head}{st[len('decided: '):]} {shown}{tail}")
+            out.append(f"{head}{st[len('decided: '):]} {shown}{tail}{prompts}")
         elif st == "open at the last look":
-            out.append(f"{head}open {shown}: undecided at the last look")
+            out.append(f"{head}open {shown}: undecided at the last look{prompts}")
         else:
-            out.append(f"{head}open {shown}: undecided when the rounds stopped ({stopped or 'cut short'})")
+            out.append(f"{head}open {shown}: undecided when the rounds stopped ({stopped or 'cut short'}){prompts}")
     return out
+
+
+def _across_prompts_text(ap: dict[str, Any] | None, decided: bool) -> str:
+    """A look's reading across prompts like the panel's (:func:`specnb.sweep.sequential.across_prompts`),
+    as the tail of its report line: the interval with the panel's prompt spread added, and what
+    would settle it when it does not agree (empty for records made before it)."""
+    if not ap:
+        return ""
+    span = f"[{float(ap['lo']):.2f}, {float(ap['hi']):.2f}]"
+    dec = ap.get("decision")
+    if dec:
+        return f"; across prompts like these {span}: {dec} too"
+    if float(ap["prompts_half"]) >= float(ap["starts_half"]):
+        why = ("the panel's prompts spread it more than the starts do: a larger panel_size settles it for the "
+               "workload, more repeats do not")
+    else:
+        why = "the starts spread it more than the prompts: more repeats narrow it"
+    return f"; across prompts like these {span}: {'this panel only' if decided else 'open'} ({why})"
 
 
 def search_lines(folder: Path | str) -> list[str]:

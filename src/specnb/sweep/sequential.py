@@ -23,20 +23,26 @@ from __future__ import annotations
 
 import json
 import math
+from statistics import NormalDist
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from specnb.analysis.bootstrap import level_of
+from specnb.analysis.bootstrap import bootstrap_speedups, level_of
 from specnb.analysis.pairing import AnalysisError, paired
-from specnb.analysis.sequential import Look, SequentialRule, first_decision
+from specnb.analysis.sequential import LOSES, PAYS, Look, SequentialRule, first_decision
 from specnb.ledger import REFUSED_ERROR, load_ledgers, utcnow, write_once
+from specnb.ledger.store import LedgerError
 from specnb.ledger.runs import sequential_record
 from specnb.sweep.spec import SweepError, SweepSpec
 
-__all__ = ["rule_of", "level_ratios", "next_round", "repeat_cost"]
+__all__ = ["rule_of", "level_ratios", "next_round", "repeat_cost", "prompt_spread", "across_prompts"]
+
+# replicates of the prompt resampling behind a look's prompt spread (an SD, not an interval)
+PROMPT_BOOT = 1000
 
 
 def rule_of(spec: SweepSpec) -> SequentialRule:
@@ -54,6 +60,53 @@ def level_ratios(df: pd.DataFrame) -> list[dict[str, Any]]:
     return [{"workload": str(wl), "level": float(level), "arm": str(arm), "repeats": [int(r) for r in g["repeat"]],
              "ratios": [float(r) for r in g["speedup"]]}
             for (wl, level, arm), g in pairs.groupby(["workload", "level", "arm"], sort=True)]
+
+
+def prompt_spread(df: pd.DataFrame) -> dict[tuple[str, float, str], float]:
+    """Per (workload, level, drafter arm): how much its log ratio (over the repeats measured so far)
+    depends on which prompts the panel holds: the SD over replicates that resample the panel's
+    prompts and keep every repeat (the report's prompt level without its start level,
+    :func:`specnb.analysis.bootstrap.bootstrap_speedups` with ``starts=False``). More repeats do not
+    shrink it (every repeat sends the same prompts); a larger panel does. Absent where no pair has
+    request records."""
+    if not len(df):
+        return {}
+    try:
+        boot = bootstrap_speedups(df, n_boot=PROMPT_BOOT, starts=False)
+    except (AnalysisError, LedgerError):  # a sidecar that cannot be read: no reading, the round goes on
+        return {}
+    out: dict[tuple[str, float, str], float] = {}
+    rows = boot.table
+    for cv in boot.curves:
+        wl, arm = str(cv.group.get("workload")), str(cv.group.get("arm"))
+        for i, level in enumerate(cv.concurrency):
+            row = rows[(rows["arm"].astype(str) == arm) & (rows["workload"].astype(str) == wl)
+                       & (rows["concurrency"].astype(float) == float(level))]
+            if not len(row) or "prompts" not in str(row["resampled"].iloc[0]):
+                continue
+            x = cv.replicates["speedup"][:, i]
+            x = np.log(x[np.isfinite(x) & (x > 0)])
+            if len(x) > 1:
+                out[(wl, float(level), arm)] = float(np.std(x, ddof=1))
+    return out
+
+
+def across_prompts(rule: SequentialRule, lk: Look | None, prompts_sd: float | None) -> dict[str, Any] | None:
+    """The look read for the workload rather than for this panel: its interval over the starts and
+    the panel's prompt spread together (root sum of squares of the two half-widths at the look's
+    level), and the decision that gives. The rule decides on the panel (the same prompts in every
+    repeat: the starts are the noise repeats can shrink); where the two disagree, a larger
+    ``panel_size`` is what would settle it for the workload, not more repeats."""
+    if lk is None or prompts_sd is None:
+        return None
+    z = NormalDist().inv_cdf(1.0 - rule.per_look_alpha / 2.0)
+    starts_half = (math.log(lk.hi) - math.log(lk.lo)) / 2
+    prompts_half = z * prompts_sd
+    half = math.hypot(starts_half, prompts_half)
+    lo, hi = lk.ratio * math.exp(-half), lk.ratio * math.exp(half)
+    return {"prompts_sd": round(prompts_sd, 4), "starts_half": round(starts_half, 4),
+            "prompts_half": round(prompts_half, 4), "lo": round(lo, 4), "hi": round(hi, 4),
+            "decision": PAYS if lo > 1.0 else LOSES if hi < 1.0 else None}
 
 
 def _look_doc(lk: Look | None) -> dict[str, Any] | None:
@@ -153,6 +206,7 @@ def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
     if not workloads and doc["stopped"] is None:
         doc["stopped"] = "nothing measured in the first repeats"
     by_arm = {(r["workload"], r["level"], r["arm"]): r for r in looks}
+    spread = prompt_spread(df) if looks else {}
     open_levels: list[tuple[float, tuple[str, float], str]] = []
     for key in sorted((wl, float(c)) for wl in workloads for c in spec.levels()):
         rows, states = [], []
@@ -172,7 +226,8 @@ def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
             rows.append((arm, ratios, lk))
             doc["looks"].append({"workload": key[0], "level": key[1], "arm": arm,
                                  "repeats": r["repeats"] if r is not None else [],
-                                 "ratios": [round(x, 4) for x in ratios], "look": _look_doc(lk), "state": state})
+                                 "ratios": [round(x, 4) for x in ratios], "look": _look_doc(lk), "state": state,
+                                 "across_prompts": across_prompts(rule, lk, spread.get((*key, arm)))})
         if any(st.startswith("open") and st != "open at the last look" for st in states):
             worst = min((_closeness(lk) for _, _, lk in rows), default=0.0)
             shown = "; ".join(f"{arm} {lk.text()}" if lk is not None else f"{arm}: {len(ratios)} paired repeat(s)"

@@ -19,7 +19,7 @@ from specnb import paths
 from specnb.analysis.bootstrap import bootstrap_speedups
 from specnb.analysis.sequential import LOSES, PAYS, SequentialRule, first_decision
 from specnb.ledger import load_ledgers
-from specnb.sweep.sequential import level_ratios, next_round
+from specnb.sweep.sequential import across_prompts, level_ratios, next_round, prompt_spread
 from specnb.sweep.spec import SweepSpec
 
 FIXED = paths.LEDGERS / "concurrency" / "cpu-demo-fixed" / "20261204T174738Z" / "default"
@@ -50,10 +50,35 @@ def test_replayed_over_five_fixed_repeats_the_rule_stops_at_the_whole_runs_decis
     assert stops == STOPS  # where each level would have stopped (measured: see STOPS)
 
 
+def test_more_repeats_narrow_the_starts_not_the_prompts_and_the_report_says_which_settles_a_level():
+    """The panel sends the same prompts in every repeat: over the fixed run's first 3 and all 5
+    repeats the start half-width narrows while the prompt spread holds, so a level this panel
+    decides but its prompts do not is settled by a larger panel, not by more repeats."""
+    df = load_ledgers(FIXED)
+    rule = SequentialRule(alpha=0.05, first=3, last=5)
+    at = {n: (prompt_spread(df[df["repeat"] < n]), {(r["level"]): r for r in level_ratios(df[df["repeat"] < n])})
+          for n in (3, 5)}
+    for level in (1.0, 2.0, 4.0):
+        key = ("copy", level, "ngram-k4")
+        p3, p5 = at[3][0][key], at[5][0][key]
+        assert 0 < p3 and abs(p5 / p3 - 1) < 0.2, (level, p3, p5)  # the prompts' spread stays
+        a3 = across_prompts(rule, rule.look(at[3][1][level]["ratios"]), p3)
+        a5 = across_prompts(rule, rule.look(at[5][1][level]["ratios"]), p5)
+        assert a5["starts_half"] < a3["starts_half"]  # the starts' narrows with repeats
+        assert a3["lo"] < rule.look(at[3][1][level]["ratios"]).lo  # the prompts only ever widen it
+    # c=4: 1.33x, decided on this panel at the first look ([1.12, 1.57]); across prompts like these
+    # it is open, and the prompts (not the starts) are what keep it so
+    a = across_prompts(rule, rule.look(at[3][1][4.0]["ratios"]), at[3][0][("copy", 4.0, "ngram-k4")])
+    assert a["decision"] is None and a["prompts_half"] > a["starts_half"]
+    from specnb.ledger.runs import _across_prompts_text
+    assert "a larger panel_size settles it" in _across_prompts_text(a, decided=True)
+    assert "this panel only" in _across_prompts_text(a, decided=True)
+
+
 def _replay_folder(src: Path, dst: Path, repeats: int) -> Path:
     """The run as it stood before a round: its sweep record and the points of the first
     ``repeats`` repeats (no sequential records: the round is decided afresh)."""
-    for f in src.rglob("*.json"):
+    for f in [*src.rglob("*.json"), *src.rglob("*.parquet")]:
         rel = f.relative_to(src)
         if rel.parts[0] in ("sequential", "timings"):
             continue
@@ -77,7 +102,9 @@ def test_the_demo_runs_rounds_are_what_the_rule_says_of_its_ledgers(tmp_path):
         levels = next_round(spec, folder, k, elapsed_s=doc["elapsed_s"], echo=lambda _: None)
         again = json.loads((folder / "sequential" / f.name).read_text())
         assert levels == {wl: [(float(c), why) for c, why in lv] for wl, lv in doc["levels"].items()}
-        assert again["looks"] == doc["looks"] and again["stopped"] == doc["stopped"], f.name
+        # a record keeps what the rule wrote then (one made before the across-prompts reading has none)
+        shown = [{k: v for k, v in lk.items() if k in old} for lk, old in zip(again["looks"], doc["looks"], strict=True)]
+        assert shown == doc["looks"] and again["stopped"] == doc["stopped"], f.name
     # every level a round decided is decided the same way by the whole run's interval
     whole = _whole_run_decisions(load_ledgers(DEMO))
     decided = {(lk["arm"], lk["level"]): lk["state"].split(": ")[1] for f in records

@@ -214,3 +214,24 @@ def test_a_level_without_a_measured_point_is_costed_at_the_runs_mean_point(tmp_p
     levels = next_round(_spec(concurrency=[1, 4], budget_s=100 + 100), tmp_path, 1, elapsed_s=100)
     rec = json.loads((tmp_path / "sequential" / "round-01.json").read_text())
     assert rec["estimated_s"] == pytest.approx(40 + 60 + 60) and len(levels["copy"]) == 1 and rec["left_out"]
+
+
+def test_the_across_prompts_reading_adds_the_prompts_to_the_look_and_says_what_settles_it():
+    from specnb.analysis.sequential import SequentialRule
+    from specnb.ledger.runs import _across_prompts_text
+    from specnb.sweep.sequential import across_prompts
+
+    rule = SequentialRule(alpha=0.05, first=3, last=5)
+    lk = rule.look([1.5, 1.6, 1.55])
+    assert across_prompts(rule, lk, None) is None and across_prompts(rule, None, 0.1) is None
+    narrow, wide = across_prompts(rule, lk, 0.01), across_prompts(rule, lk, 0.3)
+    assert narrow["decision"] == "pays" and narrow["lo"] < lk.lo and narrow["hi"] > lk.hi
+    half = (narrow["starts_half"] ** 2 + narrow["prompts_half"] ** 2) ** 0.5
+    assert narrow["hi"] / narrow["lo"] == pytest.approx(pytest.approx(2.718281828 ** (2 * half), rel=1e-3))
+    assert wide["decision"] is None and wide["prompts_half"] > wide["starts_half"]
+    assert _across_prompts_text(narrow, decided=True).endswith(": pays too")
+    assert "a larger panel_size settles it" in _across_prompts_text(wide, decided=True)
+    assert _across_prompts_text(None, decided=True) == ""
+    noisy = across_prompts(rule, rule.look([0.8, 1.4, 1.1]), 0.01)
+    assert "open (the starts spread it more than the prompts: more repeats narrow it)" in _across_prompts_text(
+        noisy, decided=False)
