@@ -267,7 +267,9 @@ pd.DataFrame(rows).round(3)
 # %%
 if rate_nb is None:
     display(Markdown(f"No open-loop run under `ledgers/concurrency/{rate_study}/` yet: measure one with "
-                     "`make measure-concurrency PARAMS=notebooks/params/rate/concurrency.yaml`."))
+                     f"`load = \"rate\"` and `rate_study = \"{rate_study}\"` "
+                     "(`make measure-concurrency PARAMS=notebooks/params/rate/concurrency.yaml` measures the "
+                     "`cpu-rate` study)."))
 else:
     display(Markdown(rate_nb.summary))
     lat = latency_by_rate(rate_nb.df)

@@ -89,8 +89,9 @@ def format_anatomy(records: list[dict[str, Any]]) -> str:
         lines.append("slowdown: the profiled window's client ms per token over its unprofiled twin's (same requests, "
                      "same server); unprof. ms: the decode cycle over it")
     done = {(d["arm"], d["workload"], d["concurrency"], d["repeat"]) for d in records if d.get("status") == "ok"}
-    failed = [d for d in records if d.get("status") != "ok"
-              and (d["arm"], d["workload"], d["concurrency"], d["repeat"]) not in done]  # not measured again since
+    failed = [d for d in records if d.get("status") != "ok"  # not measured again since, nor an attempt
+              and (d["arm"], d["workload"], d["concurrency"], d["repeat"]) not in done  # profiled again at once
+              and not str(d.get("path", "")).endswith(".retried.json")]
     for d in failed:
         lines.append(f"failed: {d['arm']}/{d['workload']}/c={d['concurrency']} r{d['repeat']}: {d.get('error', '')[:200]}")
     return "\n".join(lines) if lines else "no step-anatomy records"

@@ -202,8 +202,8 @@ def _across_prompts_text(ap: dict[str, Any] | None, decided: bool) -> str:
     if dec:
         return f"; across prompts like these {span}: {dec} too"
     if float(ap["prompts_half"]) >= float(ap["starts_half"]):
-        why = ("the panel's prompts spread it more than the starts do: a larger panel_size settles it for the "
-               "workload, more repeats do not")
+        why = ("the panel's prompts spread it more than the starts do: a larger panel_size would narrow that "
+               "part, more repeats narrow only this panel's interval")
     else:
         why = "the starts spread it more than the prompts: more repeats narrow it"
     return f"; across prompts like these {span}: {'this panel only' if decided else 'open'} ({why})"

@@ -480,7 +480,9 @@ class AnatomyRun:
 
 def _newest_failure(out_dir: Path, arm: str, workload: str, level: int, repeat: int) -> dict[str, Any]:
     p = record_path(out_dir, arm, workload, level, repeat)
-    for f in sorted(p.parent.glob(f"{p.stem}.failed-*.json"), reverse=True):
+    # the newest final failure first (an attempt profiled again at once is only a fallback)
+    for f in sorted(p.parent.glob(f"{p.stem}.failed-*.json"), key=lambda f: (not f.name.endswith(RETRIED + ".json"),
+                                                                              f.name), reverse=True):
         try:
             return json.loads(f.read_text())
         except (OSError, ValueError):

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import json
 import math
-from statistics import NormalDist
 from collections.abc import Callable
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -35,8 +35,8 @@ from specnb.analysis.bootstrap import bootstrap_speedups, level_of
 from specnb.analysis.pairing import AnalysisError, paired
 from specnb.analysis.sequential import LOSES, PAYS, Look, SequentialRule, first_decision
 from specnb.ledger import REFUSED_ERROR, load_ledgers, utcnow, write_once
-from specnb.ledger.store import LedgerError
 from specnb.ledger.runs import sequential_record
+from specnb.ledger.store import LedgerError
 from specnb.sweep.spec import SweepError, SweepSpec
 
 __all__ = ["rule_of", "level_ratios", "next_round", "repeat_cost", "prompt_spread", "across_prompts"]
@@ -81,8 +81,9 @@ def prompt_spread(df: pd.DataFrame) -> dict[tuple[str, float, str], float]:
         wl, arm = str(cv.group.get("workload")), str(cv.group.get("arm"))
         for i, level in enumerate(cv.concurrency):
             row = rows[(rows["arm"].astype(str) == arm) & (rows["workload"].astype(str) == wl)
-                       & (rows["concurrency"].astype(float) == float(level))]
-            if not len(row) or "prompts" not in str(row["resampled"].iloc[0]):
+                       & (rows["level"].astype(float) == float(level))]  # a concurrency or an offered rate
+            # every pair with request records (a pair without enters every replicate unchanged)
+            if not len(row) or str(row["resampled"].iloc[0]) not in ("repeats+prompts", "prompts"):
                 continue
             x = cv.replicates["speedup"][:, i]
             x = np.log(x[np.isfinite(x) & (x > 0)])
@@ -206,7 +207,15 @@ def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
     if not workloads and doc["stopped"] is None:
         doc["stopped"] = "nothing measured in the first repeats"
     by_arm = {(r["workload"], r["level"], r["arm"]): r for r in looks}
-    spread = prompt_spread(df) if looks else {}
+    spreads: dict[tuple[int, ...], dict[tuple[str, float, str], float]] = {}
+
+    def spread_at(key: tuple[str, float, str], repeats: list[int]) -> float | None:
+        """The prompt spread of a level over the repeats its look used (a look that stopped earlier
+        than its level's repeats reads only those)."""
+        if tuple(repeats) not in spreads:
+            at_level = (df["workload"].astype(str) == key[0]) & (level_of(df).astype(float) == key[1])
+            spreads[tuple(repeats)] = prompt_spread(df[~at_level | df["repeat"].isin(repeats)])
+        return spreads[tuple(repeats)].get(key)
     open_levels: list[tuple[float, tuple[str, float], str]] = []
     for key in sorted((wl, float(c)) for wl in workloads for c in spec.levels()):
         rows, states = [], []
@@ -227,7 +236,8 @@ def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
             doc["looks"].append({"workload": key[0], "level": key[1], "arm": arm,
                                  "repeats": r["repeats"] if r is not None else [],
                                  "ratios": [round(x, 4) for x in ratios], "look": _look_doc(lk), "state": state,
-                                 "across_prompts": across_prompts(rule, lk, spread.get((*key, arm)))})
+                                 "across_prompts": (None if lk is None else across_prompts(
+                                     rule, lk, spread_at((*key, arm), r["repeats"][:lk.n])))})
         if any(st.startswith("open") and st != "open at the last look" for st in states):
             worst = min((_closeness(lk) for _, _, lk in rows), default=0.0)
             shown = "; ".join(f"{arm} {lk.text()}" if lk is not None else f"{arm}: {len(ratios)} paired repeat(s)"

@@ -316,8 +316,16 @@ def test_a_stream_that_came_in_one_burst_is_said_so_and_profiled_again(tmp_path)
     window's reading failing, not the twin's tokens, and the window is profiled again."""
     from types import MethodType
 
-    from specnb.sweep.anatomy import (BURST, WINDOW_ATTEMPTS, AnatomyOutcome, AnatomyRun, came_in_a_burst,
-                                      client_pace, record_path, window_problems)
+    from specnb.sweep.anatomy import (
+        BURST,
+        WINDOW_ATTEMPTS,
+        AnatomyOutcome,
+        AnatomyRun,
+        came_in_a_burst,
+        client_pace,
+        record_path,
+        window_problems,
+    )
 
     burst, paced = client_pace(_pl([[5.0] * 6, [5.0] * 16])), client_pace(_pl([[0.0, 0.1, 0.2], [0.0, 0.2]]))
     assert burst["burst"] and burst["ms_per_token"] is None and burst["tokens_after_first"] == 20
@@ -343,7 +351,7 @@ def test_a_stream_that_came_in_one_burst_is_said_so_and_profiled_again(tmp_path)
 
         def attempt(self, ep, arm, w, c, r, trace_dir):
             problems = next(left)
-            return {"arm": arm.name, "workload": w, "concurrency": c, "repeat": r,
+            return {"kind": "step_anatomy", "arm": arm.name, "workload": w, "concurrency": c, "repeat": r,
                     "status": "failed" if problems else "ok", "error": "; ".join(problems)}, problems
 
         run.attempt = MethodType(attempt, run)
@@ -361,5 +369,7 @@ def test_a_stream_that_came_in_one_burst_is_said_so_and_profiled_again(tmp_path)
     run, names, said = run_with([one] * WINDOW_ATTEMPTS)  # bursts every time: a failure, each attempt kept
     assert len(run.outcome.failed) == 1 and not run.outcome.written
     assert sum(n.endswith(".retried.json") for n in names) == WINDOW_ATTEMPTS - 1 and len(names) == WINDOW_ATTEMPTS
+    shown = [ln for ln in format_anatomy(load_anatomy(run.out_dir)).splitlines() if ln.startswith("failed:")]
+    assert len(shown) == 1  # the window's final failure, not each attempt
     run, names, said = run_with([["3 of 4 requests failed"]])  # anything else: no second attempt
     assert len(run.outcome.failed) == 1 and len(names) == 1 and not said[0].startswith("anatomy")

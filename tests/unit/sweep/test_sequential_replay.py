@@ -71,7 +71,7 @@ def test_more_repeats_narrow_the_starts_not_the_prompts_and_the_report_says_whic
     a = across_prompts(rule, rule.look(at[3][1][4.0]["ratios"]), at[3][0][("copy", 4.0, "ngram-k4")])
     assert a["decision"] is None and a["prompts_half"] > a["starts_half"]
     from specnb.ledger.runs import _across_prompts_text
-    assert "a larger panel_size settles it" in _across_prompts_text(a, decided=True)
+    assert "a larger panel_size would narrow that part" in _across_prompts_text(a, decided=True)
     assert "this panel only" in _across_prompts_text(a, decided=True)
 
 
@@ -119,3 +119,13 @@ def test_the_demo_runs_rounds_are_what_the_rule_says_of_its_ledgers(tmp_path):
 # 1.21 1.19 (c=4) decide every level at the first look (3 repeats: [1.51, 1.92], [1.01, 3.23],
 # [1.12, 1.57]); the whole run's bootstrap says pays at each ([1.45, 2.24], [1.44, 2.29], [1.04, 1.60])
 STOPS = {("ngram-k4", 1.0): (3, PAYS), ("ngram-k4", 2.0): (3, PAYS), ("ngram-k4", 4.0): (3, PAYS)}
+
+
+def test_the_prompt_spread_of_an_open_loop_run_is_per_offered_rate():
+    """A rate sweep's level is its offered rate (its ledgers' concurrency is the in-flight cap)."""
+    run = paths.LEDGERS / "concurrency" / "cpu-rate" / "20261130T195637Z"
+    df = load_ledgers(run)
+    spread = prompt_spread(df)
+    rates = sorted({float(r) for r in df["rate_rps"].dropna()})
+    assert spread and {k[1] for k in spread} == set(rates), (spread, rates)
+    assert all(v > 0 for v in spread.values())

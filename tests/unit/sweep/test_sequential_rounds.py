@@ -230,7 +230,7 @@ def test_the_across_prompts_reading_adds_the_prompts_to_the_look_and_says_what_s
     assert narrow["hi"] / narrow["lo"] == pytest.approx(pytest.approx(2.718281828 ** (2 * half), rel=1e-3))
     assert wide["decision"] is None and wide["prompts_half"] > wide["starts_half"]
     assert _across_prompts_text(narrow, decided=True).endswith(": pays too")
-    assert "a larger panel_size settles it" in _across_prompts_text(wide, decided=True)
+    assert "a larger panel_size would narrow that part" in _across_prompts_text(wide, decided=True)
     assert _across_prompts_text(None, decided=True) == ""
     noisy = across_prompts(rule, rule.look([0.8, 1.4, 1.1]), 0.01)
     assert "open (the starts spread it more than the prompts: more repeats narrow it)" in _across_prompts_text(
