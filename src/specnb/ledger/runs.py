@@ -21,7 +21,7 @@ from specnb.errors import SpecnbError, plain_name
 
 __all__ = ["AXES", "RunError", "new_run_name", "run_folder", "latest_run", "find_run", "OUTCOME_FILE_ENV",
            "report_failed_points", "read_failed_points", "report_refused_all", "read_refused_all", "search_record",
-           "search_lines", "sequential_record", "sequential_lines", "TuneRecords", "read_tune", "is_tune_run"]
+           "search_lines", "sequential_record", "sequential_lines", "across_prompts_text", "TuneRecords", "read_tune", "is_tune_run"]
 
 # Set by the notebook runner for the kernel it starts: the measuring notebook appends the points
 # that failed, so `make measure-<axis>` exits non-zero although the notebook itself finished.
@@ -174,7 +174,7 @@ def _sequential_run_lines(label: str, docs: list[dict[str, Any]]) -> list[str]:
         shown = (f"{float(look['ratio']):.2f}x [{float(look['lo']):.2f}, {float(look['hi']):.2f}] after {look['n']} "
                  "repeats" if look else f"{len(lk.get('ratios') or [])} paired repeat(s)")
         st = str(lk.get("state", ""))
-        prompts = _across_prompts_text(lk.get("across_prompts"), st.startswith("decided"))
+        prompts = across_prompts_text(lk.get("across_prompts"), st.startswith("decided"))
         if st.startswith("decided"):
             n, m = int(look.get("n") or 0), measured[(lk.get("workload"), lk.get("level"))]
             if n < m:
@@ -191,7 +191,7 @@ def _sequential_run_lines(label: str, docs: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def _across_prompts_text(ap: dict[str, Any] | None, decided: bool) -> str:
+def across_prompts_text(ap: dict[str, Any] | None, decided: bool) -> str:
     """A look's reading across prompts like the panel's (:func:`specnb.sweep.sequential.across_prompts`),
     as the tail of its report line: the interval with the panel's prompt spread added, and what
     would settle it when it does not agree (empty for records made before it)."""

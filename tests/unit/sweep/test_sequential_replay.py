@@ -70,9 +70,9 @@ def test_more_repeats_narrow_the_starts_not_the_prompts_and_the_report_says_whic
     # it is open, and the prompts (not the starts) are what keep it so
     a = across_prompts(rule, rule.look(at[3][1][4.0]["ratios"]), at[3][0][("copy", 4.0, "ngram-k4")])
     assert a["decision"] is None and a["prompts_half"] > a["starts_half"]
-    from specnb.ledger.runs import _across_prompts_text
-    assert "a larger panel_size would narrow that part" in _across_prompts_text(a, decided=True)
-    assert "this panel only" in _across_prompts_text(a, decided=True)
+    from specnb.ledger.runs import across_prompts_text
+    assert "a larger panel_size would narrow that part" in across_prompts_text(a, decided=True)
+    assert "this panel only" in across_prompts_text(a, decided=True)
 
 
 def _replay_folder(src: Path, dst: Path, repeats: int) -> Path:

@@ -218,7 +218,7 @@ def test_a_level_without_a_measured_point_is_costed_at_the_runs_mean_point(tmp_p
 
 def test_the_across_prompts_reading_adds_the_prompts_to_the_look_and_says_what_settles_it():
     from specnb.analysis.sequential import SequentialRule
-    from specnb.ledger.runs import _across_prompts_text
+    from specnb.ledger.runs import across_prompts_text
     from specnb.sweep.sequential import across_prompts
 
     rule = SequentialRule(alpha=0.05, first=3, last=5)
@@ -229,9 +229,9 @@ def test_the_across_prompts_reading_adds_the_prompts_to_the_look_and_says_what_s
     half = (narrow["starts_half"] ** 2 + narrow["prompts_half"] ** 2) ** 0.5
     assert narrow["hi"] / narrow["lo"] == pytest.approx(pytest.approx(2.718281828 ** (2 * half), rel=1e-3))
     assert wide["decision"] is None and wide["prompts_half"] > wide["starts_half"]
-    assert _across_prompts_text(narrow, decided=True).endswith(": pays too")
-    assert "a larger panel_size would narrow that part" in _across_prompts_text(wide, decided=True)
-    assert _across_prompts_text(None, decided=True) == ""
+    assert across_prompts_text(narrow, decided=True).endswith(": pays too")
+    assert "a larger panel_size would narrow that part" in across_prompts_text(wide, decided=True)
+    assert across_prompts_text(None, decided=True) == ""
     noisy = across_prompts(rule, rule.look([0.8, 1.4, 1.1]), 0.01)
-    assert "open (the starts spread it more than the prompts: more repeats narrow it)" in _across_prompts_text(
+    assert "open (the starts spread it more than the prompts: more repeats narrow it)" in across_prompts_text(
         noisy, decided=False)
