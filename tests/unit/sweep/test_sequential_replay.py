@@ -15,6 +15,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from specnb import paths
 from specnb.analysis.bootstrap import bootstrap_speedups
 from specnb.analysis.sequential import LOSES, PAYS, SequentialRule, first_decision
@@ -23,7 +25,8 @@ from specnb.sweep.sequential import across_prompts, level_ratios, next_round, pr
 from specnb.sweep.spec import SweepSpec
 
 FIXED = paths.LEDGERS / "concurrency" / "cpu-demo-fixed" / "20261204T174738Z" / "default"
-DEMO = paths.LEDGERS / "concurrency" / "cpu-demo" / "20261204T180838Z" / "default"
+# the committed make demo runs: before the across-prompts reading, and with it
+DEMOS = [paths.LEDGERS / "concurrency" / "cpu-demo" / run / "default" for run in ("20261204T180838Z", "20261204T204612Z")]
 
 
 def _whole_run_decisions(df) -> dict[tuple[str, float], str | None]:
@@ -90,7 +93,8 @@ def _replay_folder(src: Path, dst: Path, repeats: int) -> Path:
     return dst
 
 
-def test_the_demo_runs_rounds_are_what_the_rule_says_of_its_ledgers(tmp_path):
+@pytest.mark.parametrize("DEMO", DEMOS, ids=lambda p: p.parent.name)
+def test_the_demo_runs_rounds_are_what_the_rule_says_of_its_ledgers(tmp_path, DEMO):  # noqa: N803
     spec = SweepSpec.parse(json.loads((DEMO / "sweep.json").read_text())["spec"])
     assert spec.sequential is not None
     records = sorted((DEMO / "sequential").glob("round-*.json"))
@@ -104,6 +108,8 @@ def test_the_demo_runs_rounds_are_what_the_rule_says_of_its_ledgers(tmp_path):
         assert levels == {wl: [(float(c), why) for c, why in lv] for wl, lv in doc["levels"].items()}
         # a record keeps what the rule wrote then (one made before the across-prompts reading has none)
         shown = [{k: v for k, v in lk.items() if k in old} for lk, old in zip(again["looks"], doc["looks"], strict=True)]
+        if DEMO == DEMOS[-1]:
+            assert all("across_prompts" in lk for lk in doc["looks"]) and shown == again["looks"]
         assert shown == doc["looks"] and again["stopped"] == doc["stopped"], f.name
     # every level a round decided is decided the same way by the whole run's interval
     whole = _whole_run_decisions(load_ledgers(DEMO))
