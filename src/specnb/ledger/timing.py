@@ -22,7 +22,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TIMING_KIND", "TIMINGS_DIR", "Phase", "PHASES", "MEASURING", "read_timings", "total_phases", "overhead_line",
+__all__ = ["TIMING_KIND", "TIMINGS_DIR", "Phase", "PHASES", "MEASURING", "read_timings", "spent_s", "total_phases",
+           "overhead_line",
            "startup_line", "timing_lines", "format_duration", "STARTUP_SEGMENTS"]
 
 TIMING_KIND = "timing"
@@ -89,6 +90,26 @@ def read_timings(folder: Path | str) -> list[dict[str, Any]]:
         if doc is not None:
             out.append({**doc, "path": str(p)})
     return out
+
+
+def spent_s(folder: Path | str) -> float:
+    """Seconds the invocations recorded under one sweep's folder took (``timings/``, finished or
+    interrupted): a local invocation's wall, a Ray driver's elapsed time; a block's record on a node
+    is inside its driver's time and is not counted again. A resumed sweep's budget counts from it."""
+    total = 0.0
+    for p in sorted((Path(folder) / TIMINGS_DIR).glob("*.json")):
+        doc = _is_timing(p)
+        if doc is None:
+            continue
+        ex = doc.get("executor")
+        try:
+            if ex is None:
+                total += float(doc.get("wall_s") or 0.0)
+            elif isinstance(ex, dict) and ex.get("role") == "driver":
+                total += float(ex.get("elapsed_s") or 0.0)
+        except (TypeError, ValueError):
+            continue  # a record with no number here adds nothing
+    return total
 
 
 def total_phases(records: Iterable[Mapping[str, Any]]) -> dict[str, float]:

@@ -139,8 +139,9 @@ class TimeLeft:
     """What is left of the round being measured, one entry per block (empty: nothing to measure
     there), and its estimated seconds from this run's measured costs (an earlier run's before any)."""
 
-    def __init__(self, spec: SweepSpec, panels: Panels, prior: Costs | None):
-        self.spec, self.panels, self.prior = spec, panels, prior
+    def __init__(self, spec: SweepSpec, panels: Panels, prior: Costs | None, spent_s: float = 0.0):
+        """``spent_s``: what the sweep's earlier invocations took (a budget counts it)."""
+        self.spec, self.panels, self.prior, self.spent_s = spec, panels, prior, spent_s
         self.costs = Costs()
         self.blocks: list[list[Point]] = []
 
@@ -204,6 +205,9 @@ class TimeLeft:
         if budget is None:
             return text
         text += f"; budget {format_duration(budget)}"
+        if self.spent_s > 0:  # a resumed sweep: its earlier invocations count
+            text += f", {format_duration(self.spent_s)} of it spent by earlier invocations"
+            budget = max(0.0, budget - self.spent_s)
         if seconds is None or seconds <= 0:
             return text + " (how many repeats it holds follows the first measured points)"
         if seconds > budget:

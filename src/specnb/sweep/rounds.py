@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from specnb.ledger.timing import Phase
+from specnb.ledger.timing import Phase, spent_s
 from specnb.prompts.workload import Workload
 from specnb.sweep.clock import PhaseClock
 from specnb.sweep.plan import Levels
@@ -28,12 +28,17 @@ class Rounds:
     def __init__(self, spec: SweepSpec, out_dir: Path, workloads: dict[str, Workload], clock: PhaseClock,
                  echo: Callable[[str], None]):
         self.spec, self.out_dir, self.clock, self.echo = spec, out_dir, clock, echo
+        # the time earlier invocations of this sweep took: a budget counts the sweep's time, not
+        # this invocation's (read before this one writes its own record)
+        self.spent_before_s = spent_s(out_dir)
         self.round = 0
         self.levels: Levels = {wl: [(lv, "asked for") for lv in spec.levels()] for wl in workloads}
 
     def advance(self, elapsed_s: float) -> bool:
         """After a round: the search's next levels, or a sequential sweep's levels still open (read
-        from the run's ledgers); False when there is no next round."""
+        from the run's ledgers); False when there is no next round. ``elapsed_s``: this invocation's
+        time so far (the sweep's earlier invocations are added to it)."""
+        elapsed_s += self.spent_before_s
         if self.spec.sequential is not None:
             from specnb.sweep import sequential  # the looks read this run's ledgers
 

@@ -71,7 +71,7 @@ from specnb.engine.vllm import engine_schedule_key
 from specnb.ledger import REFUSED_ERROR, Provenance, ServerRecord, provenance, read_ledger, utcnow, write_once
 from specnb.ledger.frame import machine_label
 from specnb.ledger.store import LedgerError, LedgerWriteError, read_json
-from specnb.ledger.timing import TIMINGS_DIR, Phase, overhead_line, total_phases
+from specnb.ledger.timing import TIMINGS_DIR, Phase, overhead_line, spent_s, total_phases
 from specnb.prompts.workload import Workload
 from specnb.sweep.arm import Arm
 from specnb.sweep.clock import PhaseClock
@@ -269,7 +269,7 @@ class BlockRunner:
             prior = prior_costs(out_dir, machine_label(self.provenance.hardware), spec.name)
         except Exception:  # noqa: BLE001 - an estimate is never worth a sweep
             prior = None
-        self.time_left = TimeLeft(spec, self.panels, prior)
+        self.time_left = TimeLeft(spec, self.panels, prior, spent_s(out_dir))
         self.servers = Servers(spec, self.model, out_dir, self.clock, echo)
         self.measurer = PointMeasurer(spec, out_dir, self.panels, self.clock, self.provenance, self.notes,
                                       self.outcome, self.observer, self.time_left, echo)

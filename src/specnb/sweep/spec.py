@@ -154,7 +154,8 @@ class SweepSpec(BaseModel):
         "the levels still open (None: fixed work, every level gets every repeat)")
     budget_s: float | None = Field(
         None, gt=0, description="decide as many levels as this allows: no round (sequential or search) starts "
-        "that would end past it, by the costs measured so far")
+        "that would end past it, by the costs measured so far (the sweep's time over all its invocations: a "
+        "resume counts what the earlier ones took)")
     start_together: bool = Field(
         False, description="launch a repeat's servers side by side before its first point, then measure "
         "them one at a time, each stopped after its block: a repeat's starts cost about one start instead of "

@@ -235,3 +235,41 @@ def test_the_across_prompts_reading_adds_the_prompts_to_the_look_and_says_what_s
     noisy = across_prompts(rule, rule.look([0.8, 1.4, 1.1]), 0.01)
     assert "open (the starts spread it more than the prompts: more repeats narrow it)" in across_prompts_text(
         noisy, decided=False)
+
+
+def _timing(folder, name, doc):
+    (folder / "timings").mkdir(parents=True, exist_ok=True)
+    (folder / "timings" / name).write_text(json.dumps({"kind": "timing", "schema_version": 1, **doc}))
+
+
+def test_a_resumed_sweeps_budget_counts_its_earlier_invocations(tmp_path):
+    """The budget is the sweep's time: a resume with 200 s already spent has 50 s of a 250 s budget
+    left, which no repeat fits; the plan line says what earlier invocations spent."""
+    from specnb.ledger.timing import spent_s
+    from specnb.sweep.clock import PhaseClock
+    from specnb.sweep.plan import TimeLeft
+    from specnb.sweep.rounds import Rounds
+
+    _write(tmp_path, {1: [1.30, 0.90, 1.10], 4: [1.25, 1.15, 1.05]}, duration_s=30.0)
+    _timing(tmp_path, "a.json", {"wall_s": 120.0, "ended": "interrupted"})  # a local invocation cut short
+    _timing(tmp_path, "b.json", {"wall_s": 50.0, "executor": {"kind": "ray", "role": "driver", "elapsed_s": 80.0}})
+    _timing(tmp_path, "c.json", {"wall_s": 999.0, "executor": {"kind": "ray", "node_id": "n1"}})  # a block: in its driver's
+    _timing(tmp_path, "d.json", {"wall_s": "not a number"})
+    assert spent_s(tmp_path) == pytest.approx(200.0)
+    junk = tmp_path.parent / f"{tmp_path.name}-junk"
+    _timing(junk, "a.json", {"wall_s": 7.0})
+    (junk / "timings" / "b.json").write_text("{not json")  # unreadable: not a timing record
+    assert spent_s(junk) == pytest.approx(7.0) and spent_s(tmp_path / "none") == 0.0
+    spec = _spec(concurrency=[1, 4], budget_s=250)
+    rounds = Rounds(spec, tmp_path, {"copy": None}, PhaseClock(), lambda _: None)
+    assert rounds.advance(0.0) is False  # 200 s spent + one repeat of one level (100 s) > 250 s
+    rec = json.loads((tmp_path / "sequential" / "round-01.json").read_text())
+    assert "time budget: 200 s spent of 250 s" in rec["stopped"] and rec["elapsed_s"] == pytest.approx(200.0)
+    fresh = tmp_path.parent / f"{tmp_path.name}-fresh"
+    _write(fresh, {1: [1.30, 0.90, 1.10], 4: [1.25, 1.15, 1.05]}, duration_s=30.0)
+    assert Rounds(spec, fresh, {"copy": None}, PhaseClock(), lambda _: None).advance(0.0) is True  # nothing spent
+    text = TimeLeft(_spec(budget_s=720), None, None, spent_s=580.0).sequential_text(120.0)
+    assert "budget 12m00s, 9m40s of it spent by earlier invocations" in text
+    assert "room for about 0 more repeat(s)" in text  # (720 - 580 - 120) s: under one 40 s repeat
+    fresh_text = TimeLeft(_spec(budget_s=720), None, None).sequential_text(120.0)
+    assert "spent" not in fresh_text and "room for about 2 more repeat(s)" in fresh_text
