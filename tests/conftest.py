@@ -36,9 +36,9 @@ def pytest_collection_modifyitems(config, items):
 # never an assertion: this machine's speed moves by a quarter within the hour, and a suite that
 # failed on the clock would fail a submission on a slow hour. The measured figures per CPU family:
 INTEGRATION_MEASURED = {
-    "avx512": "1,071 s (23.8 times its 45.1 s shared-sweep start) in a clean-clone `make test` of 22.7 min after set-up on a "
-              "2-core AVX-512 BF16 EPYC, 67f880f, 2026-12-04 20:52; 1,241 s (21.8 x 56.8 s, 26.0 min) on 37e2638 at a "
-              "slower hour",
+    "avx512": "1,047 s (25.1 times its 41.7 s shared-sweep start) in a clean-clone `make test` of 22.2 min after set-up on a "
+              "2-core AVX-512 BF16 EPYC, b718b34, 2026-12-04 21:40; 1,071 s (23.8 x 45.1 s, 22.7 min) on 67f880f an hour "
+              "before",
     "avx2": "1,630 s (27.0 times its 60.5 s shared-sweep start) in a clean-clone `make test` of 33.9 min after set-up "
             "on a 2-core AVX2-only EPYC (fp32 servers), 6a2b98b, 2026-12-04 15:42; 1,687 s (31.7 x 53.2 s) on 9073524 "
             "an hour before",
