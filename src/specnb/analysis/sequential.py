@@ -113,6 +113,11 @@ class Look:
     hi: float
     decision: str | None  # PAYS, LOSES or None (open)
 
+    @property
+    def log_half(self) -> float:
+        """The interval's half-width on the log scale (it is symmetric there)."""
+        return (math.log(self.hi) - math.log(self.lo)) / 2
+
     def text(self) -> str:
         verdict = {PAYS: "pays", LOSES: "loses"}.get(self.decision or "", "open")
         return f"{self.ratio:.2f}x [{self.lo:.2f}, {self.hi:.2f}] after {self.n} repeats: {verdict}"

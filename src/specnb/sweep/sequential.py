@@ -96,12 +96,12 @@ def across_prompts(rule: SequentialRule, lk: Look | None, prompts_sd: float | No
     """The look read for the workload rather than for this panel: its interval over the starts and
     the panel's prompt spread together (root sum of squares of the two half-widths at the look's
     level), and the decision that gives. The rule decides on the panel (the same prompts in every
-    repeat: the starts are the noise repeats can shrink); where the two disagree, a larger
-    ``panel_size`` is what would settle it for the workload, not more repeats."""
+    repeat: the starts are the noise repeats can shrink); the prompts' part only a larger
+    ``panel_size`` narrows."""
     if lk is None or prompts_sd is None:
         return None
     z = NormalDist().inv_cdf(1.0 - rule.per_look_alpha / 2.0)
-    starts_half = (math.log(lk.hi) - math.log(lk.lo)) / 2
+    starts_half = lk.log_half
     prompts_half = z * prompts_sd
     half = math.hypot(starts_half, prompts_half)
     lo, hi = lk.ratio * math.exp(-half), lk.ratio * math.exp(half)
@@ -121,8 +121,7 @@ def _closeness(lk: Look | None) -> float:
     """How near a look is to a decision: its log ratio's distance from 0 over its half-width."""
     if lk is None:
         return 0.0
-    half = (math.log(lk.hi) - math.log(lk.lo)) / 2
-    return abs(math.log(lk.ratio)) / half if half > 0 else math.inf
+    return abs(math.log(lk.ratio)) / lk.log_half if lk.log_half > 0 else math.inf
 
 
 def repeat_cost(spec: SweepSpec, df: pd.DataFrame, levels: list[tuple[str, float]]) -> float | None:
@@ -207,14 +206,13 @@ def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
     if not workloads and doc["stopped"] is None:
         doc["stopped"] = "nothing measured in the first repeats"
     by_arm = {(r["workload"], r["level"], r["arm"]): r for r in looks}
-    spreads: dict[tuple[int, ...], dict[tuple[str, float, str], float]] = {}
+    spreads: dict[tuple[int, ...], dict[tuple[str, float, str], float]] = {}  # per set of repeats
 
     def spread_at(key: tuple[str, float, str], repeats: list[int]) -> float | None:
         """The prompt spread of a level over the repeats its look used (a look that stopped earlier
         than its level's repeats reads only those)."""
         if tuple(repeats) not in spreads:
-            at_level = (df["workload"].astype(str) == key[0]) & (level_of(df).astype(float) == key[1])
-            spreads[tuple(repeats)] = prompt_spread(df[~at_level | df["repeat"].isin(repeats)])
+            spreads[tuple(repeats)] = prompt_spread(df[df["repeat"].isin(repeats)])
         return spreads[tuple(repeats)].get(key)
     open_levels: list[tuple[float, tuple[str, float], str]] = []
     for key in sorted((wl, float(c)) for wl in workloads for c in spec.levels()):
