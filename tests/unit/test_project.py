@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import tomllib
 
 from specnb import paths
@@ -112,3 +114,12 @@ def test_readme_is_a_front_door_and_every_link_in_it_and_the_docs_resolves():
     linked = {(readme.parent / link).resolve() for link in _links(readme.read_text())}
     for page in pages[1:]:  # every docs page is reachable from the front door
         assert page.resolve() in linked, f"README does not link to {page.relative_to(paths.ROOT)}"
+
+
+def test_importing_jsonschema_compiles_no_grammar():
+    """Every vLLM process imports jsonschema (through Ray), as do specnb and the notebooks' kernels:
+    in this venv the import must not pull in rfc3987-syntax, which builds some 35 Earley parsers
+    at import (6 s of one core; the lab extra keeps jsonschema below 4.25 for it)."""
+    code = "import sys, jsonschema; print(sorted(m for m in sys.modules if m.startswith(('rfc3987_syntax', 'lark'))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", f"importing jsonschema imported {out.strip()} (pyproject.toml's lab extra says why not)"
