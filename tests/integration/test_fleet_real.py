@@ -215,7 +215,9 @@ def test_ctrl_c_on_the_driver_stops_every_block_and_every_server(tmp_path):
     cfg = tmp_path / "cc.toml"
     cfg.write_text(
         f'name = "cc"\nmodel = "{MODEL}"\nserved_model_name = "smol"\nserver_args = {json.dumps(SERVER_ARGS)}\n'
-        'workloads = ["copy"]\nconcurrency = [1]\nrepeats = 2\npanel_size = 4\nwarmup_requests = 1\n'
+        # no sizing: a sized run's second block waits for the first block's sizing, so the two
+        # servers would not start together (about 30 s of waiting here)
+        'workloads = ["copy"]\nconcurrency = [1]\nrepeats = 2\npanel_size = 4\nwork_floor_tokens = 0\nwarmup_requests = 1\n'
         '[env]\nVLLM_CPU_KVCACHE_SPACE = "1"\n[sampling]\nmax_tokens = 16\n'
         '[[arms]]\nname = "baseline"\n[[arms]]\nname = "ngram-k4"\n'
         'speculative_config = { method = "ngram", num_speculative_tokens = 4, prompt_lookup_max = 4 }\n')
