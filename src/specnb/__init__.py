@@ -10,28 +10,14 @@ drives it with closed-loop streaming load at fixed concurrency, reads its Promet
 and writes one write-once JSON ledger per point, drafter-on and drafter-off arms paired on
 the same prompts. The *analysis side* (:mod:`specnb.ledger`, :mod:`specnb.analysis`,
 :mod:`specnb.models`, :mod:`specnb.figures`) reads ledgers and never a server:
-``import specnb`` loads only it, so figures rebuild without an engine installed. Engine
-names below (``SweepSpec``, ``run_sweep``, ``VllmServer``, ``attach``) are imported when
-first used.
+no name of the analysis side imports the engine side, so figures rebuild without an engine
+installed. ``import specnb`` itself loads nothing: every name below (``load_ledgers``,
+``SweepSpec``, ``run_sweep``, ``VllmServer``, ...) is imported when first used.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from specnb.analysis import (
-    bootstrap_speedups,
-    decide,
-    expected_speedup,
-    kv_capacity,
-    paired,
-    speedup_table,
-    summarize,
-    thresholds,
-)
-from specnb.ledger import PointLedger, load_ledgers, load_requests, load_spec_by_category, read_ledger
-from specnb.ledger.published import list_published, load_published
-from specnb.prompts import bundled, load_jsonl, load_traffic, measure_mix, resolve
 
 __version__ = "0.1.0"
 
@@ -64,8 +50,17 @@ __all__ = [
     "thresholds",
 ]
 
-# the engine side, imported on first use
+# every public name is imported on first use: vLLM imports specnb.engine.plugins (so this
+# package) in every process of every server it starts, where the analysis side (pandas, pyarrow)
+# would cost about 0.45 s per process; ``specnb.bootstrap_speedups`` and the rest load their module
+# when first asked for
 _LAZY = {
+    **dict.fromkeys(("bootstrap_speedups", "decide", "expected_speedup", "kv_capacity", "paired", "speedup_table",
+                     "summarize", "thresholds"), "specnb.analysis"),
+    **dict.fromkeys(("PointLedger", "load_ledgers", "load_requests", "load_spec_by_category", "read_ledger"),
+                    "specnb.ledger"),
+    **dict.fromkeys(("list_published", "load_published"), "specnb.ledger.published"),
+    **dict.fromkeys(("bundled", "load_jsonl", "load_traffic", "measure_mix", "resolve"), "specnb.prompts"),
     "Arm": "specnb.sweep.arm",
     "Study": "specnb.sweep.study",
     "SweepSpec": "specnb.sweep.spec",

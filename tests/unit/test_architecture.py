@@ -75,6 +75,26 @@ def test_engine_names_on_the_top_level_still_resolve_when_asked():
     assert "specnb.engine.server" in loaded["specnb"] and "psutil" in loaded["deps"]
 
 
+def test_the_vllm_plugins_load_only_themselves():
+    """vLLM imports every ``vllm.general_plugins`` entry point in each process of each server it
+    starts (API server, engine core, workers): the plugin modules load no other part of specnb
+    and nothing heavy (the analysis side's pandas and pyarrow cost about 0.45 s per process)."""
+    from importlib.metadata import entry_points
+
+    plugins = [ep for ep in entry_points(group="vllm.general_plugins") if ep.value.startswith("specnb.")]
+    assert plugins, "specnb's vllm.general_plugins entry points are not installed (make setup)"
+    probe = ("import sys\n_base = set(sys.modules)\nimport importlib\n"
+             + "".join(f"importlib.import_module({ep.module!r})\n" for ep in plugins)
+             + "import json\nprint(json.dumps(sorted(m for m in set(sys.modules) - _base "
+               "if m.split('.')[0] in ('specnb', 'pandas', 'pyarrow', 'numpy', 'scipy', 'matplotlib'))))\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                         cwd=paths.ROOT, check=True)
+    loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    modules = {ep.module for ep in plugins}
+    parents = {".".join(m.split(".")[:i]) for m in modules for i in range(1, m.count(".") + 1)}
+    assert loaded == modules | parents, sorted(loaded - modules - parents)
+
+
 def _imports(path: Path) -> list[str]:
     """Every module a file imports at its top level (not inside functions: those are lazy on purpose)."""
     tree = ast.parse(path.read_text())
