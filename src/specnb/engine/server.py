@@ -161,6 +161,11 @@ def parse_kv_capacity(log_text: str) -> KvCapacity:
     return kv
 
 
+# how often a starting server is asked whether it answers: a refused connection costs microseconds,
+# and every start waits half of this on average past the moment it could serve
+READY_POLL_S = 0.2
+
+
 def free_port(host: str = LOCALHOST) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -449,7 +454,7 @@ class VllmServer:
 
     def _wait_ready(self, base_url: str, t0: float) -> None:
         while not self._answers(base_url, t0):
-            time.sleep(0.5)
+            time.sleep(READY_POLL_S)
 
     def ready_now(self) -> bool:
         """One look, no wait: whether the launched server answers now; raises ServerStartError when

@@ -19,7 +19,7 @@ from typing import Any
 from specnb.analysis.schedule import with_schedule_key
 from specnb.engine import kernels
 from specnb.engine.decisions import startup_decisions
-from specnb.engine.server import Endpoint, ServerError, VllmServer, attach
+from specnb.engine.server import READY_POLL_S, Endpoint, ServerError, VllmServer, attach
 from specnb.engine.startup import startup_breakdown
 from specnb.engine.vllm import engine_schedule_key, engine_supports_flag
 from specnb.ledger import LoadMode, ServerRecord
@@ -213,7 +213,7 @@ class Servers:
                 for item in up:
                     left.remove(item[:2])
                 if left and not up:
-                    time.sleep(0.5)
+                    time.sleep(READY_POLL_S)
             for pt, srv, got in up:
                 self._started[(pt.arm.name, pt.repeat)] = (srv, got)
                 self.record_start(pt.arm, pt.repeat, srv, None if isinstance(got, ServerError) else got, together=n)
