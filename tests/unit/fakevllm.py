@@ -451,6 +451,21 @@ def _arg(args: list[str], flag: str) -> str | None:
     return None
 
 
+def count_start(state: Path) -> int:
+    """This start's number among the fakes sharing ``state``, counted under a lock: servers
+    launched side by side (``start_together``) start at once, and an unlocked read of the count
+    while another start rewrote it read an empty file (the fake then died at start, failing
+    tests/unit/sweep/test_start_together.py now and then)."""
+    import fcntl
+
+    with open(state / "starts.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        counter = state / "starts"
+        starts = int(counter.read_text() or "0") + 1 if counter.exists() else 1
+        counter.write_text(str(starts))
+    return starts
+
+
 def main(args: list[str]) -> None:  # pragma: no cover - runs in the server's process
     from aiohttp import web
 
@@ -459,9 +474,7 @@ def main(args: list[str]) -> None:  # pragma: no cover - runs in the server's pr
     key = _arg(args, "--api-key") or os.environ.get("VLLM_API_KEY")
     env = os.environ
     state = Path(env.get("FAKE_VLLM_STATE", "."))
-    starts_file = state / "starts"
-    starts = int(starts_file.read_text()) + 1 if starts_file.exists() else 1
-    starts_file.write_text(str(starts))
+    starts = count_start(state)
     die_after = int(env.get("FAKE_VLLM_DIE_AFTER", "0"))
     if starts > 1 and env.get("FAKE_VLLM_DIE_ALWAYS") != "1":
         die_after = 0
