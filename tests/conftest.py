@@ -36,9 +36,9 @@ def pytest_collection_modifyitems(config, items):
 # never an assertion: this machine's speed moves by a quarter within the hour, and a suite that
 # failed on the clock would fail a submission on a slow hour. The measured figures per CPU family:
 INTEGRATION_MEASURED = {
-    "avx512": "807 s (25.2 times its 32.0 s shared-sweep start) in a clean-clone `make test` of 17.7 min after set-up on a "
-              "2-core AVX-512 BF16 EPYC, a2a769e, 2026-12-04 23:52; 1,047 s (25.1 x 41.7 s, 22.2 min) on b718b34, before "
-              "JupyterLab's jsonschema was kept below 4.25",
+    "avx512": "798 s (26.2 times its 30.5 s shared-sweep start) in a clean-clone `make test` of 17.2 min after set-up on a "
+              "2-core AVX-512 BF16 EPYC, 97f15a3, 2026-12-05 01:56; 807 s (25.2 x 32.0 s, 17.7 min) on a2a769e the evening "
+              "before",
     "avx2": "1,630 s (27.0 times its 60.5 s shared-sweep start) in a clean-clone `make test` of 33.9 min after set-up "
             "on a 2-core AVX2-only EPYC (fp32 servers), 6a2b98b, 2026-12-04 15:42; 1,687 s (31.7 x 53.2 s) on 9073524 "
             "an hour before",
