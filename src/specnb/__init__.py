@@ -76,3 +76,8 @@ def __getattr__(name: str) -> Any:
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'specnb' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """Every public name, loaded or not: what ``dir(specnb)`` and Jupyter's tab completion list."""
+    return sorted(set(globals()) | set(__all__))

@@ -75,6 +75,16 @@ def test_engine_names_on_the_top_level_still_resolve_when_asked():
     assert "specnb.engine.server" in loaded["specnb"] and "psutil" in loaded["deps"]
 
 
+def test_every_top_level_name_resolves_and_is_listed():
+    """``import specnb`` loads nothing until a name is used; every name in ``__all__`` then resolves
+    to what its module defines, and ``dir(specnb)`` (tab completion in JupyterLab) lists them all."""
+    import specnb
+
+    assert set(specnb.__all__) <= set(dir(specnb))
+    for name in specnb.__all__:
+        assert getattr(specnb, name).__name__ == name, name
+
+
 def test_the_vllm_plugins_load_only_themselves():
     """vLLM imports every ``vllm.general_plugins`` entry point in each process of each server it
     starts (API server, engine core, workers): the plugin modules load no other part of specnb
