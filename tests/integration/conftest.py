@@ -48,7 +48,7 @@ def sweep_spec(**kw) -> SweepSpec:
     base = dict(
         name="it", model=str(MODEL), served_model_name="smol", server_args=SERVER_ARGS,
         workloads=["copy"], concurrency=[1, 2], repeats=1, panel_size=4, work_floor_tokens=None,
-        warmup_requests=1, sampling={"max_tokens": 32}, ready_timeout_s=300, request_timeout_s=120,
+        warmup_requests=0, sampling={"max_tokens": 32}, ready_timeout_s=300, request_timeout_s=120,
         metrics_interval_s=0.5,
         arms=[
             {"name": "baseline"},
@@ -111,7 +111,7 @@ def real_sweep(tmp_path_factory) -> RealSweep:
     # fails among them), then measure one at a time: the start-together path on the real engine,
     # and the tune round made from this sweep inherits it
     spec = sweep_spec(workloads=[str(mixed_prompts(tmp))], panel_size=8, env={"VLLM_CPU_KVCACHE_SPACE": "1"},
-                      start_together=True)
+                      start_together=True, warmup_requests=1)
     out = tmp / "out"
     t0 = time.monotonic()
     outcome = run_sweep(spec, out, progress=False)

@@ -65,7 +65,7 @@ def servers(_launched, baseline_server):
 
 def _spec(**kw) -> SweepSpec:
     data = dict(name="dyn", served_model_name="smol", workloads=["copy"], repeats=1, panel_size=4,
-                work_floor_tokens=None, warmup_requests=1, sampling={"max_tokens": 24}, request_timeout_s=120,
+                work_floor_tokens=None, warmup_requests=0, sampling={"max_tokens": 24}, request_timeout_s=120,
                 metrics_interval_s=0.5)
     data.update(kw)
     return SweepSpec.parse(data)

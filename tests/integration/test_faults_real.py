@@ -176,7 +176,7 @@ def test_ctrl_c_in_a_measuring_notebook_leaves_no_server(tmp_path):
     root = tmp_path / "ledgers"
     params = {"measure": "true", "ledger_root": str(root), "figures_dir": str(tmp_path / "fig"),
               "workloads": '["copy"]', "concurrency": "[1, 2, 4, 8]", "repeats": "1", "panel_size": "4",
-              "work_floor_tokens": "0", "warmup_requests": "1", "max_tokens": "24", "run": "ctrl-c",
+              "work_floor_tokens": "0", "warmup_requests": "0", "max_tokens": "24", "run": "ctrl-c",
               "server_args": json.dumps(SERVER_ARGS)}
     argv = [sys.executable, "-m", "specnb.notebooks.runner", str(nb), str(tmp_path / "out.ipynb")]
     for k, v in params.items():
@@ -230,7 +230,7 @@ def test_a_protected_endpoint_is_refused_without_its_key_and_measured_with_it(pr
     cfg = tmp_path / "s.toml"
     cfg.write_text(
         'name = "protected"\nworkloads = ["copy"]\nconcurrency = [2]\nrepeats = 1\npanel_size = 4\n'
-        'work_floor_tokens = 0\nwarmup_requests = 1\nmetrics_interval_s = 0.5\n[sampling]\nmax_tokens = 24\n'
+        'work_floor_tokens = 0\nwarmup_requests = 0\nmetrics_interval_s = 0.5\n[sampling]\nmax_tokens = 24\n'
         f'[[arms]]\nname = "theirs"\nendpoint = "{protected.base_url}"\n'
     )
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "VLLM_API_KEY")}

@@ -46,7 +46,7 @@ def _measure(nb: str, tmp_path: Path, **params) -> tuple[Path, object]:
     root = tmp_path / "ledgers"
     base = {"measure": True, "ledger_root": str(root), "figures_dir": str(tmp_path / "fig"), "repeats": 1,
             "search": None,  # the levels asked for only: a search would add levels (tested in test_dynamic_real)
-            "panel_size": 3, "work_floor_tokens": None, "warmup_requests": 1, "max_tokens": 24,
+            "panel_size": 3, "work_floor_tokens": None, "warmup_requests": 0, "max_tokens": 24,
             "server_args": SERVER_ARGS}  # the machine's dtype (tests/integration/conftest.py)
     base.update(params)
     out = execute(nb, tmp_path / "out.ipynb", base)

@@ -22,6 +22,7 @@ import pytest
 from specnb import paths
 from specnb.analysis import bootstrap_speedups, format_speedup_table, speedup_table
 from specnb.ledger import SCHEMA_VERSION, load_ledgers, load_requests, read_ledger
+from specnb.ledger.timing import read_timings
 from specnb.sweep import run_sweep
 from tests.integration.conftest import DTYPE, MODEL, SERVER_ARGS
 from tests.integration.conftest import sweep_spec as _spec
@@ -64,6 +65,11 @@ def test_sweep_writes_valid_ledgers(swept):
     for p in outcome.written + outcome.failed:
         jsonschema.validate(json.loads(p.read_text()), schema)
         read_ledger(p)
+    # the shared sweep warms its launched servers up (the tests that attach to the warm shared pair
+    # ask for no warm-up): it ran, outside the points, and the ledgers say so
+    assert {read_ledger(p).warmup_requests for p in outcome.written} == {1}
+    (timing,) = [t for t in read_timings(out) if t["points"]]
+    assert timing["phases_s"]["warmup"] > 0
 
 
 def test_spec_arm_drafts_and_baseline_does_not(swept):
@@ -177,7 +183,7 @@ def test_ctrl_c_stops_the_server_and_keeps_finished_points(tmp_path):
         f'model = "{MODEL}"\nserved_model_name = "smol"\n'
         f"server_args = {json.dumps(SERVER_ARGS)}\n"
         'workloads = ["copy"]\nconcurrency = [1, 2, 4, 8, 16]\nrepeats = 1\n'
-        "panel_size = 4\nwork_floor_tokens = 0\nwarmup_requests = 1\n"
+        "panel_size = 4\nwork_floor_tokens = 0\nwarmup_requests = 0\n"
         '[sampling]\nmax_tokens = 32\n[[arms]]\nname = "baseline"\n'
     )
     out = tmp_path / "out"
