@@ -37,7 +37,7 @@ def pytest_collection_modifyitems(config, items):
 # failed on the clock would fail a submission on a slow hour. The measured figures per CPU family:
 INTEGRATION_MEASURED = {
     "avx512": "763 s (26.0 times its 29.3 s shared-sweep start) in a clean-clone `make test` of 16.7 min after set-up on a "
-              "2-core AVX-512 BF16 EPYC, b93654e, 2026-12-05 04:40; 767 s (26.6 x 28.8 s, 16.8 min) on 2124c96 that hour, "
+              "2-core AVX-512 BF16 EPYC, b93654e, 2026-12-05 04:40; 767 s (26.6 x 28.8 s, 16.8 min) on 2124c96 that morning, "
               "817 s (26.1 x 31.2 s, 17.6 min) on 1051149 before it",
     "avx2": "1,630 s (27.0 times its 60.5 s shared-sweep start) in a clean-clone `make test` of 33.9 min after set-up "
             "on a 2-core AVX2-only EPYC (fp32 servers), 6a2b98b, 2026-12-04 15:42; 1,687 s (31.7 x 53.2 s) on 9073524 "

@@ -48,6 +48,8 @@ def sweep_spec(**kw) -> SweepSpec:
     base = dict(
         name="it", model=str(MODEL), served_model_name="smol", server_args=SERVER_ARGS,
         workloads=["copy"], concurrency=[1, 2], repeats=1, panel_size=4, work_floor_tokens=None,
+        # no warm-up request: nothing the attaching tests check depends on a warm server (the shared
+        # sweep below asks for one, and its test checks that it ran)
         warmup_requests=0, sampling={"max_tokens": 32}, ready_timeout_s=300, request_timeout_s=120,
         metrics_interval_s=0.5,
         arms=[

@@ -228,9 +228,10 @@ def protected(_protected_server):
 
 def test_a_protected_endpoint_is_refused_without_its_key_and_measured_with_it(protected, tmp_path, monkeypatch):
     cfg = tmp_path / "s.toml"
+    # one warm-up request: the key must go with it too (the one real-server test that warms a protected server)
     cfg.write_text(
         'name = "protected"\nworkloads = ["copy"]\nconcurrency = [2]\nrepeats = 1\npanel_size = 4\n'
-        'work_floor_tokens = 0\nwarmup_requests = 0\nmetrics_interval_s = 0.5\n[sampling]\nmax_tokens = 24\n'
+        'work_floor_tokens = 0\nwarmup_requests = 1\nmetrics_interval_s = 0.5\n[sampling]\nmax_tokens = 24\n'
         f'[[arms]]\nname = "theirs"\nendpoint = "{protected.base_url}"\n'
     )
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "VLLM_API_KEY")}
