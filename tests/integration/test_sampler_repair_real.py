@@ -22,7 +22,9 @@ import json, torch
 from specnb.engine.kernels import extension_for
 from specnb.engine.vllm import vllm_package_dirs
 from specnb.ledger.provenance import cpu_isa
-ext = extension_for(cpu_isa()[0])
+# the extension vLLM loads on this CPU: the real level, not one SPECNB_EMULATE_CPU_ISA lowers
+# (vLLM would load its own beside it, and the same ops registered twice abort the process)
+ext = extension_for(cpu_isa(env={})[0])
 torch.ops.load_library(str(next(p for d in vllm_package_dirs() for p in sorted(d.glob(f"{ext}.*.so")))))
 import vllm.utils.cpu_triton_utils as cpu_tl
 from specnb.engine.plugins.cpu_repairs import EXPAND_ATTR, expand_writes, repair
