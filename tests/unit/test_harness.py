@@ -169,3 +169,28 @@ def test_where_chromium_cannot_be_installed_ci_fails_naming_it(tmp_path, ci, rc)
     (line,) = r.stderr.strip().splitlines()
     assert "chromium" in line and "no apt-get" in line
     assert ("will skip" in line) == (rc == 0)
+
+
+def test_make_test_as_avx2_runs_make_test_with_an_avx2_machines_choices(tmp_path):
+    """`make test-as-avx2` runs `make test` (here a stand-in for make that reports what it was given)
+    with specnb's probe lowered to AVX2 and oneDNN and ATen capped there, on any machine."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from specnb import paths
+    from specnb.ledger.provenance import EMULATE_ENV
+
+    names = [EMULATE_ENV, "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY"]
+    stand_in = tmp_path / "make"
+    stand_in.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                        f"print(json.dumps({{'argv': sys.argv[1:], 'env': {{k: os.environ.get(k) for k in {names!r}}}}}))\n")
+    stand_in.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", *names)}
+    r = subprocess.run(["make", "-s", "-f", "Makefile", "test-as-avx2", f"MAKE={stand_in}"], cwd=paths.ROOT, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["argv"] == ["test"]
+    assert got["env"] == {EMULATE_ENV: "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
