@@ -49,6 +49,20 @@ def test_the_real_server_time_is_printed_and_never_fails_a_run(spent):
     assert alone.exitstatus == 0 and "times the shared" not in alone.config.lines[0]
 
 
+def test_an_emulated_run_says_so_beside_its_figure(spent, monkeypatch):
+    """`make test-as-avx2` on a CPU with more: the printed figure is this family's, said to be
+    run with the other family's choices (on an AVX2-only CPU the emulation changes nothing)."""
+    from specnb.ledger.provenance import EMULATE_ENV, cpu_isa
+
+    budget.pytest_runtest_logreport(SimpleNamespace(keywords={"integration": 1}, duration=10.0, when="call"))
+    monkeypatch.setenv(EMULATE_ENV, "avx2")
+    session = SimpleNamespace(config=_Config(), exitstatus=0)
+    budget.pytest_sessionfinish(session, 0)
+    (line,) = session.config.lines
+    assert ("emulating avx2: its choices, not its speed" in line) == cpu_isa()[1]
+    assert f"this CPU family, {budget.FAMILY}" in line
+
+
 def test_no_test_or_hook_in_the_suite_fails_on_the_clock():
     """The harness holds no time budget, and no test compares a wall-clock figure with a bound a
     machine ten times slower would miss: grep for the budget names and the tight client ratios."""
@@ -183,12 +197,11 @@ def test_make_test_as_avx2_runs_make_test_with_an_avx2_machines_choices(tmp_path
     from specnb.ledger.provenance import EMULATE_ENV
 
     names = [EMULATE_ENV, "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY"]
-    stand_in = tmp_path / "make"
-    stand_in.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+    stand_in = tmp_path / "make.py"
+    stand_in.write_text("import json, os, sys\n"
                         f"print(json.dumps({{'argv': sys.argv[1:], 'env': {{k: os.environ.get(k) for k in {names!r}}}}}))\n")
-    stand_in.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", *names)}
-    r = subprocess.run(["make", "-s", "-f", "Makefile", "test-as-avx2", f"MAKE={stand_in}"], cwd=paths.ROOT, env=env,
+    r = subprocess.run(["make", "-s", "-f", "Makefile", "test-as-avx2", f"MAKE={sys.executable} {stand_in}"], cwd=paths.ROOT, env=env,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout.strip().splitlines()[-1])

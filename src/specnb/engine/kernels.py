@@ -18,7 +18,10 @@ fallback. The answer is cached per extension file and CPU, under ``.cache/``.
 
 ``SPECNB_EMULATE_CPU_ISA=avx2`` makes the probe answer as an AVX2-only machine would (it loads
 ``_C_AVX2`` and caps oneDNN with ``ONEDNN_MAX_CPU_ISA``): the tests use it to exercise the AVX2
-route on an AVX-512 machine. It only lowers the level; servers are not affected by it.
+route on an AVX-512 machine. It only lowers the level; servers are not affected by it (``make
+test-as-avx2`` also caps oneDNN and ATen for everything it runs, servers included). A cap in the
+environment (``ONEDNN_MAX_CPU_ISA``, ``DNNL_MAX_CPU_ISA``, ``ATEN_CPU_CAPABILITY``) changes what a
+probe finds, so it is part of the cache key: a capped run never answers for an uncapped one.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from specnb.ledger.names import REFUSED_ERROR
 from specnb.ledger.provenance import EMULATE_ENV, cpu_isa
 
 __all__ = ["Unservable", "KernelProbe", "Assessment", "probe", "assess", "checkpoint_scheme", "extension_for",
-           "machine_dtype", "resolve_dtype", "MACHINE_DTYPE", "SCHEME_KERNELS", "FALLBACK_LOG_LINE", "probe_for", "find_library", "cache_file"]
+           "machine_dtype", "resolve_dtype", "MACHINE_DTYPE", "SCHEME_KERNELS", "FALLBACK_LOG_LINE", "probe_for", "find_library", "cache_file", "ISA_CAPS"]
 
 # vLLM's own words when a linear layer cannot get a oneDNN kernel (model_executor/layers/utils.py)
 FALLBACK_LOG_LINE = "fallback to torch linear"
@@ -145,9 +148,18 @@ def _probe_here(library: str) -> dict[str, Any]:  # pragma: no cover - runs in t
     return {"ops": ops, "onednn_linear": linear}
 
 
-def cache_file(library: Path, isa: str, emulated: bool) -> Path:
+# environment variables that lower the instruction set the probe's child (and a server) runs at
+ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+
+
+def cache_file(library: Path, isa: str, emulated: bool, caps: dict[str, str] | None = None) -> Path:
+    """Where a probe's answer is kept: per extension file, level, emulation, machine and the ISA
+    caps its child ran under (``caps``: those of :data:`ISA_CAPS` that were set)."""
     st = library.stat()
+    capped = "|".join(f"{k}={(caps or {})[k]}" for k in ISA_CAPS if (caps or {}).get(k))
     key = f"{library}|{st.st_size}|{st.st_mtime_ns}|{isa}|{emulated}|{platform.machine()}"
+    if capped:
+        key += f"|{capped}"  # the uncapped key is the one every earlier cache file was written under
     return paths.CACHE / "kernels" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
@@ -168,16 +180,16 @@ def probe_for(isa: str, emulated: bool) -> KernelProbe | None:
     lib = find_library(root, ext) if root else None
     if lib is None:
         return KernelProbe(isa, emulated, ext, error=f"no {ext} library in the installed vLLM")
-    cache = cache_file(lib, isa, emulated)
+    child_env = {k: v for k, v in os.environ.items() if k != EMULATE_ENV}
+    if emulated and isa in _ONEDNN_CAP:
+        child_env["ONEDNN_MAX_CPU_ISA"] = _ONEDNN_CAP[isa]
+    cache = cache_file(lib, isa, emulated, {k: child_env[k] for k in ISA_CAPS if child_env.get(k)})
     if cache.is_file():
         try:
             d = json.loads(cache.read_text())
             return KernelProbe(isa, emulated, ext, tuple(d["ops"]), d["onednn_linear"])
         except (OSError, ValueError, KeyError):
             pass
-    child_env = {k: v for k, v in os.environ.items() if k != EMULATE_ENV}
-    if emulated and isa in _ONEDNN_CAP:
-        child_env["ONEDNN_MAX_CPU_ISA"] = _ONEDNN_CAP[isa]
     code = f"import json, sys; from specnb.engine.kernels import _probe_here; print(json.dumps(_probe_here({str(lib)!r})))"
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env,

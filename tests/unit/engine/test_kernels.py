@@ -172,3 +172,39 @@ def test_dtype_machine_is_resolved_for_this_cpu_in_either_form(monkeypatch):
     assert kernels.resolve_dtype(["--served-model-name", "machine"], AVX2_PROBE) == ["--served-model-name", "machine"]
     monkeypatch.setattr(kernels, "probe", lambda env=None: None)  # a GPU build: the checkpoint's own dtype
     assert kernels.resolve_dtype(args)[2] == "auto"
+
+
+def test_a_probe_under_an_isa_cap_is_cached_apart_from_an_uncapped_one(monkeypatch, tmp_path):
+    """`make test-as-avx2` caps oneDNN and ATen for everything it runs: a real-level probe made
+    under those caps (bf16 oneDNN fails below AVX-512) must not answer later uncapped runs."""
+    import subprocess
+
+    lib = tmp_path / "vllm" / "_C.abi3.so"
+    lib.parent.mkdir()
+    lib.write_bytes(b"")
+    assert kernels.cache_file(lib, "avx512_bf16", False) == kernels.cache_file(lib, "avx512_bf16", False, {})
+    capped = kernels.cache_file(lib, "avx512_bf16", False, {"ONEDNN_MAX_CPU_ISA": "AVX2"})
+    assert capped != kernels.cache_file(lib, "avx512_bf16", False)
+    assert capped != kernels.cache_file(lib, "avx512_bf16", False, {"ATEN_CPU_CAPABILITY": "avx2"})
+
+    # the probe keys its answer by the caps its child runs under, taken from the environment
+    asked, children = [], []
+    monkeypatch.setattr(kernels, "installed_vllm", lambda: {"cpu_build": True})
+    monkeypatch.setattr(kernels, "vllm_package_dirs", lambda: [lib.parent])
+    monkeypatch.setattr(kernels, "find_library", lambda root, ext: lib)
+    monkeypatch.setattr(kernels, "cache_file", lambda *a: asked.append(a) or tmp_path / f"cache-{len(asked)}.json")  # a new file each time
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: children.append(k["env"]) or subprocess.CompletedProcess(
+        a, 0, stdout=json.dumps({"ops": [], "onednn_linear": {}}), stderr=""))
+    for k in kernels.ISA_CAPS:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    kernels.probe_for.cache_clear()
+    try:
+        kernels.probe_for("avx512_bf16", False)
+        kernels.probe_for.cache_clear()
+        kernels.probe_for("avx2", True)  # emulated: oneDNN capped for the child as well
+    finally:
+        kernels.probe_for.cache_clear()
+    assert asked[0][3] == {"ATEN_CPU_CAPABILITY": "avx2"} and children[0]["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert asked[1][3] == {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert children[1]["ONEDNN_MAX_CPU_ISA"] == "AVX2" and EMULATE_ENV not in children[1]

@@ -136,7 +136,7 @@ def main() -> int:  # pragma: no cover - the reproduction, run by hand
     from specnb.engine.vllm import vllm_package_dirs
     from specnb.ledger.provenance import cpu_isa
 
-    ext = extension_for(cpu_isa()[0])
+    ext = extension_for(cpu_isa(env={})[0])  # the one vLLM loads on this CPU, whatever the emulation says
     lib = next(p for d in vllm_package_dirs() for p in sorted(d.glob(f"{ext}.*.so")))
     torch.ops.load_library(str(lib))
     import vllm.utils.cpu_triton_utils as cpu_tl
