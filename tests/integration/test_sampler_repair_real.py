@@ -19,13 +19,8 @@ from tests.conftest import require
 
 CHILD = r'''
 import json, torch
-from specnb.engine.kernels import extension_for
-from specnb.engine.vllm import vllm_package_dirs
-from specnb.ledger.provenance import cpu_isa
-# the extension vLLM loads on this CPU: the real level, not one SPECNB_EMULATE_CPU_ISA lowers
-# (vLLM would load its own beside it, and the same ops registered twice abort the process)
-ext = extension_for(cpu_isa(env={})[0])
-torch.ops.load_library(str(next(p for d in vllm_package_dirs() for p in sorted(d.glob(f"{ext}.*.so")))))
+from specnb.engine.kernels import load_vllm_extension
+load_vllm_extension()  # the extension vLLM loads on this CPU, whatever SPECNB_EMULATE_CPU_ISA says
 import vllm.utils.cpu_triton_utils as cpu_tl
 from specnb.engine.plugins.cpu_repairs import EXPAND_ATTR, expand_writes, repair
 shipped_ok = expand_writes(getattr(cpu_tl, EXPAND_ATTR))

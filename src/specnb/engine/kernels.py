@@ -43,7 +43,8 @@ from specnb.ledger.names import REFUSED_ERROR
 from specnb.ledger.provenance import EMULATE_ENV, cpu_isa
 
 __all__ = ["Unservable", "KernelProbe", "Assessment", "probe", "assess", "checkpoint_scheme", "extension_for",
-           "machine_dtype", "resolve_dtype", "MACHINE_DTYPE", "SCHEME_KERNELS", "FALLBACK_LOG_LINE", "probe_for", "find_library", "cache_file", "ISA_CAPS"]
+           "machine_dtype", "resolve_dtype", "MACHINE_DTYPE", "SCHEME_KERNELS", "FALLBACK_LOG_LINE", "probe_for", "find_library", "cache_file", "ISA_CAPS",
+           "load_vllm_extension"]
 
 # vLLM's own words when a linear layer cannot get a oneDNN kernel (model_executor/layers/utils.py)
 FALLBACK_LOG_LINE = "fallback to torch linear"
@@ -128,6 +129,21 @@ def find_library(root: Path, ext: str) -> Path | None:
     return found[0] if found else None
 
 
+def load_vllm_extension() -> Path:
+    """Load into this process the kernel extension vLLM itself loads on this CPU: the real level,
+    never one ``SPECNB_EMULATE_CPU_ISA`` lowers (vLLM would load its own beside it, and the same
+    ops registered twice abort the process). For code that calls the CPU build's kernels without a
+    server (the sampler repair's reproduction and its test)."""
+    import torch
+
+    ext = extension_for(cpu_isa(env={})[0])
+    lib = next((found for root in vllm_package_dirs() if (found := find_library(Path(root), ext))), None)
+    if lib is None:
+        raise FileNotFoundError(f"no {ext} library in the installed vLLM")
+    torch.ops.load_library(str(lib))
+    return lib
+
+
 def _probe_here(library: str) -> dict[str, Any]:  # pragma: no cover - runs in the child process
     """In the child: load one extension, list its ops, try a oneDNN matmul per dtype."""
     import torch
@@ -155,8 +171,8 @@ ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
 def cache_file(library: Path, isa: str, emulated: bool, caps: dict[str, str] | None = None) -> Path:
     """Where a probe's answer is kept: per extension file, level, emulation, machine and the ISA
     caps its child ran under (``caps``: those of :data:`ISA_CAPS` that were set)."""
-    st = library.stat()
-    capped = "|".join(f"{k}={(caps or {})[k]}" for k in ISA_CAPS if (caps or {}).get(k))
+    st, caps = library.stat(), caps or {}
+    capped = "|".join(f"{k}={caps[k]}" for k in ISA_CAPS if caps.get(k))
     key = f"{library}|{st.st_size}|{st.st_mtime_ns}|{isa}|{emulated}|{platform.machine()}"
     if capped:
         key += f"|{capped}"  # the uncapped key is the one every earlier cache file was written under

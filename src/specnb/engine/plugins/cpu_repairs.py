@@ -132,13 +132,9 @@ def main() -> int:  # pragma: no cover - the reproduction, run by hand
     """The minimal reproduction: the CPU build's expand against vLLM's rule, no server."""
     import torch
 
-    from specnb.engine.kernels import extension_for
-    from specnb.engine.vllm import vllm_package_dirs
-    from specnb.ledger.provenance import cpu_isa
+    from specnb.engine.kernels import load_vllm_extension
 
-    ext = extension_for(cpu_isa(env={})[0])  # the one vLLM loads on this CPU, whatever the emulation says
-    lib = next(p for d in vllm_package_dirs() for p in sorted(d.glob(f"{ext}.*.so")))
-    torch.ops.load_library(str(lib))
+    load_vllm_extension()
     import vllm.utils.cpu_triton_utils as cpu_tl
 
     temps = torch.tensor([0.5, 1.0, 0.7])
