@@ -55,7 +55,7 @@ max_in_flight = 32  # open loop: cap on requests in flight (recorded)
 rate_study = "cpu-rate"  # ledgers/concurrency/<rate_study>/: the open-loop runs this notebook draws when present
 slos = {"ttft_ms": 1000, "decode_tok_s": 20}  # goodput: a request counts when it meets every bound (ttft_ms, itl_p99_ms, e2el_ms at most; decode_tok_s at least)
 repeats = 3  # server restarts per arm; arm order alternates (with sequential: the repeats before the first look)
-sequential = None  # {"max_repeats": 5, "alpha": 0.05}: then one more repeat per round for the levels still undecided, stopped once decided (None: every level gets every repeat)
+sequential = None  # {"max_repeats": 6, "alpha": 0.05}: then one more repeat per round for the levels still undecided, looked at after every even count of repeats, stopped once decided (None: every level gets every repeat)
 budget_s = None  # seconds per sweep: no later round (search or sequential) starts that would end past it (None: no budget)
 panel_size = 10  # prompts every point sends, balanced over categories, in whole passes
 work_floor_tokens = 400  # output tokens a point's steady window holds at least (sizes the passes)
@@ -131,7 +131,7 @@ for ax, ((cond, wl), g) in zip(axes[0], panels_by):
                           label_suffix=" (per user)")
     lines += panels.crossings(ax, g, title, colors=colors)
 axes[0][0].legend(loc="best")
-fig.suptitle(f"Paired speedup vs concurrency ({table.n_repeats.max()} repeats; band = 95 % bootstrap interval over server starts and prompts)")
+fig.suptitle(f"Paired speedup vs concurrency ({table.n_repeats.max()} repeats; band = 95 % interval over server starts and the panel's prompts)")
 nb.save(fig, "concurrency-speedup", caption="Aggregate (solid) and per-user (dashed) paired speedup vs "
         "concurrency; triangle = crossing of 1.0 with its interval.")
 display(Markdown("\n".join(lines)))
@@ -180,7 +180,7 @@ for ax, (wl, g) in zip(axes[0], good.groupby("workload", sort=True)):
 axes[0][0].legend(loc="upper left")
 fig.suptitle("Goodput under " + ", ".join(f"{k} {'>=' if k == 'decode_tok_s' else '<='} {v:g}" for k, v in slos.items()))
 nb.save(fig, "concurrency-goodput", caption="Output tok/s of the requests that met every SLO, per arm and concurrency; "
-        "band: 95 % bootstrap interval over server starts and prompts.")
+        "band: 95 % interval over server starts and the panel's prompts (docs/statistics.md).")
 good.round(3)
 
 # %% [markdown]

@@ -20,7 +20,7 @@
 # left as load grows. Seed 004 advises three to five tokens and says "more is not better".
 # Nobody can deploy "the drafter pays below c~X"; an operator can deploy a K per batch size:
 # vLLM's dynamic speculation schedule. This notebook measures K = 1, 2, 4, 8 against the same
-# baseline at every concurrency, names the best K per level with the share of bootstrap
+# baseline at every concurrency, names the best K per level with its paired margin over the runner-up
 # replicates in which it wins, compares the measured acceptance with seed 002's model, and
 # derives the schedule (`specnb policy` writes it; notebook 9 measures it).
 
@@ -54,7 +54,6 @@ rule = "lower_bound"  # schedule rule: keep the best K or none (the off arm, els
 # %%
 from IPython.display import Markdown, display
 
-from specnb.analysis import bootstrap_speedups
 from specnb.analysis.proposal import acceptance_vs_model, k_choice, k_model
 from specnb.analysis.schedule import choose_k, derive_policies, format_policy
 from specnb.figures import arm_colors, panels
@@ -67,7 +66,7 @@ table = nb.table
 # ## Speedup of each K against concurrency
 #
 # Every K is paired with the same baseline (same prompts, engine build and sampling); bands are
-# 95 % bootstrap intervals over server starts and prompts.
+# the one interval of each level (95 %, over server starts and the panel's prompts: docs/statistics.md).
 
 # %%
 colors = arm_colors(table["arm"])
@@ -76,29 +75,32 @@ for ax, (wl, g) in zip(axes[0], table.groupby("workload", sort=True)):
     panels.speedup_curves(ax, g, colors=colors, title=wl)
 axes[0][0].legend(loc="best")
 nb.save(fig, "proposal-speedup", caption="Paired speedup of n-gram drafting with K = 1, 2, 4, 8 against concurrency; "
-        "band: 95 % bootstrap interval over server starts and prompts.")
+        "band: 95 % interval over server starts and the panel's prompts.")
 
 # %% [markdown]
 # ## The best K per level, and how sure that choice is
 #
-# The arms of a workload are resampled on the same server starts and prompts, so each bootstrap
-# replicate compares every K on equal luck; the share of replicates in which a K is the best
-# (the baseline, K = 0, included) says how sure the choice is.
+# Every arm of a workload ran in the same server starts on the same prompts, so the best K can be
+# set against the runner-up (the second-best K, or the baseline) repeat by repeat: their paired
+# ratio with its 95 % interval says how sure the choice is (a lower end above 1.0: the best K is
+# known to beat the runner-up).
 
 # %%
-boot = table.attrs["bootstrap"]
-choice = k_choice(boot, nb.df)
+choice = k_choice(table.attrs["speedups"], nb.df)
+choice["margin_lo_shown"] = choice["margin_lo"].where(choice["best"])
 fig, axes = panels.new_figure(ncols=2, width=4.6, height=3.0)
 for ax, (value, center, cmap, title, fmt) in zip(axes[0], [
         ("speedup", 1.0, "RdBu", "paired speedup", "{:.2f}"),
-        ("win_share", None, "viridis", "share of replicates where this K is best", "{:.0%}")]):
+        ("margin_lo_shown", 1.0, "RdBu", "the best K over the runner-up: lower bound", "{:.2f}")]):
     piv = choice.pivot_table(index="k", columns="concurrency", values=value, sort=True)
     panels.heatmap(ax, piv.sort_index(ascending=False), center=center, cmap=cmap, fmt=fmt, title=title,
-                   cbar_label="on / off" if value == "speedup" else "share")
+                   cbar_label="on / off" if value == "speedup" else "best / runner-up")
     ax.set(xlabel="concurrency", ylabel="K (0 = no drafter)")
-nb.save(fig, "proposal-best-k", caption="Left: paired speedup per K and concurrency. Right: the share of bootstrap "
-        "replicates in which each K (0 = the baseline) is the best at that concurrency.")
-choice[choice.best][["workload", "concurrency", "arm", "k", "speedup", "speedup_lo", "speedup_hi", "win_share"]].round(3)
+nb.save(fig, "proposal-best-k", caption="Left: paired speedup per K and concurrency. Right: at each concurrency, the "
+        "best K's paired ratio over the runner-up (the second-best K, or the baseline), the lower end of its 95 % "
+        "interval: above 1.0 the choice is known.")
+choice[choice.best][["workload", "concurrency", "arm", "k", "speedup", "speedup_lo", "speedup_hi", "runner_up", "margin",
+                     "margin_lo", "margin_hi"]].round(3)
 
 # %% [markdown]
 # ## Measured acceptance against MAL(alpha, K), and the step cost T(K)

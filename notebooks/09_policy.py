@@ -77,9 +77,11 @@ display(Markdown(f"Policy `{policy}`: `--speculative-config '{json.dumps(config)
 # %% [markdown]
 # ## Three curves and the envelope
 #
-# Speedup against the baseline (always off, 1.0) of always-on and of the policy, with 95 %
-# bootstrap intervals; the dashed line is the envelope max(1, always-on): the better of the two
-# fixed choices at each concurrency, which a schedule should reach.
+# Speedup against the baseline (always off, 1.0) of always-on and of the policy, with the one 95 %
+# interval per level; the dashed line is the envelope max(1, always-on): the better of the two
+# fixed choices at each concurrency. The policy *meets* it where the evidence shows it: its paired
+# ratio against always-on has a lower bound above 1 - 2 % (non-inferior) and its speedup a lower
+# bound above 1.0 (`failed` says which test did not pass).
 
 # %%
 check = policy_check(table, nb.df, policy="policy", always_on="always-on")
@@ -93,11 +95,12 @@ for r in check[check.k_scheduled.notna()].itertuples():
                 fontsize=7, ha="center", color=colors.get("policy", "k"))
 ax.legend(loc="best")
 nb.save(fig, "policy-vs-always", caption="Speedup of always-on n-gram and of the derived schedule (K labelled) against "
-        "the baseline; dashed: the envelope max(baseline, always-on); bands: 95 % bootstrap intervals.")
+        "the baseline; dashed: the envelope max(baseline, always-on); bands: 95 % intervals over starts and prompts.")
 met = check.meets_envelope.all()
-display(Markdown(("At every measured concurrency the policy reaches the envelope within its interval." if met else
-                  "The policy falls short of the envelope at c=" + ", ".join(
-                      f"{r.concurrency} (by {r.short_by:.2f}x; K={r.k_scheduled}, batch {r.running_mean:.1f}, "
+display(Markdown(("At every measured concurrency the policy is shown within 2 % of always-on or better and faster "
+                  "than the baseline." if met else
+                  "The policy is not shown to meet the envelope at c=" + ", ".join(
+                      f"{r.concurrency} ({r.failed}; K={r.k_scheduled}, batch {r.running_mean:.1f}, "
                       f"{r.drafts_per_output_token or 0:.2f} drafts per output token)"
                       for r in check[~check.meets_envelope].itertuples()))))
 check.round(3)
@@ -112,7 +115,7 @@ check.round(3)
 
 # %%
 check[["concurrency", "k_scheduled", "running_mean", "drafts_per_output_token", "always_on", "policy", "policy_lo",
-       "policy_hi", "envelope", "meets_envelope"]].round(3)
+       "policy_hi", "vs_static", "vs_static_lo", "vs_static_hi", "envelope", "meets_envelope"]].round(3)
 
 # %% [markdown]
 # ## Tuned: the loop closed (`make tune`)
@@ -152,7 +155,7 @@ else:
     prop = prop[prop["workload"].isin(set(last["workload"]))]  # the workload the config is tuned for
     parts = [prop.assign(arm=prop["arm"] + " (proposal)"), last.assign(arm=last["arm"] + f" ({rnd})")]
     for part in parts:
-        part.attrs = {}  # the bootstrap kept in attrs is per run; the curves are drawn, not resampled
+        part.attrs = {}  # the speedups kept in attrs are per run; the curves are drawn, not compared
     curves = pd.concat(parts, ignore_index=True)
     tcolors = arm_colors(curves["arm"])
     fig, axes = panels.new_figure(width=5.6, height=3.8)
@@ -166,7 +169,7 @@ else:
             caption="The tune loop on copy-style work: every static K and the K = 0 schedule (the drafter loaded, "
             "drafting off) from the proposal, and the deployed config beside the best static K from the round that "
             "verified it; each against its own run's baseline; dashed: the envelope max(1, static K) of that round; "
-            "bands: 95 % bootstrap intervals.")
+            "bands: 95 % intervals over starts and prompts.")
     display(Markdown("\n".join(f"    {line}" for line in tune_lines(read_tune(tune_run)))))
 
 # %% [markdown]

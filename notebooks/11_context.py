@@ -28,7 +28,7 @@
 # until the chat-templated prompt is `context_tokens` long in the target's own tokenizer. The
 # answers asked for are the base's at every length; the ledgers record the lengths measured
 # (`workload.context`) and the engine's prompt-token counts. Speedups are paired per length and
-# level as everywhere (same prompts, same server build, same sampling), with bootstrap intervals.
+# level as everywhere (same prompts, same server build, same sampling), with the one interval.
 #
 # On the CPU build the model's limit is 2,048 tokens (`--max-model-len 2048`), so the lengths go
 # from 512 to 1,984 (prompt plus `max_tokens` must fit). The GPU file
@@ -90,7 +90,7 @@ table = nb.table.assign(prompt_tokens=nb.table.workload.map(length)).sort_values
 # %% [markdown]
 # ## Speedup against the prompt's length
 #
-# Left: the drafter's paired speedup at each length, a line per concurrency (95 % bootstrap
+# Left: the drafter's paired speedup at each length, a line per concurrency (95 %
 # intervals over server starts and prompts). Middle: each arm's per-user decode speed, which
 # falls as the context grows (every step reads more KV). Right: acceptance: how much of the
 # answer the drafter found.
@@ -137,7 +137,7 @@ for ax in axes[0]:  # the measured lengths, in tokens
     ax.set_xticks(sorted(length), [f"{v:,.0f}" for v in sorted(length)])
     ax.minorticks_off()
 nb.save(fig, "context-length", caption="Speedup, per-user decode speed and acceptance against the prompt's length "
-        "(the engine's count), per concurrency; 95 % bootstrap intervals over server starts and prompts.")
+        "(the engine's count), per concurrency; 95 % intervals over server starts and prompts.")
 
 # %%
 table[["arm", "workload", "prompt_tokens", "concurrency", "n_repeats", "speedup", "speedup_lo", "speedup_hi",

@@ -28,7 +28,6 @@ __all__ = [
     "SweepSpec",
     "VllmServer",
     "attach",
-    "bootstrap_speedups",
     "bundled",
     "decide",
     "expected_speedup",
@@ -42,6 +41,7 @@ __all__ = [
     "load_traffic",
     "measure_mix",
     "paired",
+    "paired_speedups",
     "read_ledger",
     "resolve",
     "run_sweep",
@@ -52,10 +52,10 @@ __all__ = [
 
 # every public name is imported on first use: vLLM imports specnb.engine.plugins (so this
 # package) in every process of every server it starts, where the analysis side (pandas, pyarrow)
-# would cost about 0.45 s per process; ``specnb.bootstrap_speedups`` and the rest load their module
+# would cost about 0.45 s per process; ``specnb.paired_speedups`` and the rest load their module
 # when first asked for
 _LAZY = {
-    **dict.fromkeys(("bootstrap_speedups", "decide", "expected_speedup", "kv_capacity", "paired", "speedup_table",
+    **dict.fromkeys(("decide", "expected_speedup", "kv_capacity", "paired", "paired_speedups", "speedup_table",
                      "summarize", "thresholds"), "specnb.analysis"),
     **dict.fromkeys(("PointLedger", "load_ledgers", "load_requests", "load_spec_by_category", "read_ledger"),
                     "specnb.ledger"),

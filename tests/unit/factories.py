@@ -17,8 +17,10 @@ SPEC = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
 
 def ledger(arm="baseline", workload="copy", c=1, r=0, tok_s=100.0, mal=None, status="ok",
            flags=(), content_hash="sha256:aa", engine="0.32.0", temperature=0.0, sweep="t",
-           kv_tokens=46592, share=None, per_user=None, computed_tok_s=None) -> PointLedger:
+           kv_tokens=46592, share=None, per_user=None, computed_tok_s=None, position=None) -> PointLedger:
     spec = SPEC if arm != "baseline" else None
+    if position is None:  # the sweep's order, A B | B A: the baseline first in even repeats
+        position = r % 2 if arm == "baseline" else (r + 1) % 2
     sd = None
     if spec is not None and mal is not None:
         drafts = 100.0
@@ -32,7 +34,7 @@ def ledger(arm="baseline", workload="copy", c=1, r=0, tok_s=100.0, mal=None, sta
         arm=ArmRecord(name=arm, speculative_config=spec),
         workload=WorkloadRecord(name=workload, source="test", content_hash=content_hash,
                                 num_prompts=8, categories={workload: 8}),
-        concurrency=c, repeat=r, arm_position=0, num_requests=8, warmup_requests=1,
+        concurrency=c, repeat=r, arm_position=position, num_requests=8, warmup_requests=1,
         sampling=Sampling(temperature=temperature),
         server=ServerRecord(mode="launched", base_url="http://127.0.0.1:1", model="m",
                             engine_version=engine, argv=["x"], env={},

@@ -7,10 +7,14 @@ the data flows through them:
 
 - :mod:`~specnb.analysis.pairing`: the one place a speedup is formed, and the rules every
   analysis shares (usable points, the baseline arm, pair keys);
-- :mod:`~specnb.analysis.requests`: per-request terms the prompt level re-weights;
-- :mod:`~specnb.analysis.bootstrap`: intervals over server starts and prompts;
-- :mod:`~specnb.models.crossing` and :mod:`~specnb.analysis.thresholds`: where a curve
-  crosses 1.0, with an interval on the crossing;
+- :mod:`~specnb.analysis.requests`: per-request terms, and each prompt's influence on a ratio;
+- :mod:`~specnb.analysis.estimator`: the one estimator and interval (server starts and the
+  panel's prompts within their categories; docs/statistics.md);
+- :mod:`~specnb.analysis.design`: how a run spends its error rate (fixed repeats, sequential
+  looks, an adaptive search's rounds);
+- :mod:`~specnb.analysis.speedups`: the paired table every answer reads, one interval per level;
+- :mod:`~specnb.models.crossing` and :mod:`~specnb.analysis.thresholds`: what holds across a
+  curve's levels (a fixed sequence, family-wise) and where the crossing lies;
 - :mod:`~specnb.analysis.decisions`: attach the drafter or not, with seed 004's rule;
 - :mod:`~specnb.analysis.kv`: the KV pool the drafter takes (seed 000);
 - :mod:`~specnb.analysis.lossless`: whether the drafter changed the outputs at temperature 0;
@@ -21,17 +25,10 @@ the data flows through them:
 
 from __future__ import annotations
 
-from specnb.analysis.bootstrap import (
-    DEFAULT_LEVEL,
-    DEFAULT_N_BOOT,
-    DEFAULT_SEED,
-    METRICS,
-    Curve,
-    SpeedupBootstrap,
-    bootstrap_speedups,
-    group_keys,
-)
+from specnb.analysis.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED
 from specnb.analysis.decisions import Decision, decide
+from specnb.analysis.design import Design
+from specnb.analysis.estimator import DEFAULT_CONFIDENCE, Estimate, Sample, Scope, estimate
 from specnb.analysis.kv import kv_capacity
 from specnb.analysis.lossless import lossless, lossless_summary
 from specnb.analysis.mix import MixEstimate, category_speedups, expected_speedup
@@ -62,29 +59,33 @@ from specnb.analysis.text import (
     format_threshold,
     format_thresholds,
 )
+from specnb.analysis.speedups import METRICS, Speedups, group_keys, paired_speedups
 from specnb.analysis.thresholds import Threshold, thresholds
 from specnb.models.crossing import crossing, crossings
 
 __all__ = [
-    "DEFAULT_LEVEL",
+    "DEFAULT_CONFIDENCE",
     "DEFAULT_N_BOOT",
     "DEFAULT_SEED",
     "METRICS",
     "AnalysisError",
-    "Curve",
     "Decision",
+    "Design",
+    "Estimate",
     "MixEstimate",
     "PairingError",
-    "SpeedupBootstrap",
+    "Sample",
+    "Scope",
+    "Speedups",
     "Threshold",
     "absolute",
     "baseline_arm",
-    "bootstrap_speedups",
     "by_category",
     "category_speedups",
     "crossing",
     "crossings",
     "decide",
+    "estimate",
     "expected_speedup",
     "failure_reasons",
     "format_category_acceptance",
@@ -101,6 +102,7 @@ __all__ = [
     "lossless",
     "lossless_summary",
     "paired",
+    "paired_speedups",
     "pairing_notes",
     "run_summary",
     "speedup_table",

@@ -4,8 +4,8 @@ A study's conditions (a start-up lever, a dtype, compiled vs eager) each run eve
 same prompts, repeat by repeat (repeat-major: repeat r of every condition back to back). The
 question "does this condition change throughput or acceptance?" is then the drafter question
 turned sideways: each condition is an *arm* and the reference condition its *baseline*, paired
-per (arm, workload, concurrency, repeat), with the same two-level bootstrap (server starts and
-prompts) as every speedup (:mod:`specnb.analysis.bootstrap`). :func:`condition_effects` builds
+per (arm, workload, concurrency, repeat), with the same interval (server starts and prompts) as
+every speedup (:mod:`specnb.analysis.speedups`). :func:`condition_effects` builds
 that frame and returns the ratios; :func:`neutral` reads "within the interval".
 
 The pairing rules still hold: two conditions pair only where they share prompts, sampling and
@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from specnb.analysis.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, bootstrap_speedups
 from specnb.analysis.pairing import AnalysisError, usable
+from specnb.analysis.speedups import paired_speedups
 
 _SEP = " \u00b7 "  # condition · arm, as one sideways arm name
 
@@ -41,10 +41,9 @@ COLUMNS = ["arm", "condition", "reference", "workload", "concurrency", "n_repeat
            "ratio_lo", "ratio_hi", "acceptance_rate", "acceptance_rate_ref"]
 
 
-def condition_effects(df: pd.DataFrame, reference: str, *, n_boot: int = DEFAULT_N_BOOT,
-                      seed: int = DEFAULT_SEED) -> pd.DataFrame:
+def condition_effects(df: pd.DataFrame, reference: str) -> pd.DataFrame:
     """Per (arm, condition, workload, concurrency): each condition's output tok/s over the
-    reference condition's (``ratio`` with a bootstrap ``[ratio_lo, ratio_hi]``), and the arm's
+    reference condition's (``ratio`` with its interval ``[ratio_lo, ratio_hi]``), and the arm's
     acceptance rate under both (speculative arms)."""
     if "condition" not in df.columns:
         raise AnalysisError("condition_effects needs a study frame with a condition column")
@@ -59,8 +58,7 @@ def condition_effects(df: pd.DataFrame, reference: str, *, n_boot: int = DEFAULT
                            condition=str(arm), sweep="conditions")
         if side["arm"].nunique() < 2 or reference not in set(side["arm"]):
             continue  # nothing to compare this arm with (it was not measured under the reference)
-        boot = bootstrap_speedups(side, baseline=reference, n_boot=n_boot, seed=seed)
-        t = boot.table
+        t = paired_speedups(side, baseline=reference).table
         acc = (part.groupby(["condition", "workload", "concurrency"])["acceptance_rate"].mean()
                if "acceptance_rate" in part.columns else None)
         for _, r in t.iterrows():
@@ -102,10 +100,9 @@ GAIN_COLUMNS = ["condition", "arm", "workload", "concurrency", "n_repeats", "anc
                 "gain_hi", "acceptance_rate"]
 
 
-def serving_gains(df: pd.DataFrame, reference: str, *, n_boot: int = DEFAULT_N_BOOT,
-                  seed: int = DEFAULT_SEED) -> pd.DataFrame:
+def serving_gains(df: pd.DataFrame, reference: str) -> pd.DataFrame:
     """Per (condition, arm, workload, concurrency): output tok/s over the reference condition's
-    baseline (``gain`` with a bootstrap ``[gain_lo, gain_hi]``; the anchor itself is left out).
+    baseline (``gain`` with its interval ``[gain_lo, gain_hi]``; the anchor itself is left out).
     The baseline is the study's arm without a drafter."""
     if "condition" not in df.columns:
         raise AnalysisError("serving_gains needs a study frame with a condition column")
@@ -118,7 +115,7 @@ def serving_gains(df: pd.DataFrame, reference: str, *, n_boot: int = DEFAULT_N_B
     if anchor not in set(names):
         raise AnalysisError(f"no usable {bases[0]!r} point under the reference condition {reference!r}")
     side = ok.assign(arm=names, speculative=names != anchor, condition="all", sweep="conditions")
-    t = bootstrap_speedups(side, baseline=anchor, n_boot=n_boot, seed=seed).table
+    t = paired_speedups(side, baseline=anchor).table
     rows = []
     for _, r in t.iterrows():
         cond, arm = r["arm"].split(_SEP, 1)

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specnb.analysis.bootstrap import SpeedupBootstrap
 from specnb.analysis.pairing import AnalysisError, curve_label
+from specnb.analysis.speedups import Speedups
 from specnb.analysis.thresholds import Threshold, curve_rows, interp, thresholds
 from specnb.models import theory
 
@@ -41,20 +41,21 @@ class Decision:
         return curve_label(self.group)
 
 
-def decide(boot: SpeedupBootstrap, *, serving_concurrency: float | None = None,
+def decide(sp: Speedups, *, serving_concurrency: float | None = None,
            metric: str = "speedup") -> list[Decision]:
     """Per curve: attach the drafter below the threshold or not, and the acceptance there.
 
     Acceptance is read at ``serving_concurrency`` when given (seed 004: at the real batch
-    size), else at the threshold, or for a curve that never crosses at the end of the range
-    that decides it (the largest c for one that pays throughout, the smallest for one that
-    never pays); interpolated in log2(concurrency), nearest measured level outside the range.
+    size), else at the interpolated crossing of the estimates, or for a curve whose estimates
+    never cross at the end of the range that decides it (the largest c for one above 1.0
+    throughout, the smallest for one below); interpolated in log2(concurrency), nearest measured
+    level outside the range.
     """
     if serving_concurrency is not None and not serving_concurrency > 0:
         raise AnalysisError(f"serving_concurrency must be > 0, got {serving_concurrency}")
     out = []
-    for th in thresholds(boot, metric):
-        rows = curve_rows(boot, th.group)
+    for th in thresholds(sp, metric):
+        rows = curve_rows(sp, th.group)
         cs = rows["level"].to_numpy(float)
         if serving_concurrency is not None:
             at = float(serving_concurrency)

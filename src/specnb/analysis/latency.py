@@ -30,13 +30,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specnb.analysis.bootstrap import (
-    DEFAULT_LEVEL,
-    DEFAULT_N_BOOT,
-    DEFAULT_SEED,
-    bootstrap_speedups,
-    quantiles,
-)
+from specnb.analysis.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, quantiles
+from specnb.analysis.estimator import DEFAULT_CONFIDENCE
+from specnb.analysis.speedups import paired_speedups
 from specnb.analysis.pairing import AnalysisError, baseline_arm, condition_keys, usable
 from specnb.analysis.thresholds import Threshold, thresholds
 from specnb.analysis.window import frame_window
@@ -152,7 +148,7 @@ def _window_terms(req: pd.DataFrame, concurrency: int, good: np.ndarray) -> tupl
 
 
 def goodput(df: pd.DataFrame, slos: Mapping[str, float], *, n_boot: int = DEFAULT_N_BOOT,
-            seed: int = DEFAULT_SEED, level: float = DEFAULT_LEVEL) -> pd.DataFrame:
+            seed: int = DEFAULT_SEED, confidence: float = DEFAULT_CONFIDENCE) -> pd.DataFrame:
     """Per (condition,) workload, arm and level: goodput tok/s (output tok/s in the steady window
     counting only requests that met every SLO), the share of requests that met them, and a
     bootstrap interval over server starts and prompts. Points need request sidecars."""
@@ -194,7 +190,7 @@ def goodput(df: pd.DataFrame, slos: Mapping[str, float], *, n_boot: int = DEFAUL
             reps[k] = measured * f
         draw = rng.integers(0, len(terms), size=(len(terms), n_boot))
         boot = reps[draw, np.arange(n_boot)].mean(axis=0)
-        lo, hi = quantiles(boot, level)
+        lo, hi = quantiles(boot, confidence)
         rows.append({**dict(zip(keys, key, strict=True)), "speculative": bool(g["speculative"].iloc[0]),
                      "goodput_tok_s": float(np.mean(per_repeat)),
                      "goodput_tok_s_lo": float(lo), "goodput_tok_s_hi": float(hi),
@@ -281,26 +277,27 @@ def latency_by_rate(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def latency_threshold(df: pd.DataFrame, **bootstrap: Any) -> list[Threshold]:
-    """Per drafter and workload of an open-loop sweep: where its per-user speedup (baseline TPOT /
-    drafter TPOT, paired per repeat) crosses 1.0 over offered rate, with an interval: below that
-    rate the drafter lowers per-token latency."""
+def latency_threshold(df: pd.DataFrame, confidence: float | None = None) -> list[Threshold]:
+    """Per drafter and workload of an open-loop sweep: what holds across its offered rates for its
+    per-user speedup (baseline TPOT / drafter TPOT, paired per repeat, with the one interval): it
+    lowers per-token latency at every rate up to r_L and raises it from r_H, family-wise
+    (:mod:`specnb.analysis.thresholds`)."""
     rate = df[df["rate_rps"].notna()] if "rate_rps" in df.columns else df.iloc[0:0]
     if rate.empty:
         return []
-    return thresholds(bootstrap_speedups(rate, **bootstrap), "per_user_speedup")
+    return thresholds(paired_speedups(rate, confidence=confidence), "per_user_speedup")
 
 
 def format_latency_threshold(th: Threshold) -> str:
-    def r(v: float) -> str:
-        return f"{v:.2g}" if np.isfinite(v) else (f">{th.c_max:g}" if v > 0 else f"<{th.c_min:g}")
-
     who = " / ".join(str(th.group.get(k)) for k in ("arm", "workload") if th.group.get(k) is not None)
-    ci = f" (95% CI {r(th.lo)} to {r(th.hi)} req/s)" if th.lo is not None and th.hi is not None else ""
-    if th.kind == "crosses":
-        return f"{who}: lowers per-token latency below ~{th.concurrency:.2g} req/s and raises it above{ci}"
-    if th.kind == "above":
-        return f"{who}: lowers per-token latency at every offered rate measured"
-    if th.kind == "below":
-        return f"{who}: never lowers per-token latency at the rates measured"
-    return f"{who}: raises per-token latency below ~{th.concurrency:.2g} req/s and lowers it above{ci}"
+    lowers, raises, open_ = th.at("pays"), th.at("loses"), th.at("undecided")
+    if lowers and not raises and not open_:
+        return f"{who}: lowers per-token latency at every offered rate measured ({th.c_min:g}-{th.c_max:g} req/s)"
+    if raises and not lowers and not open_:
+        return f"{who}: raises per-token latency at every offered rate measured ({th.c_min:g}-{th.c_max:g} req/s)"
+    parts = ([f"lowers per-token latency at every rate up to {th.pays_through:g} req/s"] if lowers else []) + (
+        [f"raises it from {th.loses_from:g} req/s up"] if raises else []) + (
+        [f"undecided at {', '.join(f'{r:g}' for r in open_)} req/s"] if open_ else [])
+    near = (f" (the estimates cross 1.0 near {th.concurrency:.2g} req/s, interpolated)"
+            if th.concurrency is not None else "")
+    return f"{who}: " + "; ".join(parts) + near

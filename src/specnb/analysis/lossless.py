@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specnb.analysis.bootstrap import level_of
+from specnb.analysis.speedups import level_of
 from specnb.analysis.pairing import LOAD_KEYS, condition_column, condition_keys, paired, usable
 from specnb.analysis.requests import by_conversation_turn
 from specnb.ledger import load_requests

@@ -9,7 +9,7 @@ the drafter. Only *usable* points (:func:`usable`) ever enter a pair.
 Three ratios per pair: ``speedup`` (output tok/s in the steady window), ``per_user_speedup``
 (mean per-user decode tok/s) and ``computed_speedup`` (uncached prompt + output tokens per
 wall second, seed 002). Spread across repeats (each repeat a separate server start) is in
-:func:`speedup_table`; intervals are :mod:`specnb.analysis.bootstrap`'s.
+:func:`speedup_table`; intervals are :mod:`specnb.analysis.speedups`'.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def _pairs(df: pd.DataFrame, baseline: str | None = None) -> tuple[pd.DataFrame,
     keys = pair_keys(ok)
     cols = keys + MUST_MATCH + ["output_tok_s", "per_user_decode_tok_s_mean", "computed_tok_s_wall",
                                 "total_tok_s_wall", "prefix_cache_hit_rate", "p50_tpot_ms", "p50_ttft_ms", "path",
-                                "startup_decisions", "node_id"]
+                                "startup_decisions", "node_id", "arm_position"]
     cols = [c for c in cols if c in ok.columns]
     # pandas matches null keys with each other: a condition that is None in both arms still pairs
     merged = spec.merge(base[cols], on=keys, suffixes=("", "_base"), how="inner")
@@ -176,7 +176,7 @@ def _pairs(df: pd.DataFrame, baseline: str | None = None) -> tuple[pd.DataFrame,
 
 def speedup_table(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
     """Per (arm, workload, concurrency): paired speedup across repeats, with its plain spread
-    (mean, min, max over repeats; intervals come from the bootstrap)."""
+    (mean, min, max over repeats; intervals come from :func:`specnb.analysis.speedups.paired_speedups`)."""
     pairs = paired(df, baseline)
     if pairs.empty:
         return pd.DataFrame()

@@ -6,10 +6,10 @@ Seed 002 writes throughput as MAL(alpha, K) / T(K), with MAL(alpha, K) = (1 - al
 denominator, and concurrency raises the overhead v + d, so the best K moves left as load
 grows. A sweep with one arm per K (paired with the baseline, as every axis is) measures it:
 
-- per level and K: the paired speedup with its interval (:mod:`specnb.analysis.bootstrap`);
-- the best K per level and the share of bootstrap replicates in which it wins: the arms of a
-  workload are drawn on the same server starts and prompts, so replicate b compares every K
-  on equal luck; K = 0 (the baseline, speedup 1) competes too;
+- per level and K: the paired speedup with its interval (:mod:`specnb.analysis.speedups`);
+- the best K per level and how sure that choice is: the best option against the runner-up (the
+  second-best K, or the baseline at speedup 1), a paired ratio per repeat with the one interval
+  (every arm of a workload ran in the same server starts on the same prompts);
 - alpha fitted to the per-position acceptance (position i is accepted with probability
   alpha^(i+1) under the model), the acceptance length MAL(alpha, K) that alpha predicts, and
   the measured one beside it;
@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specnb.analysis.bootstrap import SpeedupBootstrap
 from specnb.analysis.pairing import usable
+from specnb.analysis.speedups import Speedups
 from specnb.models import theory
 
 __all__ = ["k_of", "fit_alpha", "k_choice", "k_model", "acceptance_vs_model"]
@@ -56,44 +56,59 @@ def fit_alpha(per_position: list[float] | np.ndarray) -> float | None:
     return float(grid[int(np.argmin(err))])
 
 
-def k_choice(boot: SpeedupBootstrap, df: pd.DataFrame) -> pd.DataFrame:
-    """Per workload (and condition) and level: every K's speedup with its interval, the best K
-    (0 when no K's point estimate beats the baseline) and the share of bootstrap replicates in
-    which each K is the best, the baseline included."""
-    t = boot.table
+def k_choice(sp: Speedups, df: pd.DataFrame) -> pd.DataFrame:
+    """Per workload (and condition) and level: every K's speedup with its interval, the best K (0
+    when no K's estimate beats the baseline), and on the best option's row its margin over the
+    runner-up (``runner_up``, ``margin`` with ``margin_lo`` / ``margin_hi``: the best K over the
+    second-best K, paired per repeat, or its speedup over the baseline when it is the only K or the
+    baseline is second; the baseline's own row when it is best)."""
+    t = sp.table
     if t.empty:
         return pd.DataFrame()
     ks = dict(zip(df["arm"], k_of(df), strict=True))
-    by = [k for k in boot.group_keys if k != "arm"]
+    by = [k for k in sp.group_keys if k != "arm"]
     rows = []
     for key, g in t.groupby(by, sort=True, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
         group = dict(zip(by, key, strict=True))
-        curves = {c.group["arm"]: c for c in boot.curves
-                  if all(c.group.get(k) == v or (pd.isna(v) and pd.isna(c.group.get(k))) for k, v in group.items())}
         for level, lg in g.groupby("level", sort=True):
-            arms = list(lg["arm"])
-            reps = []
-            for arm in arms:
-                curve = curves[arm]
-                j = int(np.flatnonzero(curve.concurrency == level)[0])
-                reps.append(curve.replicates["speedup"][:, j])
-            reps.append(np.ones_like(reps[0]))  # K = 0: the baseline, speedup 1 by definition
-            names = [*arms, "(baseline)"]
-            wins = np.nanargmax(np.vstack(reps), axis=0)
-            share = {n: float(np.mean(wins == i)) for i, n in enumerate(names)}
-            point = lg.set_index("arm")["speedup"]
-            best_arm = point.idxmax() if point.max() > 1.0 else "(baseline)"
+            point = lg.set_index("arm")["speedup"].astype(float).sort_values(ascending=False)
+            best_arm = point.index[0] if point.iloc[0] > 1.0 else "(baseline)"
+            margin = _margin(sp, group, float(level), lg, point, best_arm)
             for r in lg.itertuples(index=False):
                 rows.append({**group, "level": float(level), "concurrency": int(r.concurrency), "arm": r.arm,
                              "k": int(ks.get(r.arm, 0)), "speedup": r.speedup, "speedup_lo": r.speedup_lo,
-                             "speedup_hi": r.speedup_hi, "win_share": share[r.arm],
-                             "best": r.arm == best_arm, "n_repeats": r.n_repeats})
+                             "speedup_hi": r.speedup_hi, "best": r.arm == best_arm, "n_repeats": r.n_repeats,
+                             **(margin if r.arm == best_arm else _NO_MARGIN)})
             rows.append({**group, "level": float(level), "concurrency": int(lg["concurrency"].iloc[0]),
                          "arm": "(baseline)", "k": 0, "speedup": 1.0, "speedup_lo": 1.0, "speedup_hi": 1.0,
-                         "win_share": share["(baseline)"], "best": best_arm == "(baseline)",
-                         "n_repeats": int(lg["n_repeats"].min())})
+                         "best": best_arm == "(baseline)", "n_repeats": int(lg["n_repeats"].min()),
+                         **(margin if best_arm == "(baseline)" else _NO_MARGIN)})
     return pd.DataFrame(rows)
+
+
+_NO_MARGIN = {"runner_up": None, "margin": np.nan, "margin_lo": np.nan, "margin_hi": np.nan}
+
+
+def _margin(sp: Speedups, group: dict[str, Any], level: float, lg: pd.DataFrame, point: pd.Series,
+            best: str) -> dict[str, Any]:
+    """The best option over the runner-up at one level, with the one interval."""
+    rows = lg.set_index("arm")
+    if best == "(baseline)":  # the baseline over the best K: 1 / that K's speedup
+        top = point.index[0]
+        r = rows.loc[top]
+        inv = (lambda v: 1.0 / v if pd.notna(v) and v > 0 else np.nan)
+        return {"runner_up": top, "margin": inv(r["speedup"]), "margin_lo": inv(r["speedup_hi"]),
+                "margin_hi": inv(r["speedup_lo"])}
+    second = point.index[1] if len(point) > 1 and point.iloc[1] > 1.0 else "(baseline)"
+    if second == "(baseline)":
+        r = rows.loc[best]
+        return {"runner_up": second, "margin": r["speedup"], "margin_lo": r["speedup_lo"], "margin_hi": r["speedup_hi"]}
+    est = sp.contrast(group, best, second, level)
+    if est is None:
+        return {**_NO_MARGIN, "runner_up": second}
+    return {"runner_up": second, "margin": est.ratio, "margin_lo": np.nan if est.lo is None else est.lo,
+            "margin_hi": np.nan if est.hi is None else est.hi}
 
 
 def k_model(choice: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:

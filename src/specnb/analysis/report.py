@@ -25,6 +25,7 @@ import pandas as pd
 
 from specnb import paths
 from specnb.analysis.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED
+from specnb.analysis.estimator import Scope
 from specnb.analysis.text import format_category_acceptance, format_report
 from specnb.ledger import Flag, json_cell
 from specnb.ledger.names import TWO_PROCESSES, Status
@@ -35,13 +36,14 @@ __all__ = ["ReportOptions", "SECTIONS", "format_run_report", "report_blocks"]
 
 @dataclass(frozen=True)
 class ReportOptions:
-    """What a reader may change about a report: the bootstrap's replicates and seed, a context
+    """What a reader may change about a report: goodput's bootstrap replicates and seed, a context
     length for the KV sessions, and SLOs for goodput (``{"ttft_ms": 500, ...}``)."""
 
     n_boot: int = DEFAULT_N_BOOT
     seed: int = DEFAULT_SEED
     context_tokens: int | None = None
     slos: dict[str, float] | None = None
+    scope: Scope = Scope.PROMPTS  # what the intervals cover (prompts like the panel's, or this panel)
 
 
 Section = Callable[[RunRecords, ReportOptions], list[str]]
@@ -51,7 +53,7 @@ def paired(run: RunRecords, opts: ReportOptions) -> list[str]:
     """The machine, the paired table, thresholds, decisions, KV cost, open loop, goodput, the
     schedule to deploy, start-up differences, refusals and the lossless check."""
     return [format_report(run.df, n_boot=opts.n_boot, seed=opts.seed, context_tokens=opts.context_tokens,
-                          slos=opts.slos, margins=run.margins)]
+                          slos=opts.slos, margins=run.margins, scope=opts.scope)]
 
 
 def categories(run: RunRecords, opts: ReportOptions) -> list[str]:
@@ -161,16 +163,16 @@ def conditions(run: RunRecords, opts: ReportOptions) -> list[str]:
         return []
     ref = ok.sort_values("started_at")["condition"].iloc[0]
     try:
-        eff = condition_effects(df, ref, n_boot=opts.n_boot, seed=opts.seed)
+        eff = condition_effects(df, ref)
     except AnalysisError as exc:  # PairingError among them
         return [f"conditions not compared with each other: {exc}"]
     if eff.empty:
         return []
     out = ["", f"conditions against {ref} (the first one run): each arm's tok/s under the condition over "
-               "its tok/s under the reference, paired per repeat, bootstrap over starts and prompts:",
+               "its tok/s under the reference, paired per repeat, with the one interval (starts and prompts):",
            *condition_lines(eff)]
     try:
-        verdicts = serving_verdicts(serving_gains(df, ref, n_boot=opts.n_boot, seed=opts.seed), ref)
+        verdicts = serving_verdicts(serving_gains(df, ref), ref)
     except AnalysisError:  # no single baseline arm, or none under the reference: nothing to weigh
         return out
     if len(verdicts):

@@ -19,10 +19,11 @@ from specnb.analysis.pairing import PairingError
 from specnb.analysis.window import frame_window, slot_column
 from specnb.ledger import load_requests
 
-__all__ = ["RequestTerms", "request_terms", "weight_factors", "Sidecars", "pair_terms", "TURN_KEY",
-           "by_conversation_turn"]
+__all__ = ["RequestTerms", "request_terms", "weight_factors", "prompt_influence", "Sidecars", "pair_terms", "TURN_KEY",
+           "UNCATEGORIZED", "by_conversation_turn"]
 
 TURN_KEY = 10_000  # a conversation request's key: conversation * TURN_KEY + turn
+UNCATEGORIZED = "(none)"  # a prompt without a category: one stratum of its own
 
 
 @dataclass(frozen=True)
@@ -38,10 +39,12 @@ class RequestTerms:
     comp_x: np.ndarray
     comp_d: np.ndarray
     keyed: bool = False  # index is (conversation, turn) as conversation * TURN_KEY + turn
+    category: np.ndarray | None = None  # each request's prompt category (None: the records have none)
 
     def subset(self, keep: np.ndarray) -> RequestTerms:
         return RequestTerms(*(getattr(self, f)[keep] for f in ("index", "prompt_id", "steady_x", "steady_d", "user_u",
-                                                                "user_ok", "comp_x", "comp_d")), keyed=self.keyed)
+                                                                "user_ok", "comp_x", "comp_d")), keyed=self.keyed,
+                            category=None if self.category is None else self.category[keep])
 
 
 def by_conversation_turn(req: pd.DataFrame) -> pd.DataFrame | None:
@@ -82,8 +85,9 @@ def request_terms(req: pd.DataFrame, concurrency: int) -> RequestTerms | None:
     # the resampling unit is the prompt; without prompt ids each request is its own unit
     pid = (req["prompt_id"].astype(str).to_numpy() if "prompt_id" in req.columns
            else np.array([f"#{i}" for i in req["index"]]))
+    cat = (req["category"].fillna(UNCATEGORIZED).astype(str).to_numpy() if "category" in req.columns else None)
     return RequestTerms(req["index"].to_numpy(int), pid, x, d, user_u, user_ok.astype(float), comp_x,
-                        np.clip(end - start, 0.0, None), keyed=bool(conversation))
+                        np.clip(end - start, 0.0, None), keyed=bool(conversation), category=cat)
 
 
 def _rate_factor(w: np.ndarray, x: np.ndarray, d: np.ndarray) -> np.ndarray:
@@ -106,6 +110,37 @@ def _mean_factor(w: np.ndarray, u: np.ndarray, valid: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         f = (wu / wn) / (u.sum() / n)
     return np.where(wn > 0, f, 1.0)
+
+
+def _shares(num: np.ndarray, den: np.ndarray, codes: np.ndarray, m: int) -> np.ndarray:
+    """Per prompt: its share of the numerator minus its share of the denominator, the derivative
+    of log(sum w num / sum w den) in the prompt's weight at equal weights (0 where a sum is 0)."""
+    n_sum, d_sum = num.sum(), den.sum()
+    out = np.zeros(m)
+    if n_sum > 0:
+        out += np.bincount(codes, weights=num, minlength=m) / n_sum
+    if d_sum > 0:
+        out -= np.bincount(codes, weights=den, minlength=m) / d_sum
+    return out
+
+
+def prompt_influence(spec: RequestTerms, base: RequestTerms) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """One pair's prompts (sorted ids), their categories, and per metric each prompt's influence on
+    the pair's log ratio: the derivative of log(speculative metric / baseline metric) in the
+    prompt's weight, the linearisation behind the estimator's prompt variance
+    (:mod:`specnb.analysis.estimator`). Influences sum to 0 over a pair's prompts."""
+    ids, codes = np.unique(spec.prompt_id, return_inverse=True)
+    base_codes = np.searchsorted(ids, base.prompt_id)
+    m = len(ids)
+    cats = np.full(m, UNCATEGORIZED, dtype=object)
+    if spec.category is not None:
+        cats[codes] = spec.category
+    out = {}
+    for metric, (num, den) in (("speedup", ("steady_x", "steady_d")), ("per_user_speedup", ("user_u", "user_ok")),
+                               ("computed_speedup", ("comp_x", "comp_d"))):
+        out[metric] = (_shares(getattr(spec, num), getattr(spec, den), codes, m)
+                       - _shares(getattr(base, num), getattr(base, den), base_codes, m))
+    return ids, cats, out
 
 
 def weight_factors(t: RequestTerms, w: np.ndarray) -> dict[str, np.ndarray]:

@@ -14,8 +14,8 @@ from typing import Any
 
 import pandas as pd
 
-from specnb.analysis.bootstrap import bootstrap_speedups
 from specnb.analysis.pairing import condition_keys, usable
+from specnb.analysis.speedups import paired_speedups
 from specnb.ledger import PLAIN_CONDITION, Flag, has_flag, load_requests
 from specnb.ledger.names import Status
 from specnb.ledger.timing import overhead_line, total_phases
@@ -32,20 +32,21 @@ def label_conditions(df: pd.DataFrame, labels: Mapping[str, str] | None = None) 
     return out
 
 
-def summarize(df: pd.DataFrame, labels: Mapping[str, str] | None = None, **bootstrap: Any) -> pd.DataFrame:
-    """Paired speedup table per condition, arm, workload and concurrency, with the bootstrap
-    intervals of :func:`specnb.analysis.bootstrap_speedups` (over server starts and prompts);
-    never forms a ratio across conditions. ``speedup_min``/``speedup_max`` keep the plain
-    spread over repeats; the bootstrap itself is kept in ``table.attrs["bootstrap"]``."""
-    boot = bootstrap_speedups(df, **bootstrap)
-    t = boot.table.copy()
+def summarize(df: pd.DataFrame, labels: Mapping[str, str] | None = None, **options: Any) -> pd.DataFrame:
+    """Paired speedup table per condition, arm, workload and concurrency, with the one interval of
+    :func:`specnb.analysis.speedups.paired_speedups` (over server starts and the panel's prompts;
+    ``options`` go to it); never forms a ratio across conditions. ``speedup_min``/``speedup_max``
+    keep the plain spread over repeats; the :class:`~specnb.analysis.speedups.Speedups` itself is
+    kept in ``table.attrs["speedups"]`` (paired contrasts between arms read it)."""
+    sp = paired_speedups(df, **options)
+    t = sp.table.copy()
     if t.empty:
         return t
     if "condition" not in t:
         t.insert(0, "condition", PLAIN_CONDITION)
     t.insert(list(t.columns).index("condition") + 1, "condition_label",
              [(labels or {}).get(c, c) for c in t["condition"]])
-    t.attrs["bootstrap"] = boot
+    t.attrs["speedups"] = sp
     return t
 
 

@@ -13,13 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from specnb.analysis.bootstrap import (
-    DEFAULT_LEVEL,
-    DEFAULT_N_BOOT,
-    DEFAULT_SEED,
-    FEW_REPEATS,
-    bootstrap_speedups,
-)
+from specnb.analysis.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED
 from specnb.analysis.decisions import Decision, decide
 from specnb.analysis.kv import kv_capacity
 from specnb.analysis.latency import (
@@ -41,7 +35,9 @@ from specnb.analysis.pairing import (
     redundant_keys,
     usable,
 )
-from specnb.analysis.thresholds import Threshold, thresholds
+from specnb.analysis.estimator import DEFAULT_CONFIDENCE, LOSES, PAYS, Scope
+from specnb.analysis.speedups import paired_speedups
+from specnb.analysis.thresholds import UNDECIDED, Threshold, thresholds
 from specnb.ledger import PLAIN_CONDITION, REFUSED_ERROR, arm_configs
 from specnb.ledger.names import Status
 
@@ -68,89 +64,140 @@ def _f(v: Any, spec: str = ".2f") -> str:
     return "-" if v is None or pd.isna(v) else format(v, spec)
 
 
-def _c(v: float, th: Threshold) -> str:
-    if v == -math.inf:
-        return f"<{th.c_min}"
-    if v == math.inf:
-        return f">{th.c_max}"
-    return f"{v:.1f}"
+def _levels(levels: Sequence[float]) -> str:
+    return ", ".join(f"{c:g}" for c in levels)
 
 
-def _repeats_note(n: int) -> str:
-    if n <= 1:
-        return "1 repeat: the interval covers the prompt mix only, not server starts"
-    if n < FEW_REPEATS:
-        return f"{n} repeats: the interval understates start-to-start noise"
-    return ""
+def _bound(v: float) -> str:
+    """An interval's end, two decimals; past 0.01 or 99 (a few starts with one degree of freedom)
+    as ``<0.01`` / ``>99``: the digits would only suggest a precision the interval does not have."""
+    if v < 0.01:
+        return "<0.01"
+    if v > 99:
+        return ">99"
+    return f"{v:.2f}"
 
 
-def format_speedup_table(table: pd.DataFrame, level: float = DEFAULT_LEVEL) -> str:
-    """Plain-text table: paired speedups with bootstrap intervals, per-user and computed-token
-    speedups, acceptance, and the share of output the drafter supplied."""
+def _pct(confidence: float) -> str:
+    return f"{100 * confidence:.4g}%"
+
+
+def format_speedup_table(table: pd.DataFrame, confidence: float = DEFAULT_CONFIDENCE) -> str:
+    """Plain-text table: paired speedups with the one interval (docs/statistics.md), per-user and
+    computed-token speedups, acceptance, the share of output the drafter supplied, and each
+    level's own decision."""
     if table.empty:
         return "(no paired points)"
-    pct = f"{100 * level:g}%"
+    pct = _pct(confidence)
     # sweep / condition columns only when they tell rows apart
     shown = [k for k in ("sweep", "condition") if k in table.columns and k not in redundant_keys(table)]
     lead = "".join(f"{k:<12} " for k in shown)
     by_rate = "rate_rps" in table.columns and table["rate_rps"].notna().all()
-    head = (f"{lead}{'arm':<12} {'workload':<10} {'rate' if by_rate else 'c':>4} {'n':>2} {'base tok/s':>10} {'spec tok/s':>10} "
+    head = (f"{lead}{'arm':<12} {'workload':<10} {'rate' if by_rate else 'c':>4} {'n':>2}    {'base tok/s':>8} {'spec tok/s':>10} "
             f"{'speedup [' + pct + ' CI]':>20} {'per-user [' + pct + ' CI]':>21} {'computed':>8} "
-            f"{'acc len':>7} {'acc %':>5} {'drafted %':>9}")
+            f"{'acc len':>7} {'acc %':>5} {'drafted %':>9}  decision")
     lines = [head, "-" * len(head)]
 
     def ci(row: Any, m: str) -> str:
-        if row.resampled == "none":
-            return f"{_f(getattr(row, m))}x (1 run)"
-        return f"{_f(getattr(row, m))}x [{_f(getattr(row, m + '_lo'))}, {_f(getattr(row, m + '_hi'))}]"
+        lo, hi = getattr(row, m + "_lo"), getattr(row, m + "_hi")
+        if pd.isna(lo) or pd.isna(hi):
+            return f"{_f(getattr(row, m))}x (no CI)"
+        return f"{_f(getattr(row, m))}x [{_bound(lo)}, {_bound(hi)}]"
 
+    marks: dict[str, str] = {}
     for row in table.itertuples(index=False):
         rate = None if pd.isna(row.acceptance_rate) else 100 * row.acceptance_rate
         share = None if pd.isna(row.accepted_output_share) else 100 * row.accepted_output_share
         first = "".join(f"{'-' if isna(getattr(row, k)) else str(getattr(row, k)):<12} " for k in shown)
-        mark = "*" if row.n_repeats < FEW_REPEATS else " "
+        mark = ""
+        conf = float(getattr(row, "confidence", confidence))
+        kind = getattr(row, "design", "fixed")
+        if kind == "sequential":
+            mark += "s"
+            marks["s"] = (f"s a sequential level: its interval is the look it stopped at (n repeats), {_pct(conf)} at "
+                          f"each look, {pct} over all of a level's looks however early it stopped")
+        elif kind == "search":
+            mark += "r"
+            search_confs = sorted({float(c) for c, k in zip(table["confidence"], table["design"], strict=True)
+                                   if k == "search"}, reverse=True)
+            marks["r"] = ("r an adaptive search: each round's levels a family of their own (the first round's at "
+                          "half of alpha, each later round's at its share of the other half): "
+                          + " and ".join(_pct(c) for c in search_confs))
+        if str(getattr(row, "order", "")).startswith("unbalanced"):
+            mark += "o"
+            marks["o"] = ("o arm orders unbalanced (odd repeats: more A B than B A): the two orders weighted equally, "
+                          "n - 2 degrees of freedom for the starts")
+        if getattr(row, "scope", "prompts") == "panel" and isinstance(row.note, str) and row.note:
+            mark += "+"
+            marks["+"] = f"+ this panel only ({row.note})"
+        if pd.isna(row.speedup_lo):
+            marks["no CI"] = f"no CI: {row.note}"
+        decision = row.decision if isinstance(getattr(row, "decision", None), str) else (
+            "open" if getattr(row, "open", False) else UNDECIDED)
         lines.append(
             f"{first}{row.arm:<12} {row.workload:<10} {(row.rate_rps if by_rate else row.concurrency):>4g} "
-            f"{row.n_repeats:>2}{mark}"
-            f"{_f(row.base_tok_s, '.1f'):>10} {_f(row.spec_tok_s, '.1f'):>10} {ci(row, 'speedup'):>20} "
+            f"{row.n_repeats:>2}{mark:<3}"
+            f"{_f(row.base_tok_s, '.1f'):>8} {_f(row.spec_tok_s, '.1f'):>10} {ci(row, 'speedup'):>20} "
             f"{ci(row, 'per_user_speedup'):>21} {_f(row.computed_speedup):>7}x "
-            f"{_f(row.acceptance_length):>7} {_f(rate, '.0f'):>5} {_f(share, '.0f'):>9}"
+            f"{_f(row.acceptance_length):>7} {_f(rate, '.0f'):>5} {_f(share, '.0f'):>9}  {decision}"
         )
-    lines.append(f"speedup = speculative / baseline output tok/s (steady window), paired per repeat; "
-                 f"[{pct} CI] bootstrap over repeats and prompts.")
+    asked_panel = "scope" in table.columns and (table["scope"] == "panel").all() and not any(
+        isinstance(n, str) and n for n in table.get("note", pd.Series(dtype=object)))
+    over = ("server starts (this panel's prompts only, as asked)" if asked_panel else
+            "server starts and the panel's prompts within their categories (prompts like these)")
+    lines.append(f"speedup = speculative / baseline output tok/s (steady window), paired per repeat (server start); "
+                 f"estimate: the mean log ratio over repeats; [{pct} CI]: t interval over {over}; docs/statistics.md.")
     lines.append("per-user = mean decode tok/s per request; computed = (uncached prompt + output) "
-                 "tok/s; drafted % = accepted draft tokens / output tokens.")
-    if (table["n_repeats"] < FEW_REPEATS).any():
-        lines.append(f"* n = repeats (server starts) < {FEW_REPEATS}: the interval cannot estimate "
-                     "start-to-start noise; read it as a lower bound.")
+                 "tok/s; drafted % = accepted draft tokens / output tokens; decision: the level's own interval "
+                 "(across levels: the decision section).")
+    lines += [marks[k] for k in ("s", "r", "o", "+", "no CI") if k in marks]
     return "\n".join(lines)
 
 
+def _range(th: Threshold) -> str:
+    return f"c={th.c_min:g}..{th.c_max:g}"
+
+
+def _outside_text(th: Threshold) -> str:
+    out = th.outside()
+    if not out:
+        return ""
+    parts = [f"c={c:g} {d} on its own interval" for c, d in out.items()]
+    return ("; " + "; ".join(parts) + " (outside the family-wise answer: the sequence from the "
+            + ("lowest" if any(d == PAYS for d in out.values()) else "highest") + " level stopped before it)")
+
+
+def _bracket(th: Threshold) -> str:
+    """Where the crossing from paying to losing lies, in measured levels."""
+    near = (f"; the estimates cross 1.0 near c~{th.concurrency:.1f} (interpolated)"
+            if th.concurrency is not None and th.kind == "crosses" else "")
+    if th.bracketed:
+        return f"the crossing lies between c={th.lo:g} and c={th.hi:g}{near}"
+    if math.isfinite(th.lo):
+        return f"the crossing lies above c={th.lo:g} (no level is known to lose){near}"
+    if math.isfinite(th.hi):
+        return f"the crossing lies below c={th.hi:g} (no level is known to pay){near}"
+    return ""
+
+
 def format_threshold(th: Threshold, omit: Sequence[str] = ("sweep",)) -> str:
-    """One line: where the curve crosses 1.0 (with interval), or that it never does."""
-    rng = f"c={th.c_min}..{th.c_max}"
-    crossing_share = 1.0 - th.share_no_crossing
-    if th.kind in ("crosses", "rises"):
-        ci = (f"{100 * th.level:g}% CI {_c(th.lo, th)} to {_c(th.hi, th)}"
-              if th.lo is not None and th.hi is not None else "no interval")
-        head = (f"pays below c~{th.concurrency:.1f}" if th.kind == "crosses"
-                else f"loses below c~{th.concurrency:.1f} and pays above it")
-        text = (f"{head} ({ci}; {th.share_no_crossing:.0%} of {th.n_boot} bootstrap curves "
-                f"never cross 1.0 in {rng})")
+    """One line: what holds across the curve's levels at a family-wise rate (pays up to c_L, loses
+    from c_H), where the crossing lies, and what is undecided."""
+    pays, loses, undecided = th.at(PAYS), th.at(LOSES), th.at(UNDECIDED)
+    if pays and not undecided and not loses:
+        text = f"pays at every measured level ({_range(th)})"
+    elif loses and not undecided and not pays:
+        text = f"loses at every measured level ({_range(th)})"
     else:
-        side = "pays" if th.kind == "above" else "loses"
-        text = (f"never crosses 1.0 in the measured range ({side} over {rng}; "
-                f"{crossing_share:.0%} of {th.n_boot} bootstrap curves cross)")
-    undecided = th.at("undecided")
-    if undecided:
-        text += f"; undecided at c={_levels(undecided)} (interval spans 1.0)"
-    note = _repeats_note(th.n_repeats)
+        parts = ([f"pays at every c <= {th.pays_through:g}"] if pays else []) + (
+            [f"loses at every c >= {th.loses_from:g}"] if loses else [])
+        head = "; ".join(parts) if parts else "no level decided across the curve"
+        bracket = _bracket(th) if parts else (
+            f"the estimates cross 1.0 near c~{th.concurrency:.1f} (interpolated)" if th.concurrency is not None else "")
+        text = head + (f"; {bracket}" if bracket else "") + (f"; undecided at c={_levels(undecided)}" if undecided else "")
+    text += _outside_text(th)
     what = "" if th.metric == "speedup" else f" [{th.metric}]"
-    return f"{curve_label(th.group, omit)}{what}: {text}" + (f"; {note}" if note else "")
-
-
-def _levels(levels: Sequence[float]) -> str:
-    return ", ".join(f"{c:g}" for c in levels)
+    return f"{curve_label(th.group, omit)}{what}: {text}"
 
 
 def format_thresholds(ths: Sequence[Threshold]) -> str:
@@ -160,35 +207,31 @@ def format_thresholds(ths: Sequence[Threshold]) -> str:
 
 
 def format_decision(d: Decision, omit: Sequence[str] = ("sweep",)) -> str:
-    """Two lines: attach the drafter below X (interval) or not; then, indented, the acceptance
-    evidence at that point and seed 004's verdict on it."""
+    """Two lines: attach the drafter up to c_L and leave it off from c_H (family-wise), what is
+    undecided; then, indented, the acceptance evidence and seed 004's verdict on it."""
     th = d.threshold
-    rng = f"c={th.c_min}..{th.c_max}"
-    ci = (f" ({100 * th.level:g}% CI {_c(th.lo, th)} to {_c(th.hi, th)})"
-          if th.lo is not None and th.hi is not None else "")
-    pays, undecided, loses = th.at("pays"), th.at("undecided"), th.at("loses")
-    if undecided:
-        # an interval that spans 1.0 decides nothing at that level: say so, no implied crossing
-        parts = ([f"attach the drafter at c={_levels(pays)} (it pays there)"] if pays else []) + [
-            f"undecided at c={_levels(undecided)} (the interval spans 1.0)"] + (
-            [f"leave it off at c={_levels(loses)} (it loses there)"] if loses else [])
-        head = "; ".join(parts)
-        if th.kind in ("crosses", "rises"):
-            head += f" [the mean curve crosses 1.0 near c~{th.concurrency:.1f}{ci}]"
-    elif th.kind == "crosses":
-        head = f"attach the drafter below c~{th.concurrency:.1f}{ci}"
-    elif th.kind == "rises":
-        head = f"attach the drafter only above c~{th.concurrency:.1f}{ci}: it loses below"
-    elif th.kind == "above":
-        head = f"attach the drafter: it pays at every measured concurrency ({rng})"
+    pays, undecided, loses = th.at(PAYS), th.at(UNDECIDED), th.at(LOSES)
+    if pays and not undecided and not loses:
+        head = f"attach the drafter: it pays at every measured concurrency ({_range(th)})"
+    elif loses and not undecided and not pays:
+        head = f"leave the drafter off: it loses at every measured concurrency ({_range(th)})"
+    elif not pays and not loses:
+        head = f"no answer across the levels: undecided at c={_levels(undecided)} (an interval spans 1.0, or the " \
+               "sequence stopped before the level)"
     else:
-        head = f"leave the drafter off: it never pays over {rng}"
+        parts = ([f"attach the drafter at c <= {th.pays_through:g} (it pays at c={_levels(pays)})"] if pays else []) + (
+            [f"undecided at c={_levels(undecided)}"] if undecided else []) + (
+            [f"leave it off at c >= {th.loses_from:g} (it loses at c={_levels(loses)})"] if loses else [])
+        head = "; ".join(parts)
+        bracket = _bracket(th)
+        if bracket:
+            head += f" [{bracket}]"
+    head += _outside_text(th)
     line = f"{curve_label(d.group, omit)}: {head}"
     if d.acceptance_rate is None:
         return line
     ev = f"at c~{d.at_concurrency:.1f}: acceptance {d.acceptance_rate:.0%} -> seed 004 rule: {d.verdict}"
-    if (d.verdict == "worth it" and th.kind == "below") or (
-            d.verdict == "switch it off" and th.kind == "above"):
+    if (d.verdict == "worth it" and loses and not pays) or (d.verdict == "switch it off" and pays and not loses):
         ev += " (the measured speedup overrules it)"
     ev += f"; acceptance length {_f(d.acceptance_length)}"
     if d.accepted_output_share is not None:
@@ -291,7 +334,7 @@ def format_latency_table(t: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def _schedules(df: pd.DataFrame, n_boot: int, seed: int) -> str:
+def _schedules(df: pd.DataFrame) -> str:
     """The K schedule per workload of a closed-loop run with drafter arms; empty otherwise."""
     from specnb.analysis.schedule import (
         ScheduleError,
@@ -317,7 +360,7 @@ def _schedules(df: pd.DataFrame, n_boot: int, seed: int) -> str:
         for method in methods or [None]:  # one schedule per drafter method
             label = f"{wl} ({method})" if len(methods) > 1 else wl
             try:
-                config, chosen, _ = derive_policy(df, workload=wl, n_boot=n_boot, seed=seed, method=method)
+                config, chosen, _ = derive_policy(df, workload=wl, method=method)
             except ScheduleError as exc:
                 out.append(f"{label}: {exc}")
                 continue
@@ -406,45 +449,48 @@ def format_report(
     *,
     n_boot: int = DEFAULT_N_BOOT,
     seed: int = DEFAULT_SEED,
-    level: float = DEFAULT_LEVEL,
+    confidence: float = DEFAULT_CONFIDENCE,
     context_tokens: float | None = None,
     serving_concurrency: float | None = None,
     slos: dict[str, float] | None = None,
     margins: pd.DataFrame | None = None,
+    scope: Scope | str = Scope.PROMPTS,
 ) -> str:
-    """What ``specnb report`` prints: the machine; for closed-loop points the table, the
-    thresholds, the decisions, the KV cost and the schedule to deploy; for open-loop points the
-    table over rate and latency against offered rate; goodput under SLOs; the lossless check
-    (with ``margins``, :func:`specnb.analysis.lossless.load_margins`: how close to a tie the
-    first differing tokens were)."""
+    """What ``specnb report`` prints: the machine; for closed-loop points the table (one interval
+    per row), the answer across levels, the decisions, the KV cost and the schedule to deploy; for
+    open-loop points the table over rate and latency against offered rate; goodput under SLOs
+    (``n_boot`` and ``seed``: its bootstrap); the lossless check (with ``margins``,
+    :func:`specnb.analysis.lossless.load_margins`: how close to a tie the first differing tokens
+    were)."""
     is_rate = (df["load_mode"] == "rate") if "load_mode" in df.columns else pd.Series(False, index=df.index)
     closed, open_loop = df[~is_rate], df[is_rate]
     parts = [format_machine(df), *pairing_notes(df, baseline)]
     if len(closed):
-        boot = bootstrap_speedups(closed, baseline, n_boot=n_boot, seed=seed, level=level)
-        parts += ["", format_speedup_table(boot.table, level)]
-        if boot.curves:
-            parts += ["", "where the speedup crosses 1.0 (log2-interpolated; interval from the bootstrap curves):",
-                      format_thresholds(thresholds(boot)),
-                      "", "decision:", format_decisions(decide(boot, serving_concurrency=serving_concurrency))]
+        sp = paired_speedups(closed, baseline, confidence=confidence, scope=scope)
+        parts += ["", format_speedup_table(sp.table, confidence)]
+        if len(sp.table):
+            parts += ["", f"across levels (a fixed sequence: pays tested from the lowest level up, loses from the "
+                          f"highest down; family-wise {_pct(confidence)}):",
+                      format_thresholds(thresholds(sp)),
+                      "", "decision:", format_decisions(decide(sp, serving_concurrency=serving_concurrency))]
         kv = kv_capacity(closed, context_tokens=context_tokens, baseline=baseline)
         if not kv.empty and kv["speculative"].any():
             parts += ["", "KV capacity:", format_kv_capacity(kv)]
     rates = latency_by_rate(open_loop) if len(open_loop) else pd.DataFrame()
     if len(open_loop):
-        rboot = bootstrap_speedups(open_loop, baseline, n_boot=n_boot, seed=seed, level=level)
-        parts += ["", "open loop (arrivals at a rate):", format_speedup_table(rboot.table, level)]
+        rsp = paired_speedups(open_loop, baseline, confidence=confidence, scope=scope)
+        parts += ["", "open loop (arrivals at a rate):", format_speedup_table(rsp.table, confidence)]
         if not rates.empty:
             parts += ["", "latency against offered rate (means over repeats):", format_latency_table(rates)]
-        ths = latency_threshold(open_loop, n_boot=n_boot, seed=seed, level=level)
+        ths = latency_threshold(open_loop, confidence=confidence)
         if ths:
-            parts += ["", "where the drafter stops lowering per-token latency (per-user speedup crossing 1.0 "
-                          "over offered rate):", *[format_latency_threshold(t) for t in ths]]
+            parts += ["", "per-token latency across offered rates (the per-user speedup's interval, a fixed sequence "
+                          "over the rates):", *[format_latency_threshold(t) for t in ths]]
     if slos:
-        best = best_goodput(goodput(df, slos, n_boot=n_boot, seed=seed, level=level))
-        parts += ["", "goodput under SLOs (output tok/s of requests that met every SLO):",
-                  format_goodput(best, "rate" if len(open_loop) else "c")]
-    sched = _schedules(closed, n_boot=n_boot, seed=seed) if len(closed) else ""
+        best = best_goodput(goodput(df, slos, n_boot=n_boot, seed=seed, confidence=confidence))
+        parts += ["", "goodput under SLOs (output tok/s of requests that met every SLO; bootstrap over starts and "
+                      "prompts):", format_goodput(best, "rate" if len(open_loop) else "c")]
+    sched = _schedules(closed) if len(closed) else ""
     if sched:
         parts += ["", "the schedule to deploy (vLLM dynamic speculation; `specnb policy` writes it):", sched]
     decided = format_decision_differences(closed if len(closed) else df, baseline)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specnb.analysis.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, bootstrap_speedups
+from specnb.analysis.speedups import paired_speedups
 from specnb.analysis.pairing import AnalysisError, usable
 from specnb.analysis.schedule import measured_batch
 from specnb.analysis.thresholds import thresholds
@@ -172,9 +172,10 @@ def checkpoint_of(argv: list[str] | None) -> str | None:
     return None
 
 
-def expectation(df: pd.DataFrame, run: str, *, arm: str | None = None, workload: str | None = None,
-                n_boot: int = DEFAULT_N_BOOT, seed: int = DEFAULT_SEED) -> Expectation:
-    """The run's answer for one drafter arm and workload (named where the run has several)."""
+def expectation(df: pd.DataFrame, run: str, *, arm: str | None = None, workload: str | None = None) -> Expectation:
+    """The run's answer for one drafter arm and workload (named where the run has several): each
+    level's speedup with the one interval, and the crossing bracketed between the levels the
+    run's family-wise answer says pay and lose (:mod:`specnb.analysis.thresholds`)."""
     ok = usable(df)
     if ok.empty:
         raise AnalysisError(f"{run}: no measured point")
@@ -197,12 +198,12 @@ def expectation(df: pd.DataFrame, run: str, *, arm: str | None = None, workload:
     if workload not in workloads:
         raise AnalysisError(f"{run} has no workload {workload!r} for {arm} (it has {workloads})")
     rows = ok[(ok["workload"] == workload) & ((ok["arm"] == arm) | ~ok["speculative"].astype(bool))]
-    boot = bootstrap_speedups(rows, n_boot=n_boot, seed=seed)
-    table = boot.table[boot.table["arm"] == arm].sort_values("concurrency")
+    sp = paired_speedups(rows)
+    table = sp.table[sp.table["arm"] == arm].sort_values("concurrency")
     batch = measured_batch(rows)
     levels = [Level(int(r.concurrency), batch.get((arm, int(r.concurrency))), float(r.speedup),
                     float(r.speedup_lo), float(r.speedup_hi)) for r in table.itertuples(index=False)]
-    th = next((t for t in thresholds(boot) if t.group.get("arm") == arm), None)
+    th = next((t for t in thresholds(sp) if t.group.get("arm") == arm), None)
     kind = th.kind if th else "unknown"
     mine = spec[(spec["arm"] == arm) & (spec["workload"] == workload)]
     rate = pd.to_numeric(mine["acceptance_rate"], errors="coerce").dropna()

@@ -7,7 +7,6 @@ import argparse
 import json
 from pathlib import Path
 
-from specnb.analysis import DEFAULT_N_BOOT
 from specnb.analysis.schedule import RULES, derive_policy, format_policy
 from specnb.commands.common import Command
 from specnb.errors import SpecnbError
@@ -32,7 +31,6 @@ class Policy(Command):
                        "--max-num-seqs, else 256)")
         p.add_argument("--out", type=Path,
                        help="where to write the policy (default: <folder>/policy-<workload>.json)")
-        p.add_argument("--n-boot", type=int, default=DEFAULT_N_BOOT)
 
     @staticmethod
     def run(a: argparse.Namespace) -> int:
@@ -40,7 +38,7 @@ class Policy(Command):
         if df.empty:
             raise SpecnbError(f"no ledgers under {a.folder}")
         config, chosen, doc = derive_policy(df, workload=a.workload, rule=a.rule, max_batch=a.max_batch,
-                                            n_boot=a.n_boot, source=str(a.folder), method=a.method)
+                                            source=str(a.folder), method=a.method)
         print(format_policy(config, chosen, a.rule))
         workload = json.loads(doc)["workload"]
         stem = workload.replace('/', '_').replace(':', '-') + (f"-{a.method}" if a.method else "")

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from specnb.analysis import DEFAULT_N_BOOT, DEFAULT_SEED
+from specnb.analysis.estimator import Scope
 from specnb.analysis.latency import parse_slos
 from specnb.analysis.report import ReportOptions
 from specnb.commands.common import Command, print_report
@@ -14,14 +15,16 @@ from specnb.commands.common import Command, print_report
 
 class Report(Command):
     name = "report"
-    help = ("print the paired table of a ledger folder, with bootstrap intervals, where each curve crosses 1.0, and "
-            "whether to attach the drafter")
+    help = ("print the paired table of a ledger folder, one interval per level (docs/statistics.md), what holds across "
+            "the levels, and whether to attach the drafter")
 
     @staticmethod
     def add_cli_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("folder", type=Path)
-        p.add_argument("--n-boot", type=int, default=DEFAULT_N_BOOT, help="bootstrap replicates")
-        p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
+        p.add_argument("--scope", choices=[s.value for s in Scope], default=Scope.PROMPTS.value,
+                       help="what the intervals cover: new prompts like the panel's (default) or this panel only")
+        p.add_argument("--n-boot", type=int, default=DEFAULT_N_BOOT, help="goodput's bootstrap replicates (--slo)")
+        p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="goodput's bootstrap seed (--slo)")
         p.add_argument("--context", type=int, default=None, metavar="TOKENS",
                        help="also report concurrent sessions the KV pool holds at this context length")
         p.add_argument("--slo", action="append", default=[], metavar="KEY=VALUE",
@@ -32,5 +35,6 @@ class Report(Command):
 
     @staticmethod
     def run(a: argparse.Namespace) -> int:
-        opts = ReportOptions(n_boot=a.n_boot, seed=a.seed, context_tokens=a.context, slos=parse_slos(a.slo))
+        opts = ReportOptions(n_boot=a.n_boot, seed=a.seed, context_tokens=a.context, slos=parse_slos(a.slo),
+                             scope=Scope(a.scope))
         return print_report(a.folder, opts, a.skip_bad)

@@ -69,39 +69,41 @@ def speedup_curves(ax: Axes, table: pd.DataFrame, *, hue: str = "arm", y: str = 
 
 def mark_crossing(ax: Axes, at: float | None, lo: float | None = None, hi: float | None = None,
                   color: str = "k") -> None:
-    """The concurrency where a curve crosses 1.0, with its interval as a horizontal bar."""
-    if at is None or not np.isfinite(at):
-        return
+    """Where a curve crosses 1.0: the bracket between the last level it pays at and the first it
+    loses at (family-wise) as a horizontal bar, and the estimates' interpolated crossing as an
+    open marker (interpolated, not measured)."""
     if lo is not None and hi is not None and np.isfinite(lo) and np.isfinite(hi):
         ax.plot([lo, hi], [1.0, 1.0], color=color, lw=4, alpha=0.35, solid_capstyle="butt")
-    ax.plot([at], [1.0], marker="v", color=color, ms=7, ls="none")
-    ax.annotate(f"c≈{at:.1f}", (at, 1.0), textcoords="offset points", xytext=(4, 6), fontsize=8,
+    if at is None or not np.isfinite(at):
+        return
+    ax.plot([at], [1.0], marker="v", color=color, ms=7, ls="none", mfc="none")
+    ax.annotate(f"c≈{at:.1f} (interp.)", (at, 1.0), textcoords="offset points", xytext=(4, 6), fontsize=8,
                 color=color)
 
 
 def crossings(ax: Axes | None, table: pd.DataFrame, title: str, *, hue: str = "arm",
               colors: dict[str, str] | None = None, metric: str = "speedup") -> list[str]:
-    """Mark where each curve of ``table`` crosses 1.0, with the bootstrap interval of the
-    crossing itself (``specnb.analysis.thresholds``), and return one markdown line per curve.
+    """Mark where each curve of ``table`` crosses 1.0 (the bracket the answer across levels gives,
+    :mod:`specnb.analysis.thresholds`, and the interpolated crossing of the estimates), and return
+    one markdown line per curve.
 
     ``table`` is (a slice of) :func:`specnb.analysis.tables.summarize`'s table, which carries its
-    bootstrap in ``attrs``.
+    :class:`~specnb.analysis.speedups.Speedups` in ``attrs``.
     """
-    boot = table.attrs.get("bootstrap")
-    if boot is None:
-        raise ValueError("table has no bootstrap attached: build it with specnb.analysis.summarize")
+    sp = table.attrs.get("speedups")
+    if sp is None:
+        raise ValueError("table has no speedups attached: build it with specnb.analysis.summarize")
     colors = colors or arm_colors(table[hue])
-    keys = [k for k in boot.group_keys if k in table]
+    keys = [k for k in sp.group_keys if k in table]
     wanted = {tuple(r) for r in table[keys].drop_duplicates().itertuples(index=False)}
     lines = []
-    for th in thresholds(boot, metric):
+    for th in thresholds(sp, metric):
         if tuple(th.group.get(k) for k in keys) not in wanted:
             continue
         key = th.group.get(hue)
-        if ax is not None and th.kind == "crosses":
-            lo = max(th.lo, th.c_min) if th.lo is not None else None
-            hi = min(th.hi, th.c_max) if th.hi is not None else None
-            mark_crossing(ax, th.concurrency, lo, hi, color=colors.get(key, "k"))
+        if ax is not None and (th.bracketed or th.kind == "crosses"):
+            mark_crossing(ax, th.concurrency if th.kind == "crosses" else None,
+                          th.lo if th.bracketed else None, th.hi if th.bracketed else None, color=colors.get(key, "k"))
         text = format_threshold(th, omit=tuple(k for k in th.group if k != hue))
         lines.append(f"- **{title}**: {text}")
     return lines

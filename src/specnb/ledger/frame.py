@@ -201,6 +201,34 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
     return row
 
 
+def _design(folder: Path, seen: dict[Path, dict[str, Any]]) -> dict[str, Any]:
+    """How the run a point belongs to spends its error rate, from the ``sweep.json`` of the nearest
+    folder above it that has one: a sequential sweep's alpha and first and last looks (repeats,
+    ``sequential.max_repeats``), an adaptive search's rounds after the first; all None for a sweep
+    of fixed repeats (or a point outside any sweep folder). Read by
+    :func:`specnb.analysis.speedups.design_of`."""
+    if folder in seen:
+        return seen[folder]
+    out: dict[str, Any] = {"design_alpha": None, "design_first": None, "design_last": None,
+                           "design_search_rounds": None}
+    f = folder / "sweep.json"
+    if f.is_file():
+        try:
+            spec = json.loads(f.read_text()).get("spec") or {}
+        except (OSError, ValueError):
+            spec = {}
+        seq, search = spec.get("sequential"), spec.get("search")
+        if isinstance(seq, dict):
+            out.update(design_alpha=seq.get("alpha"), design_first=spec.get("repeats"),
+                       design_last=seq.get("max_repeats"))
+        elif isinstance(search, dict):
+            out.update(design_search_rounds=search.get("max_rounds"))
+    elif folder.parent != folder and len(folder.parts) > 1:
+        out = _design(folder.parent, seen)
+    seen[folder] = out
+    return out
+
+
 def _json_or_none(v: Any) -> str | None:
     return None if v is None else json.dumps(v, sort_keys=True)
 
@@ -262,6 +290,9 @@ def load_ledgers(sources: Iterable[Path | str] | Path | str, *, superseded: bool
     listed in ``df.attrs["skipped"]``.
     """
     rows, skipped = _read_all(ledger_files(sources, superseded), skip_bad, lambda led, p: [_row(led, p)])
+    designs: dict[Path, dict[str, Any]] = {}
+    for row in rows:
+        row.update(_design(Path(row["path"]).parent, designs))
     df = pd.DataFrame(rows)
     if len(df):
         df = df.sort_values(["sweep", "workload", "concurrency", "repeat", "arm"]).reset_index(drop=True)

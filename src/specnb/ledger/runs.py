@@ -21,7 +21,7 @@ from specnb.errors import SpecnbError, plain_name
 
 __all__ = ["AXES", "RunError", "new_run_name", "run_folder", "latest_run", "find_run", "OUTCOME_FILE_ENV",
            "report_failed_points", "read_failed_points", "report_refused_all", "read_refused_all", "search_record",
-           "search_lines", "sequential_record", "sequential_lines", "across_prompts_text", "TuneRecords", "read_tune", "is_tune_run"]
+           "search_lines", "sequential_record", "sequential_lines", "TuneRecords", "read_tune", "is_tune_run"]
 
 # Set by the notebook runner for the kernel it starts: the measuring notebook appends the points
 # that failed, so `make measure-<axis>` exits non-zero although the notebook itself finished.
@@ -126,9 +126,11 @@ _LEVEL_NAME = {"concurrency": "c", "rate": "rate", "conversation": "users"}
 
 def sequential_lines(folder: Path | str) -> list[str]:
     """The report's lines on each sequential sweep under ``folder`` (:mod:`specnb.sweep.sequential`):
-    the rule, how its rounds ended, and per drafter and level the look it stopped at: decided after
-    n repeats (early when its level was measured fewer than the last look's repeats), open at its
-    last look, or open when the rounds stopped (the time budget, or a run cut short)."""
+    the rule, how its rounds ended, what each round spent its repeat on (another start, or a larger
+    panel), and per drafter and level where it stopped: decided after n repeats (early when its
+    level was measured fewer repeats than the last look's), open at its last look, or open when the
+    rounds stopped. No interval: each level's interval is its row of the table, the same one the
+    rounds read."""
     root = Path(folder)
     out: list[str] = []
     for seq_dir in sorted({p.parent for p in root.rglob("sequential/round-*.json")}):
@@ -157,24 +159,32 @@ def _sequential_run_lines(label: str, docs: list[dict[str, Any]]) -> list[str]:
     state = (f"stopped before round {last.get('round')}: {stopped}" if stopped
              else f"round {last.get('round')} chosen, no stop recorded after it (the run was cut short or is still "
                   "running; rerunning with the same folder resumes it)")
+    if "looks" not in rule:  # a record of the rule before the one interval: its stops were made by that rule
+        return [f"{label}: its rounds were chosen by an earlier rule (looks after {rule.get('first')}..{rule.get('last')} "
+                f"repeats, each a t interval over starts only, Bonferroni over the looks); {state}. The table reads "
+                "its repeats with the current rule (docs/statistics.md), which looks only where the arm orders are "
+                "balanced, so its rows may differ from the stops recorded then"]
+    looks_at = ", ".join(str(n) for n in rule.get("looks") or [])
     per_look = rule.get("per_look_alpha")
-    out = [f"{label}: looks after {rule.get('first')}..{rule.get('last')} repeats, alpha {rule.get('alpha')} per "
-           f"drafter and level over all its looks ({'?' if per_look is None else f'{float(per_look):.4f}'} each: "
-           f"{rule.get('interval')}); {state}"]
+    out = [f"{label}: looks after {looks_at} repeats, alpha {rule.get('alpha')} per drafter and level over all its "
+           f"looks ({'?' if per_look is None else f'{100 * (1 - float(per_look)):.2f} %'} each, calibrated); {state}"]
+    for doc in docs:
+        if doc.get("levels") and doc.get("spend"):
+            out.append(f"  round {doc.get('round')} (repeat {int(doc.get('repeat', 0)) + 1}): "
+                       + "; ".join(str(x) for x in doc["spend"]))
     name = _LEVEL_NAME.get(str(last.get("load", "concurrency")), "c")
     looks = last.get("looks", [])
     measured: dict[tuple[Any, Any], int] = {}  # per level, the most repeats any of its arms has
     for lk in looks:
         key = (lk.get("workload"), lk.get("level"))
         measured[key] = max(measured.get(key, 0), len(lk.get("ratios") or []))
-    last_look = int(rule.get("last") or 0)
+    last_look = int((rule.get("looks") or [rule.get("last") or 0])[-1])
     for lk in looks:
         look = lk.get("look") or {}
         head = f"  {lk.get('arm') or '(no pair)'} / {lk.get('workload')} {name}={float(lk.get('level')):g}: "
-        shown = (f"{float(look['ratio']):.2f}x [{float(look['lo']):.2f}, {float(look['hi']):.2f}] after {look['n']} "
-                 "repeats" if look else f"{len(lk.get('ratios') or [])} paired repeat(s)")
+        n_have = len(lk.get("ratios") or [])
         st = str(lk.get("state", ""))
-        prompts = across_prompts_text(lk.get("across_prompts"), st.startswith("decided"))
+        noise = _noise_text(lk.get("noise"))
         if st.startswith("decided"):
             n, m = int(look.get("n") or 0), measured[(lk.get("workload"), lk.get("level"))]
             if n < m:
@@ -183,30 +193,22 @@ def _sequential_run_lines(label: str, docs: list[dict[str, Any]]) -> list[str]:
                 tail = f": stopped early, {last_look - m} repeat(s) not needed"
             else:
                 tail = ": decided at the last look"
-            out.append(f"{head}{st[len('decided: '):]} {shown}{tail}{prompts}")
+            out.append(f"{head}{st[len('decided: '):]} after {n} repeats{tail}")
         elif st == "open at the last look":
-            out.append(f"{head}open {shown}: undecided at the last look{prompts}")
+            out.append(f"{head}undecided at the last look ({n_have} repeats){noise}")
         else:
-            out.append(f"{head}open {shown}: undecided when the rounds stopped ({stopped or 'cut short'}){prompts}")
+            out.append(f"{head}open after {n_have} repeat(s): undecided when the rounds stopped "
+                       f"({stopped or 'cut short'}){noise}")
     return out
 
 
-def across_prompts_text(ap: dict[str, Any] | None, decided: bool) -> str:
-    """A look's reading across prompts like the panel's (:func:`specnb.sweep.sequential.across_prompts`),
-    as the tail of its report line: the interval with the panel's prompt spread added, and what
-    would settle it when it does not agree (empty for records made before it)."""
-    if not ap:
+def _noise_text(noise: dict[str, Any] | None) -> str:
+    """What would narrow an open level's interval: more starts, or a larger panel."""
+    if not noise or noise.get("prompt_var") is None:
         return ""
-    span = f"[{float(ap['lo']):.2f}, {float(ap['hi']):.2f}]"
-    dec = ap.get("decision")
-    if dec:
-        return f"; across prompts like these {span}: {dec} too"
-    if float(ap["prompts_half"]) >= float(ap["starts_half"]):
-        why = ("the panel's prompts spread it more than the starts do: a larger panel_size would narrow that "
-               "part, more repeats narrow only this panel's interval")
-    else:
-        why = "the starts spread it more than the prompts: more repeats narrow it"
-    return f"; across prompts like these {span}: {'this panel only' if decided else 'open'} ({why})"
+    if noise.get("dominant") == "prompts":
+        return "; the panel's prompts dominate its interval: a larger panel_size narrows it, more repeats barely"
+    return "; the starts dominate its interval: more repeats narrow it"
 
 
 def search_lines(folder: Path | str) -> list[str]:

@@ -170,7 +170,7 @@ class _Order:
     round: int
     levels: Levels
     pending: list[str]  # point ids to measure
-    sizing: dict[str, bytes]  # the run's sizing records, so every block sends the same requests
+    sizing: dict[str, bytes]  # the run's sizing (and sequential round) records: every block sends the same requests
     identity: str  # the sweep's identity hash on the driver
     engine: str | None  # the driver's vLLM version
     argv: list[str]
@@ -583,6 +583,9 @@ class Fleet:
             p = sizing_path(run.out_dir, name)
             if p.exists():
                 sizing[p.relative_to(run.out_dir).as_posix()] = p.read_bytes()
+        # a sequential round's record says which panel its points send (specnb.sweep.sequential.round_panels)
+        for p in sorted((run.out_dir / "sequential").glob("round-*.json")):
+            sizing[p.relative_to(run.out_dir).as_posix()] = p.read_bytes()
         return _Order(key=blk.key, sweep=self.runs.index(run), spec=run.spec, repeat=blk.repeat, round=blk.round,
                       levels=blk.levels, pending=[pt.point_id for pt in blk.points], sizing=sizing,
                       identity=run.identity, engine=run.provenance.versions.get("vllm"),

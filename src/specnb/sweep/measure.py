@@ -214,7 +214,7 @@ class PointMeasurer:
             host = HostLoad(server.pid if server is not None else None)
             since = len(server.start_log()) if server is not None else 0  # a cause must be this point's
             conv = pt.load == LoadMode.CONVERSATION
-            panel = panels.conversations[pt.workload.name] if conv else panels.prompts[pt.workload.name]
+            panel = panels.conversations[pt.workload.name] if conv else panels.panel_of(pt)
             pl, before, after, sampler = run_async(
                 _measure(ep, spec, panel, pt, panels.num_conversations(pt) if conv else n, tick))
             pl.host_other_cpu_cores = host.other_cores()
@@ -255,7 +255,7 @@ class PointMeasurer:
         another than the run's, for a record the Ray driver writes for a lost node)."""
         panels = self.panels
         size = PointSize(
-            panel=panels.prompts[pt.workload.name], in_flight=panels.in_flight(pt),
+            panel=panels.panel_of(pt), in_flight=panels.in_flight(pt),
             num_requests=panels.num_requests(pt), tokens_per_request=panels.tokens_per_request.get(pt.workload.name),
             passes=panels.passes(pt), conversations=panels.conversations.get(pt.workload.name),
             num_conversations=panels.num_conversations(pt))

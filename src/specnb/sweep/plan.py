@@ -21,7 +21,7 @@ from typing import Any
 from specnb.ledger.names import LoadMode
 from specnb.ledger.timing import format_duration
 from specnb.prompts.conversation import panel_conversations
-from specnb.prompts.workload import Workload
+from specnb.prompts.workload import Prompt, Workload
 from specnb.sweep.arm import Arm
 from specnb.sweep.estimate import Costs, PlannedPoint, estimate_s, plan_line
 from specnb.sweep.spec import SweepSpec, blocks, level_tag, point_path
@@ -92,8 +92,9 @@ class Panels:
     it sends: whole passes over the panel, enough for the sweep's work floor."""
 
     def __init__(self, spec: SweepSpec, workloads: dict[str, Workload], out_dir: Path):
-        self.spec = spec
+        self.spec, self.workloads, self.out_dir = spec, workloads, out_dir
         self.prompts = {name: wl.panel(spec.panel_size) for name, wl in workloads.items()}
+        self._grown: dict[tuple[str, int], list[Prompt]] = {}
         # a conversation set's panel, as conversations (self.prompts holds their first turns)
         self.conversations = {name: panel_conversations(wl, self.prompts[name]) for name, wl in workloads.items()
                               if wl.conversations is not None}
@@ -104,13 +105,28 @@ class Panels:
             if f.exists():
                 self.tokens_per_request[name] = float(json.loads(f.read_text())["tokens_per_request"])
 
+    def panel_of(self, pt: Point) -> list[Prompt]:
+        """The prompts a point sends: its workload's panel, or the larger one a sequential round
+        chose for it (:func:`specnb.sweep.sequential.round_panels`; never for a conversation set)."""
+        name = pt.workload.name
+        if self.spec.sequential is None or pt.round <= 0 or name in self.conversations:
+            return self.prompts[name]
+        from specnb.sweep.sequential import round_panels
+
+        size = round_panels(self.out_dir, pt.round).get(name)
+        if not size or size <= len(self.prompts[name]):
+            return self.prompts[name]
+        if (name, size) not in self._grown:
+            self._grown[(name, size)] = self.workloads[name].panel(size)
+        return self._grown[(name, size)]
+
     def in_flight(self, pt: Point) -> int:
         return self.spec.max_in_flight if pt.load == LoadMode.RATE else int(pt.level)
 
     def pass_requests(self, pt: Point) -> int:
         """Requests in one pass over the workload's panel: its prompts, or its conversations' turns."""
         convs = self.conversations.get(pt.workload.name)
-        return sum(len(c.turns) for c in convs) if convs is not None else len(self.prompts[pt.workload.name])
+        return sum(len(c.turns) for c in convs) if convs is not None else len(self.panel_of(pt))
 
     def passes(self, pt: Point) -> int:
         """Whole passes over the workload's panel, enough for the work floor (spec.passes); a
@@ -199,8 +215,11 @@ class TimeLeft:
         if seq is None:
             return ""
         more = seq.max_repeats - self.spec.repeats
+        looks = [n for n in range(max(2, self.spec.repeats), seq.max_repeats + 1) if n % 2 == 0]
+        grow = (f"; a round whose open levels are dominated by the panel's prompts sends a panel twice as large (up "
+                f"to {seq.max_panel})" if seq.grow_panel else "")
         text = (f"; then up to {more} more repeat(s), each for the levels still open (looks after "
-                f"{self.spec.repeats}..{seq.max_repeats} repeats, alpha {seq.alpha:g} over them)")
+                f"{', '.join(map(str, looks))} repeats, alpha {seq.alpha:g} over them){grow}")
         budget = self.spec.budget_s
         if budget is None:
             return text

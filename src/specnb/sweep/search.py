@@ -3,17 +3,23 @@ grid brackets it.
 
 A fixed grid of c = 1, 2, 4, 8 can miss the crossing entirely: on one 2-core machine n-gram
 drafting crossed near c=3.8, on another it still paid 1.37x at c=8. So after the levels asked
-for are measured (round 0), each round reads the run's ledgers, puts a bootstrap interval on
-every drafter's crossing (:mod:`specnb.analysis.thresholds`), and per workload adds at most one
-level per curve:
+for are measured (round 0), each round reads the run's ledgers, reads every drafter's curve as the
+report does (the one interval per level, then the fixed sequence across levels:
+:mod:`specnb.analysis.thresholds`: pays up to c_L, loses from c_H, the crossing between them), and
+per workload adds at most one level per curve:
 
-- **extend** geometrically (c_max -> 2 c_max) while the crossing is not bracketed inside the
-  measured range: the curve pays everywhere, or its crossing's interval reaches past the
-  largest level; downward (c_min -> c_min / 2) when it reaches below the smallest level above 1;
-- **refine** a bracketed crossing at the geometric midpoint of the two levels around it while
-  its interval spans more than ``target_log2_width`` doublings;
-- **stop** a curve when its crossing's interval is narrower than the target, the bracket is two
-  adjacent integers, the curve loses from c=1, or the next level would pass the cap.
+- **extend** geometrically (c_max -> 2 c_max) while no level is known to lose (the curve pays
+  everywhere, or is undecided at the top); downward (c_min -> c_min / 2) while no level is known
+  to pay;
+- **refine** the bracket between c_L and c_H at the geometric midpoint of the two measured levels
+  around the estimates' interpolated crossing while it spans more than ``target_log2_width``
+  doublings;
+- **stop** a curve when its bracket is narrower than the target, or two adjacent integers, the
+  curve loses from c=1, or the next level would pass the cap.
+
+Each round's levels are a family of their own (they are chosen from the data before them): the
+first round's at alpha / 2, each later round's at alpha / (2 * max_rounds)
+(:mod:`specnb.analysis.design`), so the search's looks together spend at most alpha.
 
 The cap is derived and recorded: ``search.max_concurrency`` when given, ``--max-num-seqs`` in the
 server arguments, and the sessions the smallest KV pool of the run holds at the workload's
@@ -36,7 +42,8 @@ from typing import Any
 
 import pandas as pd
 
-from specnb.analysis.bootstrap import bootstrap_speedups
+from specnb.analysis.estimator import LOSES, PAYS
+from specnb.analysis.speedups import paired_speedups
 from specnb.analysis.thresholds import Threshold, thresholds
 from specnb.ledger import load_ledgers, utcnow, write_once
 from specnb.ledger.names import Status
@@ -57,15 +64,13 @@ class Step:
     reason: str
 
 
-def _c(v: float) -> str:
-    return f"{v:.1f}" if math.isfinite(v) else (">range" if v > 0 else "<range")
-
-
 def next_level(levels: Sequence[int], th: Threshold | None, cap: int, target_log2_width: float) -> Step:
-    """Where to measure next for one curve, from its measured levels and its crossing.
+    """Where to measure next for one curve, from its measured levels and its answer across them.
 
     Pure: tested on hand-made curves. ``th`` is the curve's :class:`Threshold` (None when the
-    curve has no usable point); ``cap`` the largest concurrency allowed.
+    curve has no usable point): the crossing lies between the highest level of its family-wise
+    "pays" and the lowest of its "loses" (``th.lo`` / ``th.hi``, infinite where one is missing);
+    ``cap`` the largest concurrency allowed.
     """
     lv = sorted(int(c) for c in levels)
     if th is None or not lv:
@@ -82,37 +87,32 @@ def next_level(levels: Sequence[int], th: Threshold | None, cap: int, target_log
             return Step(None, f"{why} from c=1")
         return Step(max(1, c_min // 2), f"{why}: extend down to c={max(1, c_min // 2)}")
 
-    if th.kind == "above":
+    pays, loses = th.at(PAYS), th.at(LOSES)
+    if pays and max(pays) >= c_max:
         return up(f"pays at every level up to c={c_max}")
-    if th.kind == "below":
+    if loses and min(loses) <= c_min:
         return down("loses at every level")
-    if th.kind == "rises":
-        return up(f"loses below c~{th.concurrency:.1f} and pays above it: look for a fall")
-    # crosses: pays below th.concurrency
     lo, hi = th.lo, th.hi
-    if hi is None or lo is None:
-        return Step(None, "no interval on the crossing")
     if math.isinf(hi):
-        return up(f"crossing c~{th.concurrency:.1f}, interval reaches past c={c_max}")
+        return up(f"no level is known to lose up to c={c_max}" + (f" (pays up to c={lo:g})" if math.isfinite(lo) else ""))
     if math.isinf(lo):
-        return down(f"crossing c~{th.concurrency:.1f}, interval reaches below c={c_min}")
+        return down(f"no level is known to pay below c={hi:g}")
     width = math.log2(hi / lo)
     if width <= target_log2_width:
-        return Step(None, f"settled: crossing c~{th.concurrency:.1f}, interval {_c(lo)}-{_c(hi)} "
-                          f"({width:.2f} doublings <= {target_log2_width:g})")
-    below = [c for c in lv if c <= th.concurrency]
-    above = [c for c in lv if c > th.concurrency]
-    if not below or not above:
-        return Step(None, f"crossing c~{th.concurrency:.1f} outside the measured levels")
-    a, b = below[-1], above[0]
+        return Step(None, f"settled: pays up to c={lo:g}, loses from c={hi:g} ({width:.2f} doublings <= "
+                          f"{target_log2_width:g})")
+    inside = [c for c in lv if lo <= c <= hi]
+    x = th.concurrency if th.concurrency is not None and lo < th.concurrency < hi else math.sqrt(lo * hi)
+    a = max(c for c in inside if c <= x)
+    b = min(c for c in inside if c > x)
     mid = round(math.sqrt(a * b))
     if mid <= a:
         mid = a + 1
     if mid >= b:
-        return Step(None, f"crossing c~{th.concurrency:.1f} between adjacent levels {a} and {b}: "
-                          f"interval {_c(lo)}-{_c(hi)} is as narrow as integer levels allow")
-    return Step(mid, f"refine: crossing c~{th.concurrency:.1f} in {a}..{b}, interval {_c(lo)}-{_c(hi)} "
-                     f"spans {width:.2f} doublings > {target_log2_width:g}")
+        return Step(None, f"crossing between adjacent levels {a} and {b} (pays up to c={lo:g}, loses from "
+                          f"c={hi:g}): as narrow as integer levels allow")
+    return Step(mid, f"refine: pays up to c={lo:g}, loses from c={hi:g} ({width:.2f} doublings > "
+                     f"{target_log2_width:g}); the estimates cross near c~{x:.1f}: measure c={mid}")
 
 
 def search_cap(spec: SweepSpec, df: pd.DataFrame, workload: str) -> tuple[int, str]:
@@ -167,7 +167,7 @@ def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
         doc["stopped"] = f"max_rounds ({spec.search.max_rounds}) reached"
     else:
         df = load_ledgers(out_dir)
-        boot = bootstrap_speedups(df, n_boot=1000)
+        boot = paired_speedups(df)
         by_curve = {(t.group.get("arm"), t.group.get("workload")): t for t in thresholds(boot)}
         for wl in sorted(set(df["workload"])) if len(df) else []:
             cap, why_cap = search_cap(spec, df, wl)

@@ -1,22 +1,28 @@
 """Sequential rounds: measure a level until its decision cannot change, then stop measuring it.
 
 A sweep with ``sequential`` measures its ``repeats`` first (round 0: every level, every arm, fresh
-server starts, ABBA order). Then, before each later round, it reads the run's ledgers and looks at
-every level: per drafter arm, the repeated confidence interval over the per-repeat paired ratios
-(:mod:`specnb.analysis.sequential`, Bonferroni over the planned looks, so the stated error rate
-holds however early a level stops). A level is *decided* once every drafter's interval clears 1.0
-(pays or loses), and *closed* at its last look (``max_repeats``) either way. The next round is one
-more repeat (both arms started afresh: start-to-start noise is what keeps a level open on these
-machines) for the levels still open, in ABBA order as always.
+server starts, A B | B A order). Then, before each later round, it reads the run's ledgers and reads
+every level exactly as the report does (:func:`specnb.analysis.speedups.paired_speedups` with the
+run's design, :mod:`specnb.analysis.design`): looks at the planned, balanced counts of repeats, each
+at the calibrated per-look level, the interval over server starts and the panel's prompts. A level
+is *decided* once every drafter's look clears 1.0 (pays or loses) and *closed* at its last look
+either way. The next round is one more repeat (both arms started afresh) for the levels still open;
+a level between two looks (an odd count) is open until its balancing repeat is measured.
+
+**Where the noise is.** Each open level's interval has a start part and a prompt part (the panel's
+prompts are the same in every repeat, so more repeats never shrink theirs). The round's record
+says, per level, which part is larger and what would narrow it; with ``sequential.grow_panel`` a
+round in which the prompts dominate an open level of a workload sends that workload a panel twice as
+large (the same categories in turn, the old panel inside the new: paired in both arms, as every
+panel is), up to ``sequential.max_panel``, before it spends another start on the same panel.
 
 With a time budget (``budget_s``), a round is measured only as far as it fits: its cost is
 estimated from this run's ledgers (the mean server start of the run, one per arm or one per repeat
-when the arms start together, plus the mean duration of each open level's points), and when the
-whole round does not fit, the open levels closest to a decision (largest distance of their ratio
-from 1.0 in units of their interval's half-width) go first; a round with no level that fits is not
-started. Each round's looks and choices are written once to ``sequential/round-NN.json`` (a
-resumed run replays them) and ``specnb report`` says which levels stopped early and why
-(:func:`specnb.ledger.runs.sequential_lines`).
+when the arms start together, plus the mean duration of each open level's points), counting the
+repeats a level needs to reach its next look; when the whole round does not fit, the open levels
+closest to a decision go first; a round with no level that fits is not started. Each round's looks
+and choices are written once to ``sequential/round-NN.json`` (a resumed run replays them) and
+``specnb report`` says which levels stopped early and why (:func:`specnb.ledger.runs.sequential_lines`).
 """
 
 from __future__ import annotations
@@ -25,109 +31,99 @@ import json
 import math
 from collections.abc import Callable
 from pathlib import Path
-from statistics import NormalDist
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from specnb.analysis.bootstrap import bootstrap_speedups, level_of
-from specnb.analysis.pairing import AnalysisError, paired
-from specnb.analysis.sequential import LOSES, PAYS, Look, SequentialRule, first_decision
+from specnb.analysis.design import Design, sequential_design
+from specnb.analysis.pairing import AnalysisError
+from specnb.analysis.speedups import level_of, paired_speedups
 from specnb.ledger import REFUSED_ERROR, load_ledgers, utcnow, write_once
 from specnb.ledger.runs import sequential_record
-from specnb.ledger.store import LedgerError
 from specnb.sweep.spec import SweepError, SweepSpec
 
-__all__ = ["rule_of", "level_ratios", "next_round", "repeat_cost", "prompt_spread", "across_prompts"]
-
-# replicates of the prompt resampling behind a look's prompt spread (an SD, not an interval)
-PROMPT_BOOT = 1000
+__all__ = ["rule_of", "level_looks", "next_round", "repeat_cost", "round_panels", "grown_panels", "noise_parts", "spend_text"]
 
 
-def rule_of(spec: SweepSpec) -> SequentialRule:
-    """The sweep's stopping rule: looks at ``repeats`` .. ``sequential.max_repeats``."""
+def rule_of(spec: SweepSpec) -> Design:
+    """The sweep's design: looks at the balanced counts from ``repeats`` to ``sequential.max_repeats``."""
     assert spec.sequential is not None
-    return SequentialRule(alpha=spec.sequential.alpha, first=spec.repeats, last=spec.sequential.max_repeats)
+    return sequential_design(spec.sequential.alpha, spec.repeats, spec.sequential.max_repeats)
 
 
-def level_ratios(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """Per (workload, level, drafter arm): its per-repeat paired ratios in repeat order."""
-    pairs = paired(df) if len(df) else pd.DataFrame()
-    if pairs.empty:
+def _rule_doc(spec: SweepSpec, design: Design) -> dict[str, Any]:
+    assert spec.sequential is not None
+    return {"alpha": design.alpha, "first": spec.repeats, "last": spec.sequential.max_repeats,
+            "looks": list(design.looks or ()), "per_look_alpha": round(design.look_alpha, 6),
+            "interval": "t interval over server starts and the panel's prompts (docs/statistics.md), at looks where "
+                        "the arm orders are balanced, each at a level calibrated to spend alpha over the looks"}
+
+
+def level_looks(df: pd.DataFrame, design: Design | None = None) -> list[dict[str, Any]]:
+    """Per (workload, level, drafter arm): the look its row reads now (as the report reads it, with
+    the sweep's ``design``): repeats, ratios, the look's interval and state, and the interval's two
+    parts."""
+    sp = paired_speedups(df, design=design) if len(df) else None
+    if sp is None or sp.table.empty:
         return []
-    pairs = pairs.assign(level=level_of(pairs)).sort_values("repeat")
-    return [{"workload": str(wl), "level": float(level), "arm": str(arm), "repeats": [int(r) for r in g["repeat"]],
-             "ratios": [float(r) for r in g["speedup"]]}
-            for (wl, level, arm), g in pairs.groupby(["workload", "level", "arm"], sort=True)]
-
-
-def prompt_spread(df: pd.DataFrame) -> dict[tuple[str, float, str], float]:
-    """Per (workload, level, drafter arm): how much its log ratio (over the repeats measured so far)
-    depends on which prompts the panel holds: the SD over replicates that resample the panel's
-    prompts and keep every repeat (the report's prompt level without its start level,
-    :func:`specnb.analysis.bootstrap.bootstrap_speedups` with ``starts=False``). More repeats do not
-    shrink it (every repeat sends the same prompts); a larger panel does. Absent where no pair has
-    request records."""
-    if not len(df):
-        return {}
-    try:
-        boot = bootstrap_speedups(df, n_boot=PROMPT_BOOT, starts=False)
-    except (AnalysisError, LedgerError):  # a sidecar that cannot be read: no reading, the round goes on
-        return {}
-    out: dict[tuple[str, float, str], float] = {}
-    rows = boot.table
-    for cv in boot.curves:
-        wl, arm = str(cv.group.get("workload")), str(cv.group.get("arm"))
-        for i, level in enumerate(cv.concurrency):
-            row = rows[(rows["arm"].astype(str) == arm) & (rows["workload"].astype(str) == wl)
-                       & (rows["level"].astype(float) == float(level))]  # a concurrency or an offered rate
-            # every pair with request records (a pair without enters every replicate unchanged)
-            if not len(row) or str(row["resampled"].iloc[0]) not in ("repeats+prompts", "prompts"):
-                continue
-            x = cv.replicates["speedup"][:, i]
-            x = np.log(x[np.isfinite(x) & (x > 0)])
-            if len(x) > 1:
-                out[(wl, float(level), arm)] = float(np.std(x, ddof=1))
+    out = []
+    for r in sp.table.itertuples(index=False):
+        data = sp.data({k: getattr(r, k) for k in sp.group_keys}, float(r.level))
+        ratios = [] if data is None else [float(x) for x in data.ratios["speedup"]]
+        decision = r.decision if isinstance(r.decision, str) else None
+        if decision is not None:
+            state = f"decided: {decision}"
+        elif r.open:
+            state = "open"
+        else:
+            state = "open at the last look"
+        sv, pv = r.start_var, r.prompt_var
+        out.append({"workload": str(r.workload), "level": float(r.level), "arm": str(r.arm),
+                    "repeats": [] if data is None else [int(x) for x in data.repeats],
+                    "ratios": [round(x, 4) for x in ratios],
+                    "look": {"n": int(r.n_repeats), "ratio": round(float(r.speedup), 4),
+                             "lo": None if pd.isna(r.speedup_lo) else round(float(r.speedup_lo), 4),
+                             "hi": None if pd.isna(r.speedup_hi) else round(float(r.speedup_hi), 4),
+                             "confidence": round(float(r.confidence), 6), "decision": decision,
+                             "scope": r.scope, "order": r.order, "text": r.look},
+                    "state": state,
+                    "noise": noise_parts(sv, pv, int(r.n_repeats))})
     return out
 
 
-def across_prompts(rule: SequentialRule, lk: Look | None, prompts_sd: float | None) -> dict[str, Any] | None:
-    """The look read for the workload rather than for this panel: its interval over the starts and
-    the panel's prompt spread together (root sum of squares of the two half-widths at the look's
-    level), and the decision that gives. The rule decides on the panel (the same prompts in every
-    repeat: the starts are the noise repeats can shrink); the prompts' part only a larger
-    ``panel_size`` narrows."""
-    if lk is None or prompts_sd is None:
+def noise_parts(start_var: Any, prompt_var: Any, n: int) -> dict[str, Any] | None:
+    """Which part of a look's interval is larger, and what one more repeat or a twice larger panel
+    would leave of it (each part scales as 1/n and 1/panel)."""
+    if start_var is None or pd.isna(start_var):
         return None
-    z = NormalDist().inv_cdf(1.0 - rule.per_look_alpha / 2.0)
-    starts_half = lk.log_half
-    prompts_half = z * prompts_sd
-    half = math.hypot(starts_half, prompts_half)
-    lo, hi = lk.ratio * math.exp(-half), lk.ratio * math.exp(half)
-    return {"prompts_sd": round(prompts_sd, 4), "starts_half": round(starts_half, 4),
-            "prompts_half": round(prompts_half, 4), "lo": round(lo, 4), "hi": round(hi, 4),
-            "decision": PAYS if lo > 1.0 else LOSES if hi < 1.0 else None}
+    sv = float(start_var)
+    pv = None if prompt_var is None or pd.isna(prompt_var) else float(prompt_var)
+    out: dict[str, Any] = {"start_var": round(sv, 8), "prompt_var": None if pv is None else round(pv, 8)}
+    if pv is None:
+        out["dominant"] = "starts"
+        return out
+    out["dominant"] = "prompts" if pv > sv else "starts"
+    out["after_two_more_repeats"] = round(math.sqrt(sv * n / (n + 2) + pv), 6)
+    out["after_twice_the_panel"] = round(math.sqrt(sv + pv / 2), 6)
+    return out
 
 
-def _look_doc(lk: Look | None) -> dict[str, Any] | None:
-    if lk is None:
-        return None
-    return {"n": lk.n, "ratio": round(lk.ratio, 4), "lo": round(lk.lo, 4), "hi": round(lk.hi, 4),
-            "decision": lk.decision}
-
-
-def _closeness(lk: Look | None) -> float:
+def _closeness(lk: dict[str, Any]) -> float:
     """How near a look is to a decision: its log ratio's distance from 0 over its half-width."""
-    if lk is None:
+    look = lk.get("look") or {}
+    lo, hi, ratio = look.get("lo"), look.get("hi"), look.get("ratio")
+    if lo is None or hi is None or not ratio:
         return 0.0
-    return abs(math.log(lk.ratio)) / lk.log_half if lk.log_half > 0 else math.inf
+    half = (math.log(hi) - math.log(lo)) / 2
+    return abs(math.log(ratio)) / half if half > 0 else math.inf
 
 
-def repeat_cost(spec: SweepSpec, df: pd.DataFrame, levels: list[tuple[str, float]]) -> float | None:
+def repeat_cost(spec: SweepSpec, df: pd.DataFrame, levels: list[tuple[str, float]],
+                scale: dict[str, float] | None = None) -> float | None:
     """Seconds one more repeat of these (workload, level)s takes, from this run's ledgers: server
     starts (one per arm; one for the repeat when its arms start together) at the run's mean start,
-    plus each point's mean duration so far (the run's mean point for a level without one). None
+    plus each point's mean duration so far (the run's mean point for a level without one), times
+    ``scale[workload]`` where its panel grows (a point's work is whole passes over its panel). None
     when no point has a duration yet."""
     if not len(df) or "duration_s" not in df.columns:
         return None
@@ -140,10 +136,11 @@ def repeat_cost(spec: SweepSpec, df: pd.DataFrame, levels: list[tuple[str, float
     arms = max(1, ok["arm"].nunique())
     for wl, level in levels:
         pts = ok[(ok["workload"] == wl) & (ok["level"].astype(float) == float(level))]
+        factor = (scale or {}).get(wl, 1.0)
         if len(pts):
-            total += float(pd.to_numeric(pts.groupby("arm")["duration_s"].mean(), errors="coerce").sum())
+            total += factor * float(pd.to_numeric(pts.groupby("arm")["duration_s"].mean(), errors="coerce").sum())
         else:  # a level without a measured point yet: the run's mean point, once per arm
-            total += float(pd.to_numeric(ok["duration_s"], errors="coerce").mean()) * arms
+            total += factor * float(pd.to_numeric(ok["duration_s"], errors="coerce").mean()) * arms
     return total
 
 
@@ -158,15 +155,58 @@ def _refused_arms(df: pd.DataFrame) -> set[str]:
     return out
 
 
-def _replayed(spec: SweepSpec, rule: SequentialRule, doc: dict[str, Any], round_: int) -> None:
+def _replayed(spec: SweepSpec, rule: dict[str, Any], doc: dict[str, Any], round_: int) -> None:
     """A record made under another rule or first look cannot be followed: its error rate and its
     repeat numbers are the other run's."""
     was = doc.get("rule") or {}
-    now = {"alpha": rule.alpha, "first": rule.first, "last": rule.last}
-    if any(was.get(k) != v for k, v in now.items()) or doc.get("repeat") != spec.repeats + round_ - 1:
-        raise SweepError(f"this run's sequential round {round_} was decided with repeats {was.get('first')}, "
-                         f"max_repeats {was.get('last')}, alpha {was.get('alpha')}; resume it with those (now "
-                         f"{rule.first}, {rule.last}, {rule.alpha}), or measure into a new folder")
+    keys = ("alpha", "first", "last", "looks")
+    if any(was.get(k) != rule[k] for k in keys) or doc.get("repeat") != spec.repeats + round_ - 1:
+        raise SweepError(f"this run's sequential round {round_} was decided under another rule (looks "
+                         f"{was.get('looks') or str(was.get('first')) + '..' + str(was.get('last'))}, alpha "
+                         f"{was.get('alpha')}); it cannot be resumed with looks {rule['looks']}, alpha {rule['alpha']}: "
+                         "measure into a new folder")
+
+
+def round_panels(out_dir: Path, round_: int) -> dict[str, int]:
+    """The panel size each workload's points send in a sequential round (the record's ``panel``;
+    empty: the sweep's own ``panel_size``). A later round keeps the largest panel an earlier one
+    chose."""
+    out: dict[str, int] = {}
+    for k in range(1, round_ + 1):
+        path = sequential_record(out_dir, k)
+        if not path.exists():
+            continue
+        for wl, size in (json.loads(path.read_text()).get("panel") or {}).items():
+            out[wl] = max(int(size), out.get(wl, 0))
+    return out
+
+
+def grown_panels(spec: SweepSpec, df: pd.DataFrame, open_looks: list[dict[str, Any]], before: dict[str, int]
+                ) -> tuple[dict[str, int], list[str]]:
+    """The workloads whose next panel doubles: an open level where the prompts dominate, while the
+    panel is below ``max_panel`` and the workload has the prompts."""
+    seq = spec.sequential
+    assert seq is not None
+    if not seq.grow_panel:
+        return {}, []
+    out, why = {}, []
+    for wl in sorted({lk["workload"] for lk in open_looks if (lk.get("noise") or {}).get("dominant") == "prompts"}):
+        now = _panel_now(spec, df, before, wl)
+        if not now:
+            continue
+        size = min(2 * now, seq.max_panel)
+        if size > now:
+            out[wl] = size
+            why.append(f"{wl}: the panel's prompts dominate an open level's interval: its next repeat sends a panel of "
+                       f"{size} (was {now}) before another start on the same prompts")
+    return out, why
+
+
+def _panel_now(spec: SweepSpec, df: pd.DataFrame, before: dict[str, int], wl: str) -> int:
+    """The panel a workload's points send now: the largest an earlier round chose or measured."""
+    rows = df[df["workload"] == wl] if len(df) else df
+    have = pd.to_numeric(rows.get("panel_size"), errors="coerce").max() if len(rows) else None
+    return int(max(before.get(wl) or spec.panel_size or 0, 0 if have is None or pd.isna(have) else have))
 
 
 def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
@@ -175,29 +215,29 @@ def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
     level is decided, at its last look, or out of budget. Written once to
     ``sequential/round-NN.json``; a resumed run replays the record (with the same rule only).
 
-    A level is open while any drafter arm the build can serve has no decision yet at it (an arm
-    without a paired repeat there is open); an arm's decision is its first decided look (the
-    repeated interval covers every look at once, so a later look that widens does not reopen it)."""
+    A level is open while any drafter arm the build can serve is open at it (an arm without a
+    paired repeat there is open); an arm's decision is its first decided look (the looks' intervals
+    hold together, so a later look that widens does not reopen it)."""
     assert spec.sequential is not None
-    rule = rule_of(spec)
+    design = rule_of(spec)
+    rule = _rule_doc(spec, design)
     path = sequential_record(out_dir, round_)
     if path.exists():
         doc = json.loads(path.read_text())
         _replayed(spec, rule, doc, round_)
         return {wl: [(float(c), why) for c, why in lv] for wl, lv in doc["levels"].items()}
     repeat = spec.repeats + round_ - 1  # the repeat this round would add (0-based)
-    final = round_ > rule.last - rule.first  # the last look is done: no round follows
+    last = design.looks[-1] if design.looks else spec.sequential.max_repeats
+    final = repeat >= last  # the last look is done: no round follows
     doc: dict[str, Any] = {
         "kind": "sequential", "round": round_, "repeat": repeat, "decided_at": utcnow(), "load": str(spec.load),
-        "elapsed_s": round(elapsed_s, 1), "budget_s": spec.budget_s,
-        "rule": {"alpha": rule.alpha, "first": rule.first, "last": rule.last, "per_look_alpha": rule.per_look_alpha,
-                 "interval": "repeated t interval over per-repeat log ratios, Bonferroni over the looks"},
+        "elapsed_s": round(elapsed_s, 1), "budget_s": spec.budget_s, "rule": rule,
         "looks": [], "levels": {}, "stopped": None}
     df = load_ledgers(out_dir)
     refused = _refused_arms(df)
     drafters = [a.name for a in spec.arms if a.speculative and a.name not in refused]
     try:
-        looks = level_ratios(df)
+        looks = level_looks(df, design)
     except AnalysisError as exc:  # no baseline measured to pair against (its points failed)
         looks, doc["stopped"] = [], f"nothing to pair: {exc}"
     if not drafters:
@@ -206,72 +246,90 @@ def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
     if not workloads and doc["stopped"] is None:
         doc["stopped"] = "nothing measured in the first repeats"
     by_arm = {(r["workload"], r["level"], r["arm"]): r for r in looks}
-    spreads: dict[tuple[int, ...], dict[tuple[str, float, str], float]] = {}  # per set of repeats
-
-    def spread_at(key: tuple[str, float, str], repeats: list[int]) -> float | None:
-        """The prompt spread of a level over the repeats its look used (a look that stopped earlier
-        than its level's repeats reads only those)."""
-        if tuple(repeats) not in spreads:
-            spreads[tuple(repeats)] = prompt_spread(df[df["repeat"].isin(repeats)])
-        return spreads[tuple(repeats)].get(key)
-    open_levels: list[tuple[float, tuple[str, float], str]] = []
+    open_levels: list[tuple[float, tuple[str, float], str, int]] = []
+    open_looks: list[dict[str, Any]] = []
     for key in sorted((wl, float(c)) for wl in workloads for c in spec.levels()):
         rows, states = [], []
         for arm in drafters:
             r = by_arm.get((*key, arm))
-            ratios = r["ratios"] if r is not None else []
-            lk = first_decision(rule, ratios) if ratios else None
-            if lk is not None and lk.decision is not None:
-                state = f"decided: {lk.decision}"
-            elif final or len(ratios) >= rule.last:
-                state = "open at the last look"
-            elif not ratios:
-                state = "open: no paired repeat yet"
-            else:
-                state = "open"
-            states.append(state)
-            rows.append((arm, ratios, lk))
-            doc["looks"].append({"workload": key[0], "level": key[1], "arm": arm,
-                                 "repeats": r["repeats"] if r is not None else [],
-                                 "ratios": [round(x, 4) for x in ratios], "look": _look_doc(lk), "state": state,
-                                 "across_prompts": (None if lk is None else across_prompts(
-                                     rule, lk, spread_at((*key, arm), r["repeats"][:lk.n])))})
-        if any(st.startswith("open") and st != "open at the last look" for st in states):
-            worst = min((_closeness(lk) for _, _, lk in rows), default=0.0)
-            shown = "; ".join(f"{arm} {lk.text()}" if lk is not None else f"{arm}: {len(ratios)} paired repeat(s)"
-                              for arm, ratios, lk in rows)
-            open_levels.append((worst, key, f"sequential: open ({shown}): repeat {repeat + 1} of at most {rule.last}"))
+            if r is None:
+                r = {"workload": key[0], "level": key[1], "arm": arm, "repeats": [], "ratios": [], "look": None,
+                     "state": "open: no paired repeat yet", "noise": None}
+            elif final and r["state"] == "open":
+                r = {**r, "state": "open at the last look"}
+            states.append(r["state"])
+            rows.append(r)
+            doc["looks"].append(r)
+        still = [r for r in rows if r["state"].startswith("open") and r["state"] != "open at the last look"]
+        if still:
+            open_looks += still
+            n_have = max((len(r["repeats"]) for r in rows), default=0)
+            to_look = next((n for n in (design.looks or ()) if n > n_have), last) - n_have
+            worst = min((_closeness(r) for r in rows), default=0.0)
+            shown = "; ".join(f"{r['arm']} {_look_text(r)}" for r in rows)
+            open_levels.append((worst, key, f"sequential: open ({shown}): repeat {repeat + 1} of at most {last}",
+                                max(1, to_look)))
     if doc["stopped"] is None and final:
-        doc["stopped"] = f"the last look ({rule.last} repeats) is done"
+        doc["stopped"] = f"the last look ({last} repeats) is done"
     elif doc["stopped"] is None and not open_levels:
         doc["stopped"] = "every level decided or at its last look"
     elif doc["stopped"] is None:
+        before = round_panels(out_dir, round_ - 1)
+        grow, why = grown_panels(spec, df, open_looks, before)
+        scale = {wl: size / max(1, _panel_now(spec, df, before, wl)) for wl, size in grow.items()}
         chosen = sorted(open_levels, key=lambda t: (-t[0], t[1]))  # nearest to a decision first
         if spec.budget_s is not None:
             left = spec.budget_s - elapsed_s
-            fit: list[tuple[float, tuple[str, float], str]] = []
+            fit: list[tuple[float, tuple[str, float], str, int]] = []
             for item in chosen:
-                cost = repeat_cost(spec, df, [k for _, k, _ in [*fit, item]])
-                if cost is None or cost <= left:  # None: nothing measured to cost it by (no point has a duration)
+                # the repeats this level needs to reach its next look, all of them within the budget
+                need = max(n for *_, n in [*fit, item])
+                cost = repeat_cost(spec, df, [k for _, k, _, _ in [*fit, item]], scale)
+                if cost is None or cost * need <= left:  # None: nothing measured to cost it by
                     fit.append(item)
-            full = repeat_cost(spec, df, [k for _, k, _ in chosen])
+            full = repeat_cost(spec, df, [k for _, k, _, _ in chosen], scale)
             doc["estimated_s"] = None if full is None else round(full, 1)
             if not fit:
-                doc["stopped"] = (f"time budget: {elapsed_s:.0f} s spent of {spec.budget_s:.0f} s, one more repeat "
-                                  f"of the nearest open level would take about "
-                                  f"{repeat_cost(spec, df, [chosen[0][1]]) or 0:.0f} s")
+                one = repeat_cost(spec, df, [chosen[0][1]], scale) or 0.0
+                doc["stopped"] = (f"time budget: {elapsed_s:.0f} s spent of {spec.budget_s:.0f} s; the nearest open level "
+                                  f"needs {chosen[0][3]} more repeat(s) to its next look, about {one * chosen[0][3]:.0f} s")
             elif len(fit) < len(chosen):
-                kept = {k for _, k, _ in fit}
-                doc["left_out"] = [{"workload": k[0], "level": k[1]} for _, k, _ in chosen if k not in kept]
+                kept = {k for _, k, _, _ in fit}
+                doc["left_out"] = [{"workload": k[0], "level": k[1]} for _, k, _, _ in chosen if k not in kept]
             chosen = fit
         if doc["stopped"] is None:
-            for _, (wl, level), why in sorted(chosen, key=lambda t: t[1]):
-                doc["levels"].setdefault(wl, []).append([level, why])
+            for _, (wl, level), why_open, _ in sorted(chosen, key=lambda t: t[1]):
+                doc["levels"].setdefault(wl, []).append([level, why_open])
+            grow = {wl: size for wl, size in grow.items() if wl in doc["levels"]}
+            panels = {**before, **grow}
+            if panels:
+                doc["panel"] = panels
+            doc["spend"] = [w for w in why if w.split(":", 1)[0] in grow] or [spend_text(open_looks)]
     write_once(path, (json.dumps(doc, indent=2) + "\n").encode())
     if doc["stopped"]:
         echo(f"sequential: stopped before round {round_}: {doc['stopped']}")
     else:
         n = sum(len(v) for v in doc["levels"].values())
         echo(f"sequential round {round_}: repeat {repeat + 1} for {n} open level(s)"
-             + (f"; {len(doc['left_out'])} left out for the time budget" if doc.get("left_out") else ""))
+             + (f"; {len(doc['left_out'])} left out for the time budget" if doc.get("left_out") else "")
+             + "; " + "; ".join(doc["spend"]))
     return {wl: [(float(c), why) for c, why in lv] for wl, lv in doc["levels"].items()}
+
+
+def _look_text(r: dict[str, Any]) -> str:
+    look = r.get("look")
+    if not look:
+        return f"{len(r.get('ratios') or [])} paired repeat(s)"
+    iv = "no interval" if look.get("lo") is None else f"[{look['lo']:.2f}, {look['hi']:.2f}]"
+    return f"{look['ratio']:.2f}x {iv} after {look['n']} repeats"
+
+
+def spend_text(open_looks: list[dict[str, Any]]) -> str:
+    """Why the round adds a start: the starts dominate, or the panel cannot grow."""
+    doms = [(lk.get("noise") or {}).get("dominant") for lk in open_looks]
+    if any(d == "prompts" for d in doms):
+        return ("another start: the panel's prompts dominate an open level but the panel does not grow "
+                "(sequential.grow_panel off, or at max_panel): more repeats narrow only the starts' part")
+    if doms and all(d == "starts" for d in doms):
+        return "another start: the starts dominate every open level's interval"
+    return "another start: an open level has too few repeats to tell its interval's parts apart"

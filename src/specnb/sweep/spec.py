@@ -99,14 +99,19 @@ class SearchSpec(BaseModel):
 
 class SequentialSpec(BaseModel):
     """Stop a level once its decision cannot change (:mod:`specnb.sweep.sequential`): after the
-    sweep's ``repeats`` (the first look), each round adds one repeat (a fresh start of every arm)
-    for the levels still open, until ``max_repeats`` (the last look) or the time budget."""
+    sweep's ``repeats``, each round adds one repeat (a fresh start of every arm) for the levels
+    still open, looking at every balanced count of repeats (A B | B A: the even counts) from
+    ``repeats`` to ``max_repeats`` (the last look), or until the time budget."""
 
     model_config = ConfigDict(extra="forbid")
 
-    max_repeats: int = Field(5, ge=2, description="the last look: no level gets more repeats than this")
-    alpha: float = Field(0.05, gt=0, lt=0.5, description="the chance that a stopped level's decision is wrong, "
-                         "over every look (split evenly over the looks)")
+    max_repeats: int = Field(6, ge=2, description="the last look: no level gets more repeats than this")
+    alpha: float = Field(0.05, gt=0, lt=0.5, description="the chance that a stopped level's interval misses, over "
+                         "every look (each look at a level calibrated to spend exactly this over the looks)")
+    grow_panel: bool = Field(True, description="a round where the panel's prompts dominate an open level's interval "
+                             "sends that workload a panel twice as large (up to max_panel) before another start on "
+                             "the same prompts")
+    max_panel: int = Field(40, ge=1, description="the largest panel a round grows to")
 
 
 class SweepSpec(BaseModel):
@@ -250,6 +255,10 @@ class SweepSpec(BaseModel):
             if self.sequential.max_repeats < self.repeats:
                 raise ValueError(f"sequential.max_repeats ({self.sequential.max_repeats}) is below repeats "
                                  f"({self.repeats}): the last look cannot come before the first")
+            if not any(n % 2 == 0 for n in range(max(2, self.repeats), self.sequential.max_repeats + 1)):
+                raise ValueError(f"sequential: no look between {self.repeats} and {self.sequential.max_repeats} repeats: "
+                                 "a look needs the arm orders balanced (an even count, A B then B A); give max_repeats "
+                                 "an even number")
             bases = [a.name for a in self.arms if not a.speculative]
             if len(bases) != 1 or len(self.arms) < 2:
                 raise ValueError("sequential decides each drafter against the one arm without a drafter: it needs "

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specnb import paths
 from specnb.analysis.schedule import (
+    DEFAULT_MARGIN,
     RULES,
     SCHEDULE_KEY,
     ScheduleError,
@@ -93,6 +94,9 @@ class TuneSettings(BaseModel):
                                  "measuring one (its sweep.json gives the settings of the rounds)")
     max_batch: int | None = Field(None, ge=1, description="end of the schedule's last range (default: "
                                   "--max-num-seqs, else 256)")
+    margin: float = Field(DEFAULT_MARGIN, ge=0.0, lt=0.5, description="non-inferiority margin: a candidate is verified "
+                          "where its paired ratio against static K has a lower bound above 1 - margin (and its speedup "
+                          "a lower bound above 1.0)")
 
 
 class TuneSpec(BaseModel):
@@ -294,6 +298,7 @@ class _Derived:
     levels: list[int]
     derivation: dict[str, Any]
     actions: list[str]
+    margin: float = DEFAULT_MARGIN  # non-inferiority margin against static K
 
 
 @dataclass
@@ -396,10 +401,11 @@ def _derive(spec: TuneSpec, prop_dir: Path, out: Path) -> _Derived:
                         f"{read_json(first)['static_config']}; tune into a new --out")
     offs = sorted(off_arms(pdf[pdf["workload"] == workload]))
     derivation = {"from": paths.portable(str(prop_dir)), "workload": workload, "rule": s.rule, "static_arm": static_arm, "off_arms": offs,
-                  "levels": _records(chosen), "deploy": chosen.attrs.get("deploy"), "claim": chosen.attrs.get("claim")}
+                  "levels": _records(chosen), "deploy": chosen.attrs.get("deploy"), "claim": chosen.attrs.get("claim"),
+                  "margin": s.margin}
     return _Derived(prop_dir=prop_dir, workload=workload, entry=entry, config=config, static_cfg=static_cfg,
                     static_k=int(static_cfg["num_speculative_tokens"]), max_batch=max_batch,
-                    levels=sorted(int(c) for c in chosen["concurrency"]), derivation=derivation,
+                    levels=sorted(int(c) for c in chosen["concurrency"]), derivation=derivation, margin=s.margin,
                     actions=[f"derived from the proposal ({chosen.attrs.get('deploy')}): {chosen.attrs.get('claim')}"])
 
 
@@ -442,7 +448,7 @@ def _judge_round(d: _Derived, loop: _Loop, n: int, measured: list[int], is_stati
     """Round ``n``'s record from its ledgers: the verdict, its per-level check and the next
     candidate (None: the loop stops, ``loop.stop`` says why)."""
     config = loop.config
-    check, why_not = judge_tuned(rdf, static=None if is_static else STATIC)
+    check, why_not = judge_tuned(rdf, static=None if is_static else STATIC, margin=d.margin)
     doc: dict[str, Any] = {"round": n, "speculative_config": config, "static_config": d.static_cfg,
                            "folder": f"round-{n:02d}", "levels": measured}
     if check is None:  # an arm without a usable point: recorded as unjudged, the loop stops
@@ -478,13 +484,16 @@ def _judge_round(d: _Derived, loop: _Loop, n: int, measured: list[int], is_stati
     return doc
 
 
-def judge_tuned(df: Any, *, tuned: str = TUNED, static: str | None = STATIC) -> tuple[Any, str | None]:
-    """A round's per-level check, or None and why (an arm without a usable point)."""
+def judge_tuned(df: Any, *, tuned: str = TUNED, static: str | None = STATIC,
+                margin: float = DEFAULT_MARGIN) -> tuple[Any, str | None]:
+    """A round's per-level check (non-inferiority to static K within ``margin`` and a speedup
+    shown above 1.0: :func:`specnb.analysis.schedule.policy_check`), or None and why (an arm
+    without a usable point)."""
     try:
         table = summarize(df)
         if table.empty:
             return None, "no usable pair (every point failed or was flagged)"
-        return round_check(table, df, tuned=tuned, static=static), None
+        return round_check(table, df, tuned=tuned, static=static, margin=margin), None
     except (ScheduleError, KeyError) as exc:
         return None, str(exc)
 
@@ -507,13 +516,14 @@ def _result(out: Path, rounds: list[dict[str, Any]], static_cfg: dict[str, Any],
                 "claim": "no round was measured", "verified_in": None}
     last = rounds[-1]
     arm = TUNED if last["speculative_config"] == static_cfg else STATIC
-    check, why_not = judge_tuned(load_ledgers(out / last["folder"]), tuned=arm, static=None)
+    check, why_not = judge_tuned(load_ledgers(out / last["folder"]), tuned=arm, static=None,
+                                 margin=float(derivation.get("margin", DEFAULT_MARGIN)))
     if check is None:
         return {**base, "deploy": Deploy.STATIC, "speculative_config": static_cfg, "verified": False,
                 "claim": f"no candidate was verified and the static config cannot be judged from {last['folder']}: "
                          f"{why_not}", "verified_in": None}
     claim = claim_text(check, static_cfg, static_k, static_is_candidate=True)
-    why = ("no candidate schedule met the envelope at every level; the static config is deployed, as measured in "
+    why = ("no candidate schedule was verified at every level; the static config is deployed, as measured in "
            f"{last['folder']}: ")
     return {**base, "deploy": Deploy.STATIC, "speculative_config": static_cfg, "verified": not check["short"].any(),
             "claim": why + claim, "verified_in": last["folder"]}

@@ -27,7 +27,7 @@ def _study(tmp_path, factors: dict[str, list[float]], levels=(1, 4)):
 def test_each_condition_is_a_ratio_to_the_reference_per_arm_and_level(tmp_path):
     # repeat luck shared by both conditions of a repeat: "same" is neutral, "fast" 1.5x in every repeat
     df = _study(tmp_path, {"ref": [1.0, 0.8, 1.2], "same": [1.02, 0.79, 1.18], "fast": [1.5, 1.2, 1.8]})
-    eff = condition_effects(df, "ref", n_boot=500)
+    eff = condition_effects(df, "ref")
     assert set(eff["condition"]) == {"same", "fast"} and set(eff["arm"]) == {"baseline", "ngram-k4"}
     assert len(eff) == 2 * 2 * 2  # conditions x arms x levels
     fast = eff[eff["condition"] == "fast"]
@@ -53,7 +53,7 @@ def test_a_reference_not_in_the_frame_is_refused(tmp_path):
 def test_an_arm_missing_under_the_reference_is_skipped_not_fatal(tmp_path):
     df = _study(tmp_path, {"ref": [1.0, 1.1], "b": [1.0, 1.1], "c": [1.2, 1.3]})
     df = df[~((df["condition"] == "ref") & (df["arm"] == "ngram-k4"))]  # n-gram never ran under the reference
-    eff = condition_effects(df, "ref", n_boot=200)
+    eff = condition_effects(df, "ref")
     assert set(eff["arm"]) == {"baseline"} and set(eff["condition"]) == {"b", "c"}
 
 
@@ -84,7 +84,7 @@ def test_serving_gains_put_every_condition_and_arm_on_the_reference_baseline(tmp
 
     # n-gram is 1.2x its own baseline everywhere; "fp32" serves 2x the reference, "same" as much
     df = _study(tmp_path, {"ref": [1.0, 0.8, 1.2], "fp32": [2.0, 1.6, 2.4], "same": [1.01, 0.8, 1.19]})
-    gains = serving_gains(df, "ref", n_boot=400)
+    gains = serving_gains(df, "ref")
     assert len(gains) == (3 * 2 - 1) * 2  # every (condition, arm) but the anchor, at two levels
     assert not ((gains["condition"] == "ref") & (gains["arm"] == "baseline")).any()
     got = gains.set_index(["condition", "arm", "concurrency"])["gain"]
@@ -104,9 +104,9 @@ def test_a_drafter_that_beats_a_neutral_serving_option_is_the_larger_gain(tmp_pa
     from specnb.analysis.conditions import serving_gains, serving_verdicts
 
     df = _study(tmp_path, {"ref": [1.0, 0.8, 1.2], "same": [1.01, 0.8, 1.19]})
-    v = serving_verdicts(serving_gains(df, "ref", n_boot=400), "ref")
+    v = serving_verdicts(serving_gains(df, "ref"), "ref")
     assert (v["larger"] == "drafter").all()
-    assert serving_verdicts(serving_gains(df[df["condition"] == "ref"], "ref", n_boot=50), "ref").empty
+    assert serving_verdicts(serving_gains(df[df["condition"] == "ref"], "ref"), "ref").empty
     with pytest.raises(AnalysisError, match="no usable 'baseline' point under the reference condition 'x'"):
         serving_gains(df, "x")
 
@@ -115,6 +115,6 @@ def test_a_serving_option_slower_than_the_reference_is_not_called_a_fix(tmp_path
     from specnb.analysis.conditions import serving_gains, serving_verdicts, verdict_lines
 
     df = _study(tmp_path, {"ref": [1.0, 0.8, 1.2], "slow": [0.7, 0.56, 0.84]})
-    (line, _) = verdict_lines(serving_verdicts(serving_gains(df, "ref", n_boot=200), "ref"), "ref")
+    (line, _) = verdict_lines(serving_verdicts(serving_gains(df, "ref"), "ref"), "ref")
     assert "no serving option speeds the baseline up (the best, slow, gives 0.70x [" in line
     assert "the drafter (ngram-k4) is larger (intervals apart)" in line

@@ -137,5 +137,5 @@ def test_a_pair_measured_on_two_kinds_of_machine_is_left_out_and_named(tmp_path)
     assert notes[0].startswith("left out: 1 pair(s) measured on two kinds of machine") and "r=1" in notes[0]
     assert "A100" in notes[0] and "H100" in notes[0]
     assert notes[1].startswith("1 pair(s) ran on two nodes of the same kind of machine") and "r=2" in notes[1]
-    text = format_report(df, n_boot=50)
+    text = format_report(df)
     assert notes[0] in text and notes[1] in text and "1.50x" in text

@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import pytest
 
-from specnb.analysis import bootstrap_speedups
+from specnb.analysis import paired_speedups
 from specnb.analysis.proposal import fit_alpha, k_choice, k_model
 from specnb.analysis.schedule import (
     ScheduleError,
@@ -25,7 +25,7 @@ from tests.unit.factories import ledger
 LEVELS = [1, 2, 4, 8]
 
 
-def _k_sweep(tmp_path, speedups: dict[int, list[float]], factors=(0.98, 1.0, 1.02), eagle: dict | None = None,
+def _k_sweep(tmp_path, speedups: dict[int, list[float]], factors=(0.98, 1.0, 1.02, 1.0), eagle: dict | None = None,
              off: list[float] | None = None):
     """Baseline at 100 tok/s; arm k<K> at 100 x speedup[K][level] x the start's factor; ``eagle``
     adds EAGLE-3 arms (e<K>) the same way; ``off`` an n-gram arm loaded with K = 0 at every batch size."""
@@ -61,11 +61,15 @@ SWEEP = {1: [1.20, 1.15, 1.05, 0.97], 2: [1.35, 1.25, 1.02, 0.90], 4: [1.50, 1.3
 
 def test_the_best_k_moves_left_as_concurrency_rises_and_the_schedule_follows(tmp_path):
     df = _k_sweep(tmp_path, SWEEP)
-    choice = k_choice(bootstrap_speedups(df, n_boot=500, prompts=False), df)
+    choice = k_choice(paired_speedups(df, scope="panel"), df)
     best = choice[choice["best"]].set_index("concurrency")["k"].to_dict()
     assert best == {1: 4, 2: 4, 4: 1, 8: 0}
-    # the shares of replicates in which each K wins add to 1 per level, the baseline included
-    assert choice.groupby("level")["win_share"].sum().round(6).eq(1.0).all()
+    # the best option's margin over the runner-up, paired repeat by repeat: K=4 over K=2 at c=1
+    # (1.50 / 1.35, the starts' luck cancelling), the baseline over K=1 at c=8 (1 / 0.97)
+    margin = choice[choice["best"]].set_index("concurrency")
+    assert margin.loc[1, "runner_up"] == "k2" and margin.loc[1, "margin"] == pytest.approx(1.5 / 1.35)
+    assert margin.loc[1, "margin_lo"] > 1.0
+    assert margin.loc[8, "runner_up"] == "k1" and margin.loc[8, "margin"] == pytest.approx(1 / 0.97, rel=1e-3)
     chosen = choose_k(choice).set_index("concurrency")["k"].to_dict()
     assert chosen == {1: 4, 2: 4, 4: 1, 8: 0}
     schedule = derive_schedule(choose_k(choice), max_batch=256)
@@ -74,8 +78,8 @@ def test_the_best_k_moves_left_as_concurrency_rises_and_the_schedule_follows(tmp
 
 
 def test_the_lower_bound_rule_keeps_a_k_only_where_it_surely_pays(tmp_path):
-    noisy = _k_sweep(tmp_path, {4: [1.50, 1.04, 0.96, 0.80]}, factors=(0.85, 1.0, 1.15))
-    choice = k_choice(bootstrap_speedups(noisy, n_boot=500, prompts=False), noisy)
+    noisy = _k_sweep(tmp_path, {4: [1.50, 1.04, 0.96, 0.80]}, factors=(0.85, 1.0, 1.15, 1.0))
+    choice = k_choice(paired_speedups(noisy, scope="panel"), noisy)
     by_rule = {rule: choose_k(choice, rule).set_index("concurrency")["k"].to_dict() for rule in ("lower_bound", "point")}
     assert by_rule["point"][2] == 4 and by_rule["lower_bound"][2] == 0  # 1.04x inside the noise: off
     assert by_rule["lower_bound"][1] == 4
@@ -87,7 +91,7 @@ def test_a_level_with_no_lower_bound_is_undecided_not_turned_off(tmp_path):
     """A NaN lower bound (an interval that could not be estimated) used to fall to K = 0 as if the
     rule had decided it: the level is reported undecided, with K = 0 only as the fallback."""
     df = _k_sweep(tmp_path, SWEEP)
-    choice = k_choice(bootstrap_speedups(df, n_boot=300, prompts=False), df)
+    choice = k_choice(paired_speedups(df, scope="panel"), df)
     choice.loc[(choice["concurrency"] == 1) & (choice["k"] == 4), "speedup_lo"] = float("nan")
     rows = choose_k(choice).set_index("concurrency")
     assert not rows.loc[1, "decided"] and rows.loc[1, "k"] == 0
@@ -98,7 +102,7 @@ def test_a_level_with_no_lower_bound_is_undecided_not_turned_off(tmp_path):
 
 def test_derive_policy_writes_a_config_vllm_takes(tmp_path):
     df = _k_sweep(tmp_path, SWEEP)
-    config, chosen, doc = derive_policy(df, n_boot=300, max_batch=64, source="run")
+    config, chosen, doc = derive_policy(df, max_batch=64, source="run")
     assert config["method"] == "ngram" and config["num_speculative_tokens"] == 4
     assert config["num_speculative_tokens_per_batch_size"] == [[1, 2, 4], [3, 5, 1], [6, 64, 0]]
     parsed = json.loads(doc)
@@ -111,14 +115,14 @@ def test_two_drafter_methods_give_one_schedule_each_never_one_methods_k_on_anoth
     eagle = {3: [1.90, 1.80, 1.60, 1.30]}
     df = _k_sweep(tmp_path, {3: [1.10, 1.05, 0.95, 0.85], 4: [1.50, 1.30, 0.96, 0.80]}, eagle=eagle)
     with pytest.raises(ScheduleError, match=r"2 methods \(eagle3, ngram\).*one per method"):
-        derive_policy(df, n_boot=200)
-    ngram, _, _ = derive_policy(df, n_boot=200, method="ngram", max_batch=64)
-    e3, _, _ = derive_policy(df, n_boot=200, method="eagle3", max_batch=64)
+        derive_policy(df)
+    ngram, _, _ = derive_policy(df, method="ngram", max_batch=64)
+    e3, _, _ = derive_policy(df, method="eagle3", max_batch=64)
     assert ngram["method"] == "ngram" and "model" not in ngram and ngram["num_speculative_tokens"] == 4
     assert e3["method"] == "eagle3" and e3["model"] == "/models/eagle3-head" and e3["num_speculative_tokens"] == 3
     assert "num_speculative_tokens_per_batch_size" not in e3  # it pays everywhere: deployed as it is, static K=3
     with pytest.raises(ScheduleError, match="no drafter arm with method 'mtp'"):
-        derive_policy(df, n_boot=200, method="mtp")
+        derive_policy(df, method="mtp")
     from specnb.analysis.text import format_report
 
     text = format_report(df, n_boot=200)  # the report derives one schedule per method
@@ -129,8 +133,8 @@ def test_without_an_off_arm_a_schedule_that_turns_drafting_off_where_a_static_k_
     # the committed CPU case: K=8 pays at c=1..4 and is undecided at c=8; the lower-bound rule
     # turns drafting off at c=8, but K = 0 inside a schedule was never measured (it measured
     # 0.77x-0.82x in the policy run): the answer is the static K, with why
-    df = _k_sweep(tmp_path, {8: [1.80, 1.75, 1.80, 1.30]}, factors=(0.7, 1.0, 1.3))
-    config, chosen, doc = derive_policy(df, n_boot=300, max_batch=64)
+    df = _k_sweep(tmp_path, {8: [1.80, 1.75, 1.80, 1.30]}, factors=(0.7, 1.0, 1.3, 1.0))
+    config, chosen, doc = derive_policy(df, max_batch=64)
     assert chosen.set_index("concurrency")["k"].to_dict()[8] == 0 and not chosen["off_measured"].any()
     assert chosen.attrs["deploy"] == "static" and "num_speculative_tokens_per_batch_size" not in config
     assert config["num_speculative_tokens"] == 8
@@ -144,7 +148,7 @@ def test_an_off_arm_that_costs_more_than_the_baseline_is_what_k_is_compared_with
     # baseline), and says that traffic is better served without a drafter
     df = _k_sweep(tmp_path, {1: [1.20, 1.15, 1.05, 0.97], 4: [1.50, 1.30, 0.96, 0.80]},
                   off=[0.85, 0.85, 0.85, 0.85])
-    config, chosen, _ = derive_policy(df, n_boot=300, max_batch=64)
+    config, chosen, _ = derive_policy(df, max_batch=64)
     assert chosen.set_index("concurrency")["k"].to_dict() == {1: 4, 2: 4, 4: 1, 8: 1}
     assert chosen["off_measured"].all() and "K=0 in a schedule (k0-sched, measured 0.85x" in chosen["reason"].iloc[3]
     assert chosen["reason"].iloc[3].startswith("k1 loses least")
@@ -157,18 +161,18 @@ def test_an_uncertain_k_is_not_turned_off_for_an_off_arm_known_to_cost_more(tmp_
     # the committed tune proposal (ledgers/tune/cpu/20261201T120741Z): at c=8 K=8 ran 0.85x
     # [0.66, 1.15] and the off arm 0.70x [0.64, 0.76]; comparing K=8's lower bound with the off
     # arm's point estimate turned drafting off for the option known to be worse
-    df = _k_sweep(tmp_path, {8: [1.60, 1.45, 0.95, 0.85]}, factors=(0.8, 1.0, 1.2), off=[0.75, 0.75, 0.72, 0.70])
-    config, chosen, _ = derive_policy(df, n_boot=300, max_batch=64)
+    df = _k_sweep(tmp_path, {8: [1.60, 1.45, 0.95, 0.85]}, factors=(0.8, 1.0, 1.2, 1.0), off=[0.75, 0.75, 0.72, 0.70])
+    config, chosen, _ = derive_policy(df, max_batch=64)
     row = chosen.set_index("concurrency").loc[8]
     assert row["k"] == 8 and row["speedup_lo"] < 0.70 and "loses least" in row["reason"]
     assert chosen.attrs["deploy"] == "static" and config["num_speculative_tokens"] == 8
-    _, point, _ = derive_policy(df, n_boot=300, max_batch=64, rule="point")
+    _, point, _ = derive_policy(df, max_batch=64, rule="point")
     assert point.set_index("concurrency")["k"].to_dict() == {1: 8, 2: 8, 4: 8, 8: 8}
 
 
 def test_with_a_cheap_off_arm_the_schedule_switches_off_where_every_k_loses(tmp_path):
     df = _k_sweep(tmp_path, SWEEP, off=[0.99, 0.99, 0.99, 0.99])
-    config, chosen, _ = derive_policy(df, n_boot=300, max_batch=64)
+    config, chosen, _ = derive_policy(df, max_batch=64)
     assert chosen.set_index("concurrency")["k"].to_dict() == {1: 4, 2: 4, 4: 1, 8: 0}
     assert chosen.attrs["deploy"] == "schedule" and config["num_speculative_tokens_per_batch_size"][-1] == [6, 64, 0]
 
@@ -225,7 +229,7 @@ def test_measured_acceptance_against_the_model(tmp_path):
     df = _k_sweep(tmp_path, SWEEP)
     df["per_position_acceptance"] = [[0.8, 0.64, 0.512, 0.41][: int(k)] if s else None for k, s in
                                      zip(df["num_speculative_tokens"].fillna(0), df["speculative"], strict=True)]
-    choice = k_choice(bootstrap_speedups(df, n_boot=200, prompts=False), df)
+    choice = k_choice(paired_speedups(df, scope="panel"), df)
     model = k_model(choice, df)
     row = model[(model["k"] == 4) & (model["concurrency"] == 1)].iloc[0]
     assert row["alpha"] == pytest.approx(0.8, abs=0.01)

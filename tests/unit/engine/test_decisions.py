@@ -45,7 +45,7 @@ def test_the_report_names_what_differs_within_a_pair(tmp_path):
         write_ledger(tmp_path / f"{i}.json", led)
     df = load_ledgers(tmp_path)
     assert format_decision_differences(df) == "ngram-k4 vs baseline: async_scheduling off vs on"
-    assert "start-up decisions that differ within a pair" in format_report(df, n_boot=50)
+    assert "start-up decisions that differ within a pair" in format_report(df)
 
 
 def test_pairs_that_decided_alike_say_nothing(tmp_path):

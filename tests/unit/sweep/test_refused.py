@@ -83,7 +83,7 @@ def test_a_condition_the_build_cannot_serve_is_recorded_refused_and_the_study_go
     assert all(Flag.ENGINE_FALLBACK in f.split(",") for f in ok["flags"])
     led = read_ledger(ok["path"].iloc[0])
     assert any("torch's fallback" in n and "float32" in n for n in led.parameters["notes"])
-    text = format_report(df, n_boot=50)
+    text = format_report(df)
     assert "refused before any server started" in text
     assert "w4a16 / baseline: 1 point(s) not measured" in text and "cpu_gemm_wna16" in text
 
@@ -136,7 +136,7 @@ def test_a_refusal_is_recorded_once_however_many_repeats_or_resumes(fake_vllm, a
     assert len(list((folder / "w4a16").rglob("*.failed-*.json"))) == 4  # 2 arms x 2 repeats, once each
     st.run(root=tmp_path / "ledgers", run=folder.name, progress=False)  # resume: nothing new to say
     assert len(list((folder / "w4a16").rglob("*.failed-*.json"))) == 4
-    assert "w4a16 / baseline: 2 point(s) not measured" in format_report(load_ledgers(folder), n_boot=50)
+    assert "w4a16 / baseline: 2 point(s) not measured" in format_report(load_ledgers(folder))
 
 
 def test_an_engine_that_dies_while_the_panel_is_sized_says_why(fake_vllm, tmp_path):

@@ -7,50 +7,60 @@ import math
 
 import pytest
 
-from specnb.analysis import bootstrap_speedups, thresholds
-from specnb.analysis.thresholds import Threshold
+from specnb.analysis import paired_speedups, thresholds
+from specnb.analysis.estimator import LOSES, PAYS
+from specnb.analysis.thresholds import Threshold, fixed_sequence
 from specnb.ledger import load_ledgers, write_ledger
 from specnb.sweep.search import DEFAULT_CAP, next_level, next_round, search_cap, search_lines
 from specnb.sweep.spec import SweepSpec
 from tests.unit.factories import ledger
 
 
-def th(kind, at=None, lo=None, hi=None, c_min=1, c_max=8):
-    return Threshold(group={"arm": "a", "workload": "copy"}, metric="speedup", kind=kind, concurrency=at, lo=lo,
-                     hi=hi, share_no_crossing=0.0, replicate_kinds={}, c_min=c_min, c_max=c_max, n_repeats=3,
-                     n_boot=1000, level=0.95)
+def th(verdicts: dict[float, str | None], at: float | None = None) -> Threshold:
+    """A curve's answer across levels from each level's own decision (``pays`` / ``loses`` / None)."""
+    seq = fixed_sequence(verdicts)
+    pays = [c for c, v in seq.items() if v == PAYS]
+    loses = [c for c, v in seq.items() if v == LOSES]
+    kind = "crosses" if at is not None else ("above" if pays and max(pays) == max(verdicts) else "below")
+    return Threshold(group={"arm": "a", "workload": "copy"}, metric="speedup", kind=kind, concurrency=at,
+                     pays_through=max(pays) if pays else None, loses_from=min(loses) if loses else None,
+                     lo=max(pays) if pays else -math.inf, hi=min(loses) if loses else math.inf,
+                     c_min=min(verdicts), c_max=max(verdicts), n_repeats=4, level=0.95, verdicts=seq,
+                     own=dict(verdicts))
 
 
 LEVELS = [1, 2, 4, 8]
+P, L, U = PAYS, LOSES, None
 
 
-def test_a_crossing_inside_the_grid_is_refined_until_its_interval_is_narrow():
-    step = next_level(LEVELS, th("crosses", 3.8, 2.5, 6.0), cap=256, target_log2_width=1.0)
+def test_a_bracketed_crossing_is_refined_until_it_is_narrow():
+    # pays up to c=2, loses from c=8, c=4 undecided: the estimates cross near 3.8, between 2 and 4
+    step = next_level(LEVELS, th({1: P, 2: P, 4: U, 8: L}, at=3.8), cap=256, target_log2_width=1.0)
     assert step.level == 3 and step.reason.startswith("refine")  # round(sqrt(2 * 4)) = 3
-    step = next_level([1, 2, 3, 4, 8], th("crosses", 3.6, 3.1, 4.2), cap=256, target_log2_width=1.0)
+    step = next_level([1, 2, 3, 4, 8], th({1: P, 2: P, 3: P, 4: L, 8: L}, at=3.6), cap=256, target_log2_width=1.0)
     assert step.level is None and step.reason.startswith("settled")
 
 
 def test_a_bracket_of_adjacent_integers_cannot_be_refined():
-    step = next_level([1, 2, 3, 4], th("crosses", 3.5, 2.2, 4.0, c_max=4), cap=256, target_log2_width=0.2)
+    step = next_level([1, 2, 3, 4], th({1: P, 2: P, 3: P, 4: L}, at=3.5), cap=256, target_log2_width=0.2)
     assert step.level is None and "adjacent" in step.reason
 
 
-def test_a_crossing_beyond_the_grid_extends_it_up_to_the_cap():
-    step = next_level(LEVELS, th("above"), cap=256, target_log2_width=1.0)
+def test_no_level_known_to_lose_extends_the_grid_up_to_the_cap():
+    step = next_level(LEVELS, th({1: P, 2: P, 4: P, 8: P}), cap=256, target_log2_width=1.0)
     assert step.level == 16 and "pays at every level" in step.reason
-    step = next_level(LEVELS, th("crosses", 7.0, 5.0, math.inf), cap=256, target_log2_width=1.0)
-    assert step.level == 16 and "past c=8" in step.reason
-    assert next_level(LEVELS, th("above"), cap=12, target_log2_width=1.0).level == 12  # never past the cap
-    step = next_level([1, 2, 4, 8, 12], th("above", c_max=12), cap=12, target_log2_width=1.0)
+    step = next_level(LEVELS, th({1: P, 2: P, 4: U, 8: U}, at=7.0), cap=256, target_log2_width=1.0)
+    assert step.level == 16 and "no level is known to lose up to c=8" in step.reason
+    assert next_level(LEVELS, th({1: P, 2: P, 4: P, 8: P}), cap=12, target_log2_width=1.0).level == 12  # the cap
+    step = next_level([1, 2, 4, 8, 12], th({1: P, 2: P, 4: P, 8: P, 12: P}), cap=12, target_log2_width=1.0)
     assert step.level is None and "cap" in step.reason
 
 
 def test_a_curve_that_never_pays_stops_at_c1_and_looks_lower_otherwise():
-    step = next_level(LEVELS, th("below"), cap=256, target_log2_width=1.0)
+    step = next_level(LEVELS, th({1: L, 2: L, 4: L, 8: L}), cap=256, target_log2_width=1.0)
     assert step.level is None and "from c=1" in step.reason
-    assert next_level([4, 8, 16], th("below", c_min=4, c_max=16), cap=256, target_log2_width=1.0).level == 2
-    assert next_level(LEVELS, th("crosses", 1.5, -math.inf, 3.0), cap=256, target_log2_width=1.0).level is None
+    assert next_level([4, 8, 16], th({4: L, 8: L, 16: L}), cap=256, target_log2_width=1.0).level == 2
+    assert next_level(LEVELS, th({1: U, 2: U, 4: L, 8: L}, at=1.5), cap=256, target_log2_width=1.0).level is None
 
 
 def _noisy(tmp_path, speedups, factors):
@@ -64,17 +74,17 @@ def _noisy(tmp_path, speedups, factors):
 
 
 def test_a_noisy_curve_does_not_stop_early(tmp_path):
-    # the mean curve crosses near c~3, but one start's luck moves every level by 30 %: the
-    # crossing's interval reaches past the grid, so the search must look further, not stop
-    df = _noisy(tmp_path, [1.3, 1.1, 0.97, 0.95], factors=[0.75, 1.0, 1.3])
-    (t,) = thresholds(bootstrap_speedups(df, n_boot=500, prompts=False))
+    # the estimates cross near c~3, but one start's luck moves every level by 30 %: no level is
+    # known to lose, so the search must look further, not stop
+    df = _noisy(tmp_path, [1.3, 1.1, 0.97, 0.95], factors=[0.75, 1.0, 1.3, 1.0])
+    (t,) = thresholds(paired_speedups(df, scope="panel"))
     assert t.kind == "crosses" and t.hi == math.inf
     step = next_level(LEVELS, t, cap=256, target_log2_width=1.0)
     assert step.level == 16
-    # the same curve measured without the start-to-start noise settles inside the grid
-    quiet = _noisy(tmp_path / "q", [1.3, 1.1, 0.8, 0.7], factors=[0.99, 1.0, 1.01])
-    (t,) = thresholds(bootstrap_speedups(quiet, n_boot=500, prompts=False))
-    assert t.kind == "crosses" and math.isfinite(t.hi) and 2 < t.concurrency < 4
+    # the same curve measured without the start-to-start noise is bracketed inside the grid
+    quiet = _noisy(tmp_path / "q", [1.3, 1.1, 0.8, 0.7], factors=[0.99, 1.0, 1.01, 1.0])
+    (t,) = thresholds(paired_speedups(quiet, scope="panel"))
+    assert (t.lo, t.hi) == (2, 4) and 2 < t.concurrency < 4
 
 
 def _spec(**kw):
@@ -107,7 +117,8 @@ def test_a_round_is_decided_once_written_and_replayed(tmp_path):
         write_ledger(tmp_path / "points" / f"{i:03d}.json", led)
     said = []
     levels = next_round(_spec(), tmp_path, 1, elapsed_s=10, echo=said.append)
-    assert levels == {"copy": [(16.0, "ngram-k4: pays at every level up to c=8: extend to c=16")]}
+    # one repeat: no level is decided, so nothing is known to lose and the search looks higher
+    assert levels == {"copy": [(16.0, "ngram-k4: no level is known to lose up to c=8: extend to c=16")]}
     record = json.loads((tmp_path / "search" / "round-01.json").read_text())
     assert record["curves"][0]["cap_from"] and said
     # the record is what a resumed run follows, even if the data would now say otherwise

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
+from specnb.analysis.estimator import per_look_alpha
 from specnb.ledger import write_ledger
 from specnb.ledger.runs import sequential_lines
 from specnb.sweep.plan import round_blocks, round_repeats
@@ -15,12 +17,12 @@ from specnb.sweep.spec import SweepError, SweepSpec
 from tests.unit.factories import ledger
 
 # per level, one start's ratio in each repeat: c=1 pays clearly, c=8 is a coin toss, c=4 loses
-RATIOS = {1: [1.80, 1.75, 1.85], 4: [0.70, 0.72, 0.69], 8: [1.30, 0.90, 1.10]}
+RATIOS = {1: [1.80, 1.75, 1.85, 1.78], 4: [0.70, 0.72, 0.69, 0.71], 8: [1.30, 0.90, 1.10, 1.00]}
 
 
 def _spec(**kw):
-    base = dict(name="s", model="m", concurrency=[1, 4, 8], repeats=3, workloads=["copy"],
-                sequential={"max_repeats": 5, "alpha": 0.05},
+    base = dict(name="s", model="m", concurrency=[1, 4, 8], repeats=4, workloads=["copy"],
+                sequential={"max_repeats": 6, "alpha": 0.05},
                 arms=[{"name": "baseline"}, {"name": "ngram-k4", "speculative_config": {
                     "method": "ngram", "num_speculative_tokens": 4}}])
     base.update(kw)
@@ -42,18 +44,31 @@ def test_only_the_open_level_gets_the_next_repeat_and_the_record_is_replayed(tmp
     said: list[str] = []
     levels = next_round(_spec(), tmp_path, 1, elapsed_s=100, echo=said.append)
     assert list(levels) == ["copy"] and [c for c, _ in levels["copy"]] == [8.0]
-    assert "open" in levels["copy"][0][1] and "repeat 4 of at most 5" in levels["copy"][0][1]
+    assert "open" in levels["copy"][0][1] and "repeat 5 of at most 6" in levels["copy"][0][1]
     rec = json.loads((tmp_path / "sequential" / "round-01.json").read_text())
     states = {(lk["level"]): lk["state"] for lk in rec["looks"]}
     assert states == {1.0: "decided: pays", 4.0: "decided: loses", 8.0: "open"}
-    assert rec["rule"]["per_look_alpha"] == pytest.approx(0.05 / 3) and said
+    assert rec["rule"]["looks"] == [4, 6] and rec["rule"]["per_look_alpha"] == pytest.approx(
+        per_look_alpha((4, 6), 0.05), abs=1e-6) and said
+    # no request records here: the looks cover this panel, and the record says the starts are all there is
+    assert rec["looks"][0]["look"]["scope"] == "panel" and rec["spend"]
     # a resumed run follows the record, whatever the ledgers say now
-    _write(tmp_path / "late", {8: [5.0, 5.0, 5.0]})
+    _write(tmp_path / "late", {8: [5.0, 5.0, 5.0, 5.0]})
     assert next_round(_spec(), tmp_path, 1, elapsed_s=999) == levels
-    # the round's blocks are that one repeat (index 3), both arms, in the repeat's ABBA order
+    # the round's blocks are that one repeat (index 4), both arms, in the repeat's A B order
     blocks = round_blocks(_spec(), {"copy": _Wl()}, levels, 1)
-    assert [(b[0].repeat, b[0].arm.name) for b in blocks] == [(3, "ngram-k4"), (3, "baseline")]
-    assert round_repeats(_spec(), 0) == [0, 1, 2] and round_repeats(_spec(sequential=None), 2) == [0, 1, 2]
+    assert [(b[0].repeat, b[0].arm.name) for b in blocks] == [(4, "baseline"), (4, "ngram-k4")]
+    assert round_repeats(_spec(), 0) == [0, 1, 2, 3] and round_repeats(_spec(sequential=None), 2) == [0, 1, 2, 3]
+
+
+def test_a_level_between_two_looks_stays_open_for_its_balancing_repeat(tmp_path):
+    # five repeats at c=1, all paying: 5 is no look (3 A B, 2 B A), so the level is still read at
+    # its look after 4 repeats, and the round after it measures the sixth
+    _write(tmp_path, {8: [1.30, 0.90, 1.10, 1.00, 1.2]})
+    levels = next_round(_spec(concurrency=[8]), tmp_path, 2, elapsed_s=0)
+    assert [c for c, _ in levels["copy"]] == [8.0] and "repeat 6 of at most 6" in levels["copy"][0][1]
+    rec = json.loads((tmp_path / "sequential" / "round-02.json").read_text())
+    assert rec["looks"][0]["look"]["n"] == 4 and rec["looks"][0]["state"] == "open"
 
 
 class _Wl:
@@ -61,24 +76,26 @@ class _Wl:
 
 
 def test_the_last_look_ends_the_rounds(tmp_path):
-    _write(tmp_path, {8: [1.30, 0.90, 1.10, 1.2, 0.95]})
+    _write(tmp_path, {8: [1.30, 0.90, 1.10, 1.2, 0.95, 1.05]})
     assert next_round(_spec(concurrency=[8]), tmp_path, 3, elapsed_s=0) == {}
     rec = json.loads((tmp_path / "sequential" / "round-03.json").read_text())
     assert "last look" in rec["stopped"] and rec["looks"][0]["state"] == "open at the last look"
     lines = sequential_lines(tmp_path)
-    assert "looks after 3..5 repeats" in lines[0] and "undecided at the last look" in lines[1]
+    assert "looks after 4, 6 repeats" in lines[0] and "undecided at the last look" in lines[-1]
 
 
 def test_the_budget_keeps_the_levels_nearest_a_decision_and_stops_when_none_fits(tmp_path):
-    ratios = {1: [1.30, 0.90, 1.10], 4: [1.25, 1.15, 1.05], 8: [1.02, 0.98, 1.00]}
+    ratios = {1: [1.30, 0.90, 1.10, 1.0], 4: [1.25, 1.15, 1.05, 1.1], 8: [1.02, 0.98, 1.00, 1.0]}
     _write(tmp_path, ratios, duration_s=30.0)
-    # one repeat of one level: one start per arm at the factory's 20 s plus 30 s per arm's point = 100 s
-    levels = next_round(_spec(budget_s=250), tmp_path, 1, elapsed_s=100)
-    assert [c for c, _ in levels["copy"]] == [4.0]  # the nearest to a decision; two levels would need 160 s
+    # one repeat of one level: one start per arm at the factory's 20 s plus 30 s per arm's point =
+    # 100 s, and a level at its first look needs two repeats to reach the next: 200 s
+    levels = next_round(_spec(budget_s=350), tmp_path, 1, elapsed_s=100)
+    assert [c for c, _ in levels["copy"]] == [4.0]  # the nearest to a decision; two levels would need 320 s
     rec = json.loads((tmp_path / "sequential" / "round-01.json").read_text())
     assert {d["level"] for d in rec["left_out"]} == {1.0, 8.0} and rec["estimated_s"] == pytest.approx(220.0)
-    assert next_round(_spec(budget_s=250), tmp_path, 2, elapsed_s=200) == {}
-    assert "time budget" in json.loads((tmp_path / "sequential" / "round-02.json").read_text())["stopped"]
+    assert next_round(_spec(budget_s=350), tmp_path, 2, elapsed_s=300) == {}
+    stopped = json.loads((tmp_path / "sequential" / "round-02.json").read_text())["stopped"]
+    assert "time budget" in stopped and "needs 2 more repeat(s) to its next look" in stopped
     lines = sequential_lines(tmp_path)
     assert any("undecided when the rounds stopped (time budget" in ln for ln in lines)
 
@@ -90,14 +107,15 @@ def test_the_report_says_which_levels_stopped_early(tmp_path):
         **json.loads((tmp_path / "sequential" / "round-01.json").read_text()), "round": 2, "levels": {},
         "stopped": "every level decided or at its last look"}))
     text = "\n".join(sequential_lines(tmp_path))
-    assert "ngram-k4 / copy c=1: pays 1.80x" in text and "stopped early, 2 repeat(s) not needed" in text
-    assert "ngram-k4 / copy c=4: loses" in text
+    assert "ngram-k4 / copy c=1: pays after 4 repeats: stopped early, 2 repeat(s) not needed" in text
+    assert "ngram-k4 / copy c=4: loses" in text and "[" not in text  # no second interval: the table has it
 
 
 @pytest.mark.parametrize(("bad", "needle"), [
     (dict(search={}), "use one of them"),
     (dict(repeats=1), "repeats >= 2"),
     (dict(sequential={"max_repeats": 2}), "below repeats"),
+    (dict(repeats=3, sequential={"max_repeats": 3}), "give max_repeats an even number"),
     (dict(sequential={"alpha": 0.7}), "alpha"),
     (dict(budget_s=0), "budget_s"),
     (dict(arms=[{"name": "baseline"}, {"name": "other"}]), "exactly one such arm"),
@@ -110,30 +128,49 @@ def test_bad_sequential_settings_are_one_line(bad, needle):
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
-def test_a_sequential_sweep_measures_one_more_repeat_of_its_open_levels_then_stops(fake_vllm, tmp_path):
+def test_a_sequential_sweep_measures_one_more_repeat_of_its_open_levels_then_stops(fake_vllm, tmp_path, monkeypatch):
     """The whole life cycle on the fake engine (two arms of equal speed: every level stays open):
-    the first two repeats, one more for every open level, then the last look ends the rounds."""
+    the first two repeats (a look with one degree of freedom for the starts), one more for every
+    open level (no look: 3 is unbalanced), then the last look ends the rounds. Round 1 is told
+    the prompts dominate (the fake engine's prompts are alike): its repeat sends a panel twice as
+    large, the old one inside it, and the round after keeps it."""
+    from specnb.ledger import load_ledgers
     from specnb.sweep import run_sweep
 
     spec = SweepSpec.parse(dict(
         name="t", model=str(fake_vllm.model), served_model_name="fake", workloads=["freeform"], concurrency=[1, 2],
-        repeats=2, sequential={"max_repeats": 3}, budget_s=3600, panel_size=4, work_floor_tokens=16,
+        repeats=2, sequential={"max_repeats": 4, "max_panel": 8}, budget_s=3600, panel_size=4, work_floor_tokens=16,
         warmup_requests=1, request_timeout_s=5, metrics_interval_s=0.05, ready_timeout_s=30, sampling={"max_tokens": 8},
         env={"FAKE_VLLM_STATE": str(fake_vllm.state)}, arms=[{"name": "baseline"}, {"name": "ngram", "speculative_config": {
             "method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}}]))
+    import specnb.sweep.sequential as seq
+
+    real = seq.grown_panels
+    monkeypatch.setattr(seq, "grown_panels", lambda spec, df, looks, before: (
+        real(spec, df, [{**lk, "noise": {"dominant": "prompts"}} for lk in looks], before)))
     said: list[str] = []
     out = run_sweep(spec, tmp_path / "out", progress=False, echo=said.append)
     assert out.ok, out.summary()
     run = tmp_path / "out"
     for arm in ("baseline", "ngram"):
         assert sorted(p.name for p in (run / arm / "freeform").glob("c*.json")) == [
-            "c001-r00.json", "c001-r01.json", "c001-r02.json", "c002-r00.json", "c002-r01.json", "c002-r02.json"]
-    assert sorted(p.name for p in (run / "sequential").iterdir()) == ["round-01.json", "round-02.json"]
-    assert "last look" in json.loads((run / "sequential" / "round-02.json").read_text())["stopped"]
+            f"c00{c}-r0{r}.json" for c in (1, 2) for r in range(4)]
+    assert sorted(p.name for p in (run / "sequential").iterdir()) == ["round-01.json", "round-02.json", "round-03.json"]
+    rounds = [json.loads((run / "sequential" / f"round-0{k}.json").read_text()) for k in (1, 2, 3)]
+    assert "last look" in rounds[2]["stopped"] and rounds[0]["panel"] == {"freeform": 8} == rounds[1]["panel"]
+    assert "sends a panel of 8 (was 4)" in rounds[0]["spend"][0]
+    df = load_ledgers(run)
+    sizes = df.groupby("repeat")["panel_size"].unique().map(list).to_dict()
+    assert sizes == {0: [4], 1: [4], 2: [8], 3: [8]}, sizes  # the grown panel, paired in both arms
     plan = next(s for s in said if s.startswith("plan:"))
-    assert "then up to 1 more repeat(s)" in plan and "budget 1h00m" in plan, plan
+    assert "then up to 2 more repeat(s)" in plan and "looks after 2, 4 repeats" in plan and "budget 1h00m" in plan, plan
     assert any(s.startswith("sequential round 1: repeat 3 for 2 open level(s)") for s in said), said
-    assert len(fake_vllm.started) == 6  # three repeats of two arms, each a fresh start
+    assert len(fake_vllm.started) == 8  # four repeats of two arms, each a fresh start
+    from specnb.analysis import paired_speedups
+
+    # the fake engine's n-gram arm makes no drafts (spec_no_drafts): no pair to read here; a grown
+    # panel's reading is tests/unit/analysis/test_speedups.py's
+    assert paired_speedups(df).table.empty
 
 
 def _two_drafters(**kw):
@@ -163,7 +200,7 @@ def _write_arms(folder, ratios_by_arm, c=1, duration_s=30.0, start=0):
 
 def test_a_drafter_without_a_pair_keeps_its_level_open(tmp_path):
     # b's points at c=1 all failed: a alone is decided there, but the level is not
-    _write_arms(tmp_path, {"a": [1.80, 1.75, 1.85], "b": []})
+    _write_arms(tmp_path, {"a": [1.80, 1.75, 1.85, 1.78], "b": []})
     levels = next_round(_two_drafters(concurrency=[1]), tmp_path, 1, elapsed_s=0)
     assert [c for c, _ in levels["copy"]] == [1.0]
     rec = json.loads((tmp_path / "sequential" / "round-01.json").read_text())
@@ -171,15 +208,16 @@ def test_a_drafter_without_a_pair_keeps_its_level_open(tmp_path):
 
 
 def test_a_decision_stands_once_made_and_the_report_says_the_level_went_on(tmp_path):
-    # a is decided at the third repeat; b keeps the level open to the fifth, where a's look widens
-    _write_arms(tmp_path, {"a": [1.80, 1.75, 1.85, 0.9, 3.0], "b": [1.3, 0.9, 1.1, 1.0, 1.2]})
+    # a is decided at the first look (4 repeats); b keeps the level open to the sixth, where a's
+    # look would widen
+    _write_arms(tmp_path, {"a": [1.80, 1.75, 1.85, 1.78, 0.9, 3.0], "b": [1.3, 0.9, 1.1, 1.0, 1.2, 0.95]})
     assert next_round(_two_drafters(concurrency=[1]), tmp_path, 3, elapsed_s=0) == {}
     rec = json.loads((tmp_path / "sequential" / "round-03.json").read_text())
     states = {lk["arm"]: (lk["state"], lk["look"]["n"]) for lk in rec["looks"]}
-    assert states == {"a": ("decided: pays", 3), "b": ("open at the last look", 5)}
+    assert states == {"a": ("decided: pays", 4), "b": ("open at the last look", 6)}
     text = "\n".join(sequential_lines(tmp_path))
-    assert "a / copy c=1: pays 1.80x" in text and "its level went on to 5 repeats for another arm" in text
-    assert "stopped early" not in text and "b / copy c=1: open" in text and "undecided at the last look" in text
+    assert "a / copy c=1: pays after 4 repeats" in text and "its level went on to 6 repeats for another arm" in text
+    assert "stopped early" not in text and "b / copy c=1: undecided at the last look" in text
 
 
 def test_refused_drafters_and_a_missing_baseline_stop_the_rounds_with_a_reason(tmp_path):
@@ -202,39 +240,49 @@ def test_refused_drafters_and_a_missing_baseline_stop_the_rounds_with_a_reason(t
 def test_a_resume_under_another_rule_is_refused_in_one_line(tmp_path):
     _write(tmp_path, RATIOS)
     next_round(_spec(), tmp_path, 1, elapsed_s=0)
-    for changed in (dict(repeats=2), dict(sequential={"max_repeats": 6})):
+    for changed in (dict(repeats=2), dict(sequential={"max_repeats": 8})):
         with pytest.raises(SweepError) as e:
             next_round(_spec(**changed), tmp_path, 1, elapsed_s=0)
-        assert "resume it with those" in str(e.value) and "\n" not in str(e.value)
+        assert "measure into a new folder" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_a_level_without_a_measured_point_is_costed_at_the_runs_mean_point(tmp_path):
-    _write(tmp_path, {1: [1.3, 0.9, 1.1]}, duration_s=30.0)
-    # c=4 has no point at all: one start per arm (2 x 20 s) + the mean point (30 s) per arm for each level
-    levels = next_round(_spec(concurrency=[1, 4], budget_s=100 + 100), tmp_path, 1, elapsed_s=100)
+    _write(tmp_path, {1: [1.3, 0.9, 1.1, 1.0]}, duration_s=30.0)
+    # c=4 has no point at all: one start per arm (2 x 20 s) + the mean point (30 s) per arm for each
+    # level; c=1 needs two repeats to its next look (200 s), c=4 needs its first four
+    levels = next_round(_spec(concurrency=[1, 4], budget_s=100 + 200), tmp_path, 1, elapsed_s=100)
     rec = json.loads((tmp_path / "sequential" / "round-01.json").read_text())
     assert rec["estimated_s"] == pytest.approx(40 + 60 + 60) and len(levels["copy"]) == 1 and rec["left_out"]
 
 
-def test_the_across_prompts_reading_adds_the_prompts_to_the_look_and_says_what_settles_it():
-    from specnb.analysis.sequential import SequentialRule
-    from specnb.ledger.runs import across_prompts_text
-    from specnb.sweep.sequential import across_prompts
+def test_the_round_says_which_part_of_an_open_levels_interval_to_spend_on():
+    from specnb.sweep.sequential import noise_parts, spend_text
 
-    rule = SequentialRule(alpha=0.05, first=3, last=5)
-    lk = rule.look([1.5, 1.6, 1.55])
-    assert across_prompts(rule, lk, None) is None and across_prompts(rule, None, 0.1) is None
-    narrow, wide = across_prompts(rule, lk, 0.01), across_prompts(rule, lk, 0.3)
-    assert narrow["decision"] == "pays" and narrow["lo"] < lk.lo and narrow["hi"] > lk.hi
-    half = (narrow["starts_half"] ** 2 + narrow["prompts_half"] ** 2) ** 0.5
-    assert narrow["hi"] / narrow["lo"] == pytest.approx(pytest.approx(2.718281828 ** (2 * half), rel=1e-3))
-    assert wide["decision"] is None and wide["prompts_half"] > wide["starts_half"]
-    assert across_prompts_text(narrow, decided=True).endswith(": pays too")
-    assert "a larger panel_size would narrow that part" in across_prompts_text(wide, decided=True)
-    assert across_prompts_text(None, decided=True) == ""
-    noisy = across_prompts(rule, rule.look([0.8, 1.4, 1.1]), 0.01)
-    assert "open (the starts spread it more than the prompts: more repeats narrow it)" in across_prompts_text(
-        noisy, decided=False)
+    prompts = noise_parts(0.0004, 0.004, 4)
+    assert prompts["dominant"] == "prompts"
+    assert prompts["after_twice_the_panel"] < prompts["after_two_more_repeats"]  # a larger panel narrows more
+    starts = noise_parts(0.01, 0.001, 4)
+    assert starts["dominant"] == "starts" and starts["after_two_more_repeats"] < starts["after_twice_the_panel"]
+    assert noise_parts(0.01, None, 4) == {"start_var": 0.01, "prompt_var": None, "dominant": "starts"}
+    assert "the starts dominate" in spend_text([{"noise": starts}])
+    assert "does not grow" in spend_text([{"noise": prompts}])
+    assert "too few repeats" in spend_text([{"noise": None}])
+
+
+def test_a_round_grows_the_panel_where_the_prompts_dominate_up_to_its_cap(tmp_path):
+    from specnb.sweep.sequential import grown_panels, round_panels
+
+    df = pd.DataFrame({"workload": ["copy", "freeform"], "panel_size": [10, 10]})
+    looks = [{"workload": "copy", "noise": {"dominant": "prompts"}}, {"workload": "freeform", "noise": {"dominant": "starts"}}]
+    grow, why = grown_panels(_spec(), df, looks, {})
+    assert grow == {"copy": 20} and "copy: the panel's prompts dominate" in why[0]
+    assert grown_panels(_spec(), df, looks, {"copy": 40})[0] == {}  # at max_panel (40)
+    assert grown_panels(_spec(sequential={"max_repeats": 6, "max_panel": 30}), df, looks, {})[0] == {"copy": 20}
+    assert grown_panels(_spec(sequential={"max_repeats": 6, "grow_panel": False}), df, looks, {}) == ({}, [])
+    (tmp_path / "sequential").mkdir()
+    (tmp_path / "sequential" / "round-01.json").write_text(json.dumps({"panel": {"copy": 20}}))
+    (tmp_path / "sequential" / "round-02.json").write_text(json.dumps({}))
+    assert round_panels(tmp_path, 2) == {"copy": 20} and round_panels(tmp_path, 0) == {}
 
 
 def _timing(folder, name, doc):
@@ -250,7 +298,7 @@ def test_a_resumed_sweeps_budget_counts_its_earlier_invocations(tmp_path):
     from specnb.sweep.plan import TimeLeft
     from specnb.sweep.rounds import Rounds
 
-    _write(tmp_path, {1: [1.30, 0.90, 1.10], 4: [1.25, 1.15, 1.05]}, duration_s=30.0)
+    _write(tmp_path, {1: [1.30, 0.90, 1.10, 1.0], 4: [1.25, 1.15, 1.05, 1.1]}, duration_s=30.0)
     _timing(tmp_path, "a.json", {"wall_s": 120.0, "ended": "interrupted"})  # a local invocation cut short
     _timing(tmp_path, "b.json", {"wall_s": 50.0, "executor": {"kind": "ray", "role": "driver", "elapsed_s": 80.0}})
     _timing(tmp_path, "c.json", {"wall_s": 999.0, "executor": {"kind": "ray", "node_id": "n1"}})  # a block: in its driver's
@@ -262,11 +310,11 @@ def test_a_resumed_sweeps_budget_counts_its_earlier_invocations(tmp_path):
     assert spent_s(junk) == pytest.approx(7.0) and spent_s(tmp_path / "none") == 0.0
     spec = _spec(concurrency=[1, 4], budget_s=250)
     rounds = Rounds(spec, tmp_path, {"copy": None}, PhaseClock(), lambda _: None)
-    assert rounds.advance(0.0) is False  # 200 s spent + one repeat of one level (100 s) > 250 s
+    assert rounds.advance(0.0) is False  # 200 s spent + two repeats of one level (200 s) > 250 s
     rec = json.loads((tmp_path / "sequential" / "round-01.json").read_text())
     assert "time budget: 200 s spent of 250 s" in rec["stopped"] and rec["elapsed_s"] == pytest.approx(200.0)
     fresh = tmp_path.parent / f"{tmp_path.name}-fresh"
-    _write(fresh, {1: [1.30, 0.90, 1.10], 4: [1.25, 1.15, 1.05]}, duration_s=30.0)
+    _write(fresh, {1: [1.30, 0.90, 1.10, 1.0], 4: [1.25, 1.15, 1.05, 1.1]}, duration_s=30.0)
     assert Rounds(spec, fresh, {"copy": None}, PhaseClock(), lambda _: None).advance(0.0) is True  # nothing spent
     text = TimeLeft(_spec(budget_s=720), None, None, spent_s=580.0).sequential_text(120.0)
     assert "budget 12m00s, 9m40s of it spent by earlier invocations" in text
