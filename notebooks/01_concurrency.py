@@ -133,7 +133,8 @@ for ax, ((cond, wl), g) in zip(axes[0], panels_by):
 axes[0][0].legend(loc="best")
 fig.suptitle(f"Paired speedup vs concurrency ({table.n_repeats.max()} repeats; band = 95 % interval over server starts and the panel's prompts)")
 nb.save(fig, "concurrency-speedup", caption="Aggregate (solid) and per-user (dashed) paired speedup vs "
-        "concurrency; triangle = crossing of 1.0 with its interval.")
+        "concurrency; bar on 1.0: the crossing's bracket (the last level shown to pay, the first shown to lose, "
+        "family-wise); open triangle: the estimates' interpolated crossing.")
 display(Markdown("\n".join(lines)))
 
 # %% [markdown]

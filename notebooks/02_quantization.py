@@ -90,7 +90,7 @@ for i, c in enumerate(levels):
     t = table[table.concurrency == c]
     panels.grouped_bars(axes[i][0], t, group="condition_label", hue="arm", y="speedup", lo="speedup_lo",
                         hi="speedup_hi", order=order, colors=colors, ylabel="speedup (on / off)",
-                        title=f"multiplier, c={c}")
+                        title=f"multiplier, c={c}", ratio=True)
     axes[i][0].axhline(1.0, color="0.3", lw=0.9, ls=":")
     a = ab[ab.concurrency == c]
     panels.grouped_bars(axes[i][1], a, group="condition_label", hue="arm", y="output_tok_s",

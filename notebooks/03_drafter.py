@@ -271,6 +271,7 @@ if ceiling_folder is not None and len(ctab):
                         yerr=[[r["speedup"] - r["speedup_lo"]], [r["speedup_hi"] - r["speedup"]]],
                         fmt=marker, color=f"C{i}", capsize=2, label=r["arm"])
         ax.axhline(1.0, color="0.3", lw=0.9, ls=":")
+        panels.fit_ratio_axis(ax, g["speedup"], g["speedup_lo"], g["speedup_hi"])
         ax.set(xlabel="draft tokens accepted, %", ylabel="speedup (on / off)", title=f"copy, c={c:g}", xlim=(0, 100))
     axes[0][0].legend(loc="upper left", fontsize=7)
     nb.save(fig, "drafter-ceiling", sources=[ceiling_folder],

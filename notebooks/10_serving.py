@@ -118,10 +118,10 @@ for i, c in enumerate(levels):
     t = nb.table[nb.table.concurrency == c]
     panels.grouped_bars(axes[i][0], t, group="condition_label", hue="arm", y="speedup", lo="speedup_lo",
                         hi="speedup_hi", order=order, colors=colors, ylabel="speedup (on / off)",
-                        title=f"the drafter within each config, c={c}")
+                        title=f"the drafter within each config, c={c}", ratio=True)
     g = shown[shown.concurrency == c]
     panels.grouped_bars(axes[i][1], g, group="condition_label", hue="arm", y="gain", lo="gain_lo", hi="gain_hi",
-                        order=order, colors=colors, ylabel=f"tok/s over {nb.labels.get(reference, reference)} baseline",
+                        order=order, colors=colors, ratio=True, ylabel=f"tok/s over {nb.labels.get(reference, reference)} baseline",
                         title=f"everything on one scale, c={c}")
     for ax in axes[i]:
         ax.axhline(1.0, color="0.3", lw=0.9, ls=":")

@@ -104,6 +104,7 @@ for i, c in enumerate(levels):
         t = t.sort_values("prompt_tokens")
         line = ax.plot(t.prompt_tokens, t.speedup, marker="o", label=f"{arm}, c={c}", color=f"C{i}")[0]
         ax.fill_between(t.prompt_tokens, t.speedup_lo, t.speedup_hi, color=line.get_color(), alpha=0.15, lw=0)
+        panels.fit_ratio_axis(ax, t.speedup, t.speedup_lo, t.speedup_hi)
 ax.axhline(1.0, color="0.3", lw=0.9, ls=":")
 ax.set_xscale("log", base=2)
 ax.set_xlabel("prompt tokens (engine's count)")

@@ -191,11 +191,12 @@ def report_blocks(run: RunRecords, opts: ReportOptions | None = None) -> Iterato
     ledgers yields nothing (the caller says so); an error in a section propagates."""
     opts = opts or ReportOptions()
     if run.tune is not None:
-        from specnb.analysis.tune import tune_lines
+        from specnb.analysis.tune import reread_lines, tune_lines
 
         yield from tune_lines(run.tune)
         if run.last_round is None:
             return
+        yield from reread_lines(run.tune, run.last_round.df)
         yield f"\n{run.last_round.folder.name} (baseline, static K and the candidate, paired on one run):"
         run = run.last_round
     if run.df.empty:

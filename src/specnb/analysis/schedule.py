@@ -439,8 +439,9 @@ def format_policy(config: dict[str, Any], chosen: pd.DataFrame, rule: str) -> st
              + "; K = 0 is the off arm where one was measured, else the baseline)"]
     for r in chosen.itertuples(index=False):
         win = ""
-        if getattr(r, "margin", None) is not None and pd.notna(r.margin) and r.runner_up is not None:
-            vs = "the baseline" if r.runner_up == "(baseline)" else r.runner_up
+        # the margin over another K (over the baseline it is the speedup the reason already gives)
+        if getattr(r, "margin", None) is not None and pd.notna(r.margin) and r.runner_up not in (None, "(baseline)"):
+            vs = r.runner_up
             iv = (f" [{r.margin_lo:.2f}, {r.margin_hi:.2f}]" if r.margin_lo is not None and pd.notna(r.margin_lo)
                   else "")
             win = f"; {r.margin:.2f}x{iv} over {vs}"

@@ -155,7 +155,7 @@ def format_speedup_table(table: pd.DataFrame, confidence: float = DEFAULT_CONFID
 
 
 def _range(th: Threshold) -> str:
-    return f"c={th.c_min:g}..{th.c_max:g}"
+    return f"c={th.c_min:g}" if th.c_min == th.c_max else f"c={th.c_min:g}..{th.c_max:g}"
 
 
 def _outside_text(th: Threshold) -> str:

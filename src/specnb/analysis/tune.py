@@ -46,7 +46,7 @@ from specnb.analysis.schedule import DEFAULT_MARGIN, SCHEDULE_KEY, derive_schedu
 from specnb.ledger.runs import TuneRecords
 
 __all__ = ["TUNED", "STATIC", "round_check", "thrash_levels", "Rederived", "rederive", "claim_text",
-           "schedule_levels", "tune_lines"]
+           "schedule_levels", "tune_lines", "reread_lines"]
 
 TUNED = "tuned"  # the candidate config of a round
 STATIC = "static"  # the best static K of the proposal, measured again in every round
@@ -163,13 +163,48 @@ def claim_text(check: pd.DataFrame, config: Mapping[str, Any], static_k: int, *,
         parts.append(f"c={int(r.concurrency)}: {_iv(r, 'tuned')}: {why}"
                      + ("; throughput below both neighbours (thrash)" if r.thrash and getattr(r, "failed", "") else ""))
     met = check[~check["short"]]["concurrency"].astype(int).tolist()
-    return (f"{what} is shown {bar} at c={', '.join(map(str, met)) or 'none'}, and not at "
-            + "; ".join(parts))
+    if not met:
+        return f"{what} is not shown {bar} at any measured level: " + "; ".join(parts)
+    return f"{what} is shown {bar} at c={', '.join(map(str, met))}, and not at " + "; ".join(parts)
 
 
 def k_scheduled(check: pd.DataFrame) -> dict[int, int]:
     return {int(r.concurrency): int(r.k_scheduled) for r in check.itertuples(index=False)
             if r.k_scheduled is not None and pd.notna(r.k_scheduled)}
+
+
+def reread_lines(rec: TuneRecords | None, df: pd.DataFrame) -> list[str]:
+    """The tune run's last round read again with the current rule (non-inferiority on the one
+    interval), where that reading differs from the round's record: a run made under an earlier
+    rule keeps its records, and the report says what they would say now."""
+    from specnb.analysis.pairing import usable
+    from specnb.analysis.tables import summarize
+    from specnb.ledger import json_cell
+
+    if rec is None or not rec.rounds or df.empty:
+        return []
+    last = rec.rounds[-1]
+    ok = usable(df)
+    arms = set(ok["arm"]) if len(ok) else set()
+    if TUNED not in arms:
+        return []
+    static = STATIC if STATIC in arms else None
+    margin = float(((rec.result or {}).get("derivation") or {}).get("margin", DEFAULT_MARGIN))
+    try:
+        check = round_check(summarize(df), df, tuned=TUNED, static=static, margin=margin)
+    except (KeyError, ValueError) as exc:
+        return [f"  the last round read with the current rule: not judged ({exc})"]
+    if check.empty:
+        return []
+    cfg = last.get("speculative_config") or {}
+    static_cfg = last.get("static_config") or cfg
+    static_k = int(static_cfg.get("num_speculative_tokens") or cfg.get("num_speculative_tokens") or 0)
+    claim = claim_text(check, cfg, static_k, static_is_candidate=static is None)
+    verified = not check["short"].any()
+    if claim == last.get("claim") and verified == bool(last.get("verified")):
+        return []
+    return [f"  round {last.get('round')} read with the current rule (docs/statistics.md: non-inferiority on the one "
+            f"interval): {'verified' if verified else 'short'}: {claim}"]
 
 
 def tune_lines(rec: TuneRecords | None) -> list[str]:

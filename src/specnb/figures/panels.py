@@ -10,6 +10,7 @@ number of repeats they rest on is written in the legend or title.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
@@ -24,7 +25,7 @@ from specnb.figures.save import apply_style, arm_colors
 __all__ = [
     "speedup_curves", "throughput_curves", "acceptance_curves", "mark_crossing", "heatmap",
     "grouped_bars", "new_figure", "concurrency_axis", "published_note", "crossings", "mark_best",
-    "curves_against", "frontier", "latency_vs_rate", "curves",
+    "curves_against", "frontier", "latency_vs_rate", "curves", "fit_ratio_axis",
 ]
 
 
@@ -50,6 +51,31 @@ def _band(ax: Axes, x, y, lo, hi, color: str, label: str, ls: str = "-", marker:
         ax.fill_between(x, lo, hi, color=color, alpha=0.15, lw=0)
 
 
+# per group of axes sharing a y axis: the estimates drawn so far, and which axes say they cut an interval
+_RATIO_AXES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def fit_ratio_axis(ax: Axes, estimates, lo=None, hi=None, *, bars: bool = False) -> None:
+    """Fit a ratio axis (speedups: 1.0 always in view) to the estimates drawn on it, not to their
+    intervals: an interval of a few starts with one degree of freedom can run to 0.05x or 40x and
+    would flatten every curve. Intervals that run past the axis are cut at it and the axis says so.
+    Called by each panel that draws ratios; calls on the same axes add up."""
+    # axes sharing their y axis (sharey=True) share one range: fitted to all of them
+    key = min(ax.get_shared_y_axes().get_siblings(ax), key=id)
+    seen = _RATIO_AXES.setdefault(key, {"points": [1.0], "notes": set()})
+    seen["points"] += [float(v) for v in np.asarray(estimates, float) if np.isfinite(v)]
+    top, bottom = max(seen["points"]), min(seen["points"])
+    pad = 0.35 * max(top - bottom, 0.3)
+    low, high = (0.0 if bars else max(0.0, bottom - pad)), top + pad
+    ax.set_ylim(low, high)
+    cut = lo is not None and hi is not None and any(
+        e > high or e < low for e in np.r_[np.asarray(lo, float), np.asarray(hi, float)] if np.isfinite(e))
+    if cut and id(ax) not in seen["notes"]:
+        seen["notes"].add(id(ax))
+        ax.text(0.99, 0.01, "intervals cut at the axis", transform=ax.transAxes, fontsize=6.5, color="0.4",
+                ha="right", va="bottom", style="italic")
+
+
 def speedup_curves(ax: Axes, table: pd.DataFrame, *, hue: str = "arm", y: str = "speedup",
                    lo: str | None = "speedup_lo", hi: str | None = "speedup_hi",
                    colors: dict[str, str] | None = None, ls: str = "-", label_suffix: str = "",
@@ -60,6 +86,7 @@ def speedup_curves(ax: Axes, table: pd.DataFrame, *, hue: str = "arm", y: str = 
         band = (g[lo], g[hi]) if lo in g and hi in g else (None, None)
         _band(ax, g["concurrency"], g[y], *band, color=colors.get(key, "k"), label=f"{key}{label_suffix}",
               ls=ls)
+        fit_ratio_axis(ax, g[y], *band)
     ax.axhline(1.0, color="0.3", lw=0.9, ls=":")
     concurrency_axis(ax, table["concurrency"])
     ax.set_ylabel("speedup (drafter on / off)")
@@ -180,8 +207,10 @@ def heatmap(ax: Axes, pivot: pd.DataFrame, *, fmt: str = "{:.2f}", center: float
 
 def grouped_bars(ax: Axes, table: pd.DataFrame, *, group: str, hue: str, y: str,
                  lo: str | None = None, hi: str | None = None, colors: dict[str, str] | None = None,
-                 order: Sequence[str] | None = None, title: str | None = None, ylabel: str = "") -> None:
-    """Bars of ``y`` per ``group`` (x) and ``hue`` (colour), error bars from ``lo``/``hi``."""
+                 order: Sequence[str] | None = None, title: str | None = None, ylabel: str = "",
+                 ratio: bool = False) -> None:
+    """Bars of ``y`` per ``group`` (x) and ``hue`` (colour), error bars from ``lo``/``hi``
+    (``ratio``: the bars are ratios, the axis fitted to them: :func:`fit_ratio_axis`)."""
     groups = list(order) if order is not None else list(dict.fromkeys(table[group]))
     hues = list(dict.fromkeys(table[hue]))
     colors = colors or arm_colors(hues)
@@ -194,6 +223,8 @@ def grouped_bars(ax: Axes, table: pd.DataFrame, *, group: str, hue: str, y: str,
             err = np.vstack([(sub[y] - sub[lo]).clip(lower=0), (sub[hi] - sub[y]).clip(lower=0)])
         ax.bar(x, sub[y], width=width * 0.92, color=colors.get(h, "0.5"), label=str(h), yerr=err,
                capsize=2.5, error_kw={"lw": 0.8})
+        if err is not None and ratio:
+            fit_ratio_axis(ax, sub[y], sub[lo], sub[hi], bars=True)
     ax.set_xticks(range(len(groups)), groups)
     ax.set_ylabel(ylabel)
     if title:
@@ -231,6 +262,8 @@ def curves_against(ax: Axes, table: pd.DataFrame, x: str, y: str, *, lo: str | N
                 label=f"{arm}, c={c}")
         if lo and hi:
             ax.fill_between(g[x], g[lo], g[hi], color=colors[arm], alpha=0.12, lw=0)
+            if scale == 1.0:
+                fit_ratio_axis(ax, g[y], g[lo], g[hi])
 
 
 def frontier(ax: Axes, table: pd.DataFrame, *, colors: dict[str, str] | None = None,

@@ -370,3 +370,16 @@ def test_a_set_that_an_existing_proposal_run_fixes_is_refused_in_one_line(tmp_pa
     ok = TuneSpec.parse(dict(base), {"repeats": 5, "name": "again", "tune.max_rounds": 1})
     assert ok.proposal.repeats == 5 and ok.proposal.name == "again" and ok.settings.max_rounds == 1
     assert ok.proposal.concurrency == spec.concurrency
+
+
+def test_a_tune_run_recorded_under_the_earlier_rule_is_read_again_with_the_current_one():
+    """The committed AVX-512 tune run's record says its round verified (the candidate's interval
+    reached the baseline); read with non-inferiority on the one interval, two starts show no level
+    above the baseline: the report prints both, and names the test that failed."""
+    from specnb.analysis.report import format_run_report
+    from specnb.ledger.records import load_run
+
+    text = format_run_report(load_run(paths.ROOT / "ledgers" / "tune" / "cpu" / "20261201T122357Z"))
+    assert "(verified)" in text  # the record, kept as it was written
+    line = next(ln for ln in text.splitlines() if "read with the current rule" in ln)
+    assert ": short:" in line and "not shown above the baseline" in line
