@@ -143,7 +143,7 @@ def _until(what, timeout_s: float, base: str) -> set[str]:
 
 def test_a_real_prometheus_fires_the_measured_alerts_on_a_real_server(ngram_server, tmp_path, capsys):
     """The committed demo run's rules (SmolLM2-135M, n-gram K=4 on copy-style work: threshold
-    12.8 running requests, acceptance 85 % at its lowest point) on a real Prometheus scraping the
+    12.6 running requests, acceptance 85 % at its lowest point) on a real Prometheus scraping the
     suite's real n-gram server: copy-style traffic at 4 users fires nothing; 24 users (past the
     threshold) fire SpecDecodeAboveThreshold; free-form traffic at 8 fires SpecDecodeAcceptanceLow.
     specnb watch on the same server says the same at each step."""

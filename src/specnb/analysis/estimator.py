@@ -75,13 +75,9 @@ class Sample:
 
     log_ratio: np.ndarray  # (n,)
     base_first: np.ndarray  # (n,) bool: the baseline arm was measured first in that start
-    influence: np.ndarray | None = None  # (n, m)
+    influence: np.ndarray | None = None  # (n, m); a row of NaN: that start has no request records
     strata: tuple[str, ...] | None = None  # (m,)
-
-    def head(self, n: int) -> Sample:
-        """The first ``n`` starts (a look part-way through a level's repeats)."""
-        infl = None if self.influence is None else self.influence[:n]
-        return Sample(self.log_ratio[:n], self.base_first[:n], infl, self.strata)
+    missing: str = ""  # why there is no influence (said in the estimate's note)
 
 
 @dataclass(frozen=True)
@@ -147,7 +143,7 @@ def estimate(sample: Sample, confidence: float = DEFAULT_CONFIDENCE, scope: Scop
     got, note, influence = scope, "", None
     if scope is Scope.PROMPTS:
         if sample.influence is None:
-            got, note = Scope.PANEL, "no request records: this panel only"
+            got, note = Scope.PANEL, f"{sample.missing or 'no request records'}: this panel only"
         elif not _groups(sample.strata, np.asarray(sample.influence).shape[1]):
             got, note = Scope.PANEL, "a panel of one prompt: this panel only"
         else:
@@ -226,8 +222,14 @@ def estimate_batch(log_ratio: np.ndarray, base_first: np.ndarray, influence: np.
         denom = vs * vs / dof_s if dof_s >= 1 else np.full(len(y), np.nan)
     vp = None
     if influence is not None:
-        g = np.nan_to_num(np.asarray(influence, dtype=float), nan=0.0)
-        z = np.einsum("bnm,n->bm", g, w)  # each prompt's influence on the estimate
+        raw = np.asarray(influence, dtype=float)
+        # a start without request records has no row: the others carry its weight (the panel's
+        # luck is the same in every start)
+        has = np.isfinite(raw).any(axis=2)  # (B, n)
+        wr = np.where(has, w[None, :], 0.0)
+        wr = wr / np.where(wr.sum(axis=1, keepdims=True) > 0, wr.sum(axis=1, keepdims=True), 1.0)
+        g = np.nan_to_num(raw, nan=0.0)
+        z = np.einsum("bnm,bn->bm", g, wr)  # each prompt's influence on the estimate
         vp = np.zeros(len(y))
         for cols in _groups(strata, g.shape[2]):
             mh = len(cols)
@@ -242,7 +244,9 @@ def estimate_batch(log_ratio: np.ndarray, base_first: np.ndarray, influence: np.
         # one or two degrees of freedom for the starts (two starts, three in unbalanced orders): a
         # start variance estimated small by chance makes Satterthwaite's df large and the interval
         # too narrow where the starts dominate (simulated: 92 % coverage at 1 df, 94.6 % at 2), so the
-        # interval takes the starts' own df, Banerjee's conservative bound (the smallest part's df)
+        # interval's df is capped at the starts' own: the conservative choice for a sum of variance
+        # parts (Hsu's, Mickey and Brown's: a part's df as the whole's), applied to the one part that
+        # can be estimated near zero by chance
         dof = np.minimum(dof, float(dof_s))
     with np.errstate(invalid="ignore"):
         half = np.where(var > 0, t_quantiles(1.0 - (1.0 - confidence) / 2.0, dof) * np.sqrt(var), 0.0)
@@ -260,7 +264,7 @@ def per_look_alpha(looks: tuple[int, ...], alpha: float) -> float:
     """The two-sided level of each look's interval such that, over the planned ``looks`` (counts of
     starts), the chance that any look's interval misses the true ratio is ``alpha``: the
     ``alpha`` quantile of the smallest look p-value under the null, simulated (fixed seed, so it
-    is the same number on every machine: e.g. 0.0294 per look for looks (4, 6) at 0.05). The
+    is the same number on every machine: e.g. 0.0293 per look for looks (4, 6) at 0.05). The
     simulation is of the start-level t statistics on balanced looks; a prompt component, shared
     by every look, only makes the looks more alike, and their union's error smaller."""
     looks = tuple(sorted(set(int(n) for n in looks)))

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specnb.analysis.estimator import estimate
 from specnb.analysis.pairing import usable
 from specnb.analysis.speedups import Speedups
 from specnb.models import theory
@@ -57,8 +58,10 @@ def fit_alpha(per_position: list[float] | np.ndarray) -> float | None:
 
 
 def k_choice(sp: Speedups, df: pd.DataFrame) -> pd.DataFrame:
-    """Per workload (and condition) and level: every K's speedup with its interval, the best K (0
-    when no K's estimate beats the baseline), and on the best option's row its margin over the
+    """Per workload (and condition) and level: every K's speedup with its interval, the same
+    interval with the error split over the level's arms (``family_lo`` / ``family_hi`` at
+    ``family_confidence``: the bound a claim about the best of several K is read from), the best K
+    (0 when no K's estimate beats the baseline), and on the best option's row its margin over the
     runner-up (``runner_up``, ``margin`` with ``margin_lo`` / ``margin_hi``: the best K over the
     second-best K, paired per repeat, or its speedup over the baseline when it is the only K or the
     baseline is second; the baseline's own row when it is best)."""
@@ -75,19 +78,37 @@ def k_choice(sp: Speedups, df: pd.DataFrame) -> pd.DataFrame:
             point = lg.set_index("arm")["speedup"].astype(float).sort_values(ascending=False)
             best_arm = point.index[0] if point.iloc[0] > 1.0 else "(baseline)"
             margin = _margin(sp, group, float(level), lg, point, best_arm)
+            family = _family_bounds(sp, group, float(level), lg)
             for r in lg.itertuples(index=False):
                 rows.append({**group, "level": float(level), "concurrency": int(r.concurrency), "arm": r.arm,
                              "k": int(ks.get(r.arm, 0)), "speedup": r.speedup, "speedup_lo": r.speedup_lo,
-                             "speedup_hi": r.speedup_hi, "best": r.arm == best_arm, "n_repeats": r.n_repeats,
-                             **(margin if r.arm == best_arm else _NO_MARGIN)})
+                             "speedup_hi": r.speedup_hi, **family[r.arm], "best": r.arm == best_arm,
+                             "n_repeats": r.n_repeats, **(margin if r.arm == best_arm else _NO_MARGIN)})
             rows.append({**group, "level": float(level), "concurrency": int(lg["concurrency"].iloc[0]),
                          "arm": "(baseline)", "k": 0, "speedup": 1.0, "speedup_lo": 1.0, "speedup_hi": 1.0,
+                         "family_lo": 1.0, "family_hi": 1.0, "family_confidence": np.nan, "family_arms": np.nan,
                          "best": best_arm == "(baseline)", "n_repeats": int(lg["n_repeats"].min()),
                          **(margin if best_arm == "(baseline)" else _NO_MARGIN)})
     return pd.DataFrame(rows)
 
 
 _NO_MARGIN = {"runner_up": None, "margin": np.nan, "margin_lo": np.nan, "margin_hi": np.nan}
+
+
+def _family_bounds(sp: Speedups, group: dict[str, Any], level: float, lg: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Each arm's interval at a level with its error split over the arms of the level (Bonferroni):
+    the best K is picked from several, so the claim that it pays is one of several tests."""
+    k = max(1, len(lg))
+    out = {}
+    for r in lg.itertuples(index=False):
+        conf = 1.0 - (1.0 - float(getattr(r, "confidence", sp.confidence))) / k
+        data = sp.data({**group, "arm": r.arm}, level)
+        sample = data.sample("speedup", int(r.n_repeats)) if data is not None else None
+        est = estimate(sample, conf, sp.scope) if sample is not None else None
+        out[r.arm] = {"family_lo": np.nan if est is None or est.lo is None else est.lo,
+                      "family_hi": np.nan if est is None or est.hi is None else est.hi,
+                      "family_confidence": conf, "family_arms": k}
+    return out
 
 
 def _margin(sp: Speedups, group: dict[str, Any], level: float, lg: pd.DataFrame, point: pd.Series,

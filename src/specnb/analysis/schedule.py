@@ -165,6 +165,14 @@ def choose_k(choice: pd.DataFrame, rule: Rule | str = Rule.LOWER_BOUND) -> pd.Da
         raise ScheduleError(f"unknown rule {rule!r}; choose one of {list(RULES)}")
     rule = Rule(rule)
     rows = []
+
+    def lo(row: pd.Series) -> float:
+        """The lower bound the rule reads: the arm's interval with the error split over the level's
+        arms (``family_lo``, :func:`specnb.analysis.proposal.k_choice`: the best of several K is one
+        of several tests), its own where the frame has none."""
+        v = row.get("family_lo")
+        return float(row["speedup_lo"]) if v is None or pd.isna(v) else float(v)
+
     for level, g in choice.groupby("level", sort=True):
         offs = g[g["off"].astype(bool)] if "off" in g.columns else g.iloc[0:0]
         offs = offs[offs["speedup"].notna()]
@@ -172,29 +180,34 @@ def choose_k(choice: pd.DataFrame, rule: Rule | str = Rule.LOWER_BOUND) -> pd.Da
         drafters = g[(g["k"] > 0) & ~(g["off"].astype(bool) if "off" in g.columns else False)]
         best = drafters.loc[drafters["speedup"].idxmax()] if len(drafters) else None
         bar = float(off["speedup"]) if off is not None else 1.0
-        bar_lo = float(off["speedup_lo"]) if off is not None else 1.0
+        bar_lo = lo(off) if off is not None else 1.0
+        arms = best.get("family_arms") if best is not None else None
+        fam = (f" ({100 * float(best['family_confidence']):.4g} %: the best of {int(arms)} arms at this level)"
+               if arms is not None and pd.notna(arms) and int(arms) > 1 else "")
         against = (f"K=0 in a schedule ({off['arm']}, measured {bar:.2f}x" + (f", lower bound {bar_lo:.2f})"
                    if rule == Rule.LOWER_BOUND else ")") if off is not None else "1")
         decided = True
         if best is None:
             k, why = 0, "no drafter measured"
-        elif rule == Rule.LOWER_BOUND and (pd.isna(best["speedup_lo"]) or pd.isna(bar_lo)):
+        elif rule == Rule.LOWER_BOUND and (pd.isna(lo(best)) or pd.isna(bar_lo)):
             # no interval to compare (too few repeats or prompts): nothing is decided here, and K = 0
             # is what the schedule falls back to until the level is measured again, not a finding
             decided, k = False, 0
-            which = best["arm"] if pd.isna(best["speedup_lo"]) else off["arm"]
+            which = best["arm"] if pd.isna(lo(best)) else off["arm"]
             why = (f"undecided: {which} has no lower bound (its interval could not be estimated); K = 0 until this "
                    "level is measured with more repeats or prompts")
-        elif rule == Rule.LOWER_BOUND and best["speedup_lo"] > bar_lo:
-            verb = "pays" if best["speedup_lo"] > 1.0 else "loses least"
+        elif rule == Rule.LOWER_BOUND and lo(best) > bar_lo:
+            verb = "pays" if lo(best) > 1.0 else "loses least"
             k, why = int(best["k"]), (f"{best['arm']} {verb}: {best['speedup']:.2f}x, lower bound "
-                                      f"{best['speedup_lo']:.2f} > {against}")
+                                      f"{_bound(lo(best))}{fam} > {against}")
         elif rule == Rule.POINT and best["speedup"] > bar:
             verb = "pays" if best["speedup"] > 1.0 else "loses least"
             k, why = int(best["k"]), f"{best['arm']} {verb}: {best['speedup']:.2f}x > {against} (point estimate)"
         else:
-            k, why = 0, (f"best K={int(best['k'])} ({best['speedup']:.2f}x, interval {best['speedup_lo']:.2f}-"
-                         f"{best['speedup_hi']:.2f}) does not clear {against if off is not None else '1.0'}"
+            fam_hi = best.get("family_hi")
+            hi = float(best["speedup_hi"]) if fam_hi is None or pd.isna(fam_hi) else float(fam_hi)
+            k, why = 0, (f"best K={int(best['k'])} ({best['speedup']:.2f}x, interval [{_bound(lo(best))}, "
+                         f"{_bound(hi)}]{fam}) does not clear {against if off is not None else '1.0'}"
                          if rule == Rule.LOWER_BOUND else
                          f"no K beats {against if off is not None else 'the baseline'} (best {best['speedup']:.2f}x)")
         won = best if k > 0 else off
@@ -235,12 +248,15 @@ def off_arms(df: pd.DataFrame) -> set[str]:
     return {str(a) for a, off in zip(firsts["arm"], firsts["drafting_off"], strict=True) if off is True or off == 1}
 
 
-def deployable(choice: pd.DataFrame, chosen: pd.DataFrame) -> tuple[Deploy, str | None, str]:
+def deployable(choice: pd.DataFrame, chosen: pd.DataFrame, sp: Any = None) -> tuple[Deploy, str | None, str]:
     """What to deploy, given the K per level a schedule would use: ``("schedule", None, claim)``,
     ``("static", <arm>, claim)`` (one static K is at least as good everywhere, or the schedule's
     K = 0 bands are unmeasured where that K is not known to lose), or ``("none", None, claim)``
     (no K pays anywhere). The claim names the levels where no drafter config beats the baseline:
-    that traffic is better served from an endpoint without a drafter."""
+    that traffic is better served from an endpoint without a drafter. With ``sp`` (the run's
+    :class:`~specnb.analysis.speedups.Speedups`) the schedule beats the best static K at a level
+    where the K it keeps there is shown faster than that static K, paired repeat by repeat;
+    without it, where their intervals do not overlap."""
     static = choice[(choice["k"] > 0) & ~(choice["off"].astype(bool) if "off" in choice.columns else False)]
     levels = sorted(chosen["concurrency"])
     if chosen["k"].eq(0).all() and not (chosen["speedup"].fillna(0) > 1).any():
@@ -261,12 +277,24 @@ def deployable(choice: pd.DataFrame, chosen: pd.DataFrame) -> tuple[Deploy, str 
                                 f"c={', '.join(map(str, unmeasured))}, where {best} is not known to lose, and this run "
                                 "has no arm measuring K = 0 inside a schedule (vLLM still runs the drafter there); add "
                                 "one to verify a schedule" + separate)
-    beats = [c for c in levels if ch.loc[c, "speedup_lo"] is not None and not pd.isna(ch.loc[c, "speedup_lo"])
-             and ch.loc[c, "speedup_lo"] > sb.loc[c, "speedup_hi"]]
+    if sp is not None:
+        group = {k: choice[k].iloc[0] for k in sp.group_keys if k != "arm" and k in choice.columns}
+        beats = []
+        for c in levels:
+            arm = ch.loc[c, "arm"]
+            if arm == best or ch.loc[c, "k"] == 0 and not ch.loc[c, "off_measured"]:
+                continue
+            est = sp.contrast(group, str(arm), best, float(sb.loc[c, "level"]))
+            if est is not None and est.lo is not None and est.lo > 1.0:
+                beats.append(c)
+    else:
+        beats = [c for c in levels if ch.loc[c, "speedup_lo"] is not None and not pd.isna(ch.loc[c, "speedup_lo"])
+                 and ch.loc[c, "speedup_lo"] > sb.loc[c, "speedup_hi"]]
     if not beats:
-        return Deploy.STATIC, best, (f"deploy {best} as it is: no level where the schedule's interval clears "
-                                f"{best}'s" + separate)
-    return Deploy.SCHEDULE, None, (f"the schedule beats {best} (the best static K) at c={', '.join(map(str, beats))}"
+        return Deploy.STATIC, best, (f"deploy {best} as it is: no level where the schedule is shown faster than "
+                                f"{best}" + separate)
+    return Deploy.SCHEDULE, None, (f"the schedule is shown faster than {best} (the best static K) at "
+                                   f"c={', '.join(map(str, beats))}"
                               + ("" if all(ch.loc[c, "off_measured"] for c in off_bands) else
                                  "; its K = 0 bands are unmeasured (no off arm)") + separate)
 
@@ -403,8 +431,11 @@ def derive_policy(df: pd.DataFrame, *, workload: str | None = None, rule: Rule |
         ok = ok[~ok["speculative"].astype(bool) | (ok["method"] == method)]
     if "condition" in ok.columns and ok["condition"].nunique() > 1:
         raise ScheduleError(f"the run has conditions {sorted(set(ok['condition']))}: derive from one of them")
+    if "sweep" in ok.columns and ok["sweep"].nunique() > 1:
+        raise ScheduleError(f"the folder holds sweeps {sorted(set(ok['sweep']))}: derive from one of them (its folder)")
     offs = off_arms(ok)
-    choice = k_choice(paired_speedups(ok), ok)
+    sp = paired_speedups(ok)
+    choice = k_choice(sp, ok)
     choice["off"] = choice["arm"].isin(offs)
     choice.loc[choice["off"], "k"] = 0
     chosen = choose_k(choice, rule)
@@ -422,7 +453,7 @@ def derive_policy(df: pd.DataFrame, *, workload: str | None = None, rule: Rule |
         seqs = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--max-num-seqs"), None)
         max_batch = int(seqs) if seqs and seqs.isdigit() else DEFAULT_MAX_BATCH
     schedule = derive_schedule(chosen, max_batch)
-    deploy, static_arm, claim = deployable(choice, chosen)
+    deploy, static_arm, claim = deployable(choice, chosen, sp)
     if deploy is Deploy.STATIC:
         config = dict(json_cell(spec_rows[spec_rows["arm"] == static_arm]["speculative_config"].iloc[0]))
     else:
@@ -442,9 +473,10 @@ def format_policy(config: dict[str, Any], chosen: pd.DataFrame, rule: str) -> st
         # the margin over another K (over the baseline it is the speedup the reason already gives)
         if getattr(r, "margin", None) is not None and pd.notna(r.margin) and r.runner_up not in (None, "(baseline)"):
             vs = r.runner_up
-            iv = (f" [{r.margin_lo:.2f}, {r.margin_hi:.2f}]" if r.margin_lo is not None and pd.notna(r.margin_lo)
-                  else "")
-            win = f"; {r.margin:.2f}x{iv} over {vs}"
+            iv = (f" [{_bound(r.margin_lo)}, {_bound(r.margin_hi)}]" if r.margin_lo is not None
+                  and pd.notna(r.margin_lo) else "")
+            who = "the baseline runs " if r.arm == BASELINE else f"{r.arm} runs "
+            win = f"; {who}{r.margin:.2f}x{iv} the tok/s of {vs}"
         batch = getattr(r, "batch", None)
         at = f" (batch {batch:.1f})" if batch is not None and pd.notna(batch) else ""
         lines.append(f"  c={r.concurrency}{at}: K={r.k}  ({r.reason}{win})")
@@ -525,6 +557,11 @@ def policy_check(table: pd.DataFrame, df: pd.DataFrame, *, policy: str, always_o
                     "drafts_per_output_token": drafts / tokens if tokens else None,
                     "running_mean": pd.to_numeric(at.get("num_requests_running_mean"), errors="coerce").mean()})
     return pd.DataFrame(out)
+
+
+def _bound(v: float) -> str:
+    """An interval's end as the report prints it (past 0.01 or 99 a wide interval of few starts)."""
+    return "<0.01" if v < 0.01 else ">99" if v > 99 else f"{v:.2f}"
 
 
 def _f2(v: Any) -> str:

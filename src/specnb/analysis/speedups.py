@@ -76,12 +76,19 @@ class LevelData:
     strata: tuple[str, ...] = ()
 
     def sample(self, metric: str = "speedup", n: int | None = None) -> Sample | None:
-        """The first ``n`` repeats' sample of ``metric`` (None: a ratio missing or not positive)."""
+        """The first ``n`` repeats' sample of ``metric`` (None: a ratio missing or not positive):
+        only the prompts those repeats sent (a panel grown in a later round adds prompts a look
+        after 4 repeats never saw: they are no members of its strata)."""
         r = self.ratios[metric][:n]
         if not len(r) or not (np.isfinite(r) & (r > 0)).all():
             return None
-        infl = None if self.influence is None else self.influence[metric][:n]
-        return Sample(np.log(r), self.base_first[:n], infl, self.strata if infl is not None else None)
+        if self.influence is None:
+            return Sample(np.log(r), self.base_first[:n], missing="no request records")
+        infl = self.influence[metric][:n]
+        sent = np.isfinite(infl).any(axis=0)
+        if not np.isfinite(infl).any(axis=1).any():
+            return Sample(np.log(r), self.base_first[:n], missing="no request records")
+        return Sample(np.log(r), self.base_first[:n], infl[:, sent], tuple(np.asarray(self.strata, dtype=object)[sent]))
 
 
 @dataclass
@@ -112,12 +119,17 @@ class Speedups:
         ra, rb = a.ratios[metric][ia], b.ratios[metric][ib]
         if not (np.isfinite(ra) & np.isfinite(rb) & (ra > 0) & (rb > 0)).all():
             return None
-        infl, strata = None, None
-        if a.influence is not None and b.influence is not None and a.prompts == b.prompts:
+        infl, strata, missing = None, None, ""
+        if a.influence is None or b.influence is None:
+            missing = "no request records"
+        elif a.prompts != b.prompts:
+            missing = "the two arms' request records name different prompts"
+        else:
             infl = a.influence[metric][ia] - b.influence[metric][ib]
-            strata = a.strata
+            sent = np.isfinite(infl).any(axis=0)
+            infl, strata = infl[:, sent], tuple(np.asarray(a.strata, dtype=object)[sent])
         other_first = b.position[ib] < a.position[ia]
-        return estimate(Sample(np.log(ra) - np.log(rb), other_first, infl, strata),
+        return estimate(Sample(np.log(ra) - np.log(rb), other_first, infl, strata, missing=missing),
                         confidence or self.confidence, self.scope)
 
 
@@ -189,14 +201,19 @@ def _level_data(pts: pd.DataFrame, side: Sidecars) -> LevelData:
         base_first = repeats % 2 == 0
     ratios = {m: pd.to_numeric(pts[m], errors="coerce").to_numpy(float) for m in METRICS}
     per_pair = [pair_terms(row, side) for _, row in pts.iterrows()]
-    if not per_pair or any(t is None for t in per_pair):
+    if not per_pair or all(t is None for t in per_pair):
         return LevelData(repeats, pos, base_first, ratios, None)
-    got = [prompt_influence(*t) for t in per_pair]
-    prompts = sorted({str(p) for ids, _, _ in got for p in ids})
+    # a pair without records (a sidecar lost) has no row of influences: the prompts' part is read
+    # from the pairs that have them (the panel is the same in every start)
+    got = [None if t is None else prompt_influence(*t) for t in per_pair]
+    prompts = sorted({str(p) for x in got if x is not None for p in x[0]})
     col = {p: j for j, p in enumerate(prompts)}
     strata = ["(none)"] * len(prompts)
     infl = {m: np.full((len(got), len(prompts)), np.nan) for m in METRICS}
-    for i, (ids, cats, g) in enumerate(got):
+    for i, x in enumerate(got):
+        if x is None:
+            continue
+        ids, cats, g = x
         idx = [col[str(p)] for p in ids]
         for j, c in zip(idx, cats, strict=True):
             strata[j] = str(c)

@@ -348,6 +348,8 @@ def _schedules(df: pd.DataFrame) -> str:
         return ""
     if "condition" in df.columns and df["condition"].nunique() > 1:
         return ""
+    if "sweep" in df.columns and df["sweep"].nunique() > 1:
+        return ""  # several sweeps in one folder: a schedule is derived from one (specnb policy on its folder)
     if "tune_round" in df.columns and df["tune_round"].notna().any():
         return ""  # a tune round measures a candidate: its verdict is the tune's (specnb.analysis.tune)
     offs = off_arms(df)  # drafter loaded, K = 0 everywhere: evidence for a derivation, not a schedule under test

@@ -134,8 +134,10 @@ def thresholds(sp: Speedups, metric: str = "speedup") -> list[Threshold]:
             if metric == "speedup":  # the row's own decision (a level before its first look has none)
                 d = getattr(r, "decision", None)
                 own[float(r.level)] = d if isinstance(d, str) and d in (PAYS, LOSES) else None
+            elif bool(getattr(r, "open", False)) or pd.isna(lo) or pd.isna(hi):
+                own[float(r.level)] = None  # a sequential level before its first look decides nothing
             else:
-                own[float(r.level)] = None if pd.isna(lo) or pd.isna(hi) else {PAYS: PAYS, LOSES: LOSES}.get(verdict(lo, hi))
+                own[float(r.level)] = {PAYS: PAYS, LOSES: LOSES}.get(verdict(lo, hi))
         verdicts = fixed_sequence(own)
         pays = [c for c, v in verdicts.items() if v == PAYS]
         loses = [c for c, v in verdicts.items() if v == LOSES]

@@ -8,7 +8,8 @@ the two fixed choices: ``max(1, static speedup)``. The candidate *meets* it wher
 shows it, by two tests on the one interval (:func:`specnb.analysis.schedule.policy_check`):
 non-inferior to static K (its paired ratio against the static arm, repeat by repeat, has a lower
 bound above ``1 - margin``, 2 % by default) and faster than the baseline (its speedup's lower bound
-above 1.0). A level measured too little to show either is short, and the check says which test
+above 1.0), each at ``1 - alpha / max_rounds`` (a tune deploys the first candidate verified, so
+its rounds share alpha). A level measured too little to show either is short, and the check says which test
 failed: "not shown worse" is never "verified". The round is verified where every level passes (an
 intersection of tests, each at its own level: no correction across levels is needed).
 
@@ -57,6 +58,8 @@ def round_check(table: pd.DataFrame, df: pd.DataFrame, *, tuned: str = TUNED, st
     """Per level: :func:`policy_check` of the tuned arm against the static one (``static`` None:
     the candidate *is* the static config, its own envelope arm), the envelope's arm, and thrash."""
     check = policy_check(table, df, policy=tuned, always_on=static or tuned, margin=margin)
+    sp = table.attrs.get("speedups")
+    check["confidence"] = sp.confidence if sp is not None else 0.95
     check["envelope_arm"] = ["baseline" if s < 1.0 else (static or tuned) for s in check["always_on"]]
     check["thrash"] = check["concurrency"].isin(thrash_levels(check))
     check["short"] = ~check["meets_envelope"] | check["thrash"]
@@ -153,10 +156,11 @@ def claim_text(check: pd.DataFrame, config: Mapping[str, Any], static_k: int, *,
     levels = ", ".join(str(int(c)) for c in check["concurrency"])
     short = check[check["short"]]
     margin = float(check["margin"].iloc[0]) if "margin" in check.columns and len(check) else DEFAULT_MARGIN
+    conf = float(check["confidence"].iloc[0]) if "confidence" in check.columns and len(check) else 0.95
     bar = ("faster than the baseline (it is the static K itself)" if static_is_candidate else
            f"within {margin:.0%} of static K={static_k} or better, and faster than the baseline")
     if short.empty:
-        return f"at every measured level (c={levels}) {what} is shown {bar} (95 % intervals)"
+        return f"at every measured level (c={levels}) {what} is shown {bar} ({100 * conf:.4g} % intervals)"
     parts = []
     for r in short.itertuples(index=False):
         why = getattr(r, "failed", "") or "throughput below both neighbours (thrash)"
@@ -189,9 +193,12 @@ def reread_lines(rec: TuneRecords | None, df: pd.DataFrame) -> list[str]:
     if TUNED not in arms:
         return []
     static = STATIC if STATIC in arms else None
-    margin = float(((rec.result or {}).get("derivation") or {}).get("margin", DEFAULT_MARGIN))
+    derivation = (rec.result or {}).get("derivation") or {}
+    margin = float(derivation.get("margin", DEFAULT_MARGIN))
+    # a run made before tune split alpha over its rounds: its rounds' tests at 95 %
+    conf = float(derivation.get("confidence", 0.95))
     try:
-        check = round_check(summarize(df), df, tuned=TUNED, static=static, margin=margin)
+        check = round_check(summarize(df, confidence=conf), df, tuned=TUNED, static=static, margin=margin)
     except (KeyError, ValueError) as exc:
         return [f"  the last round read with the current rule: not judged ({exc})"]
     if check.empty:

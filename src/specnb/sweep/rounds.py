@@ -28,6 +28,7 @@ class Rounds:
     def __init__(self, spec: SweepSpec, out_dir: Path, workloads: dict[str, Workload], clock: PhaseClock,
                  echo: Callable[[str], None]):
         self.spec, self.out_dir, self.clock, self.echo = spec, out_dir, clock, echo
+        self.workloads = workloads
         # the time earlier invocations of this sweep took: a budget counts the sweep's time, not
         # this invocation's (read before this one writes its own record)
         self.spent_before_s = spent_s(out_dir)
@@ -45,7 +46,7 @@ class Rounds:
             self.round += 1
             with self.clock.phase(Phase.SEARCH):
                 self.levels = sequential.next_round(self.spec, self.out_dir, self.round, elapsed_s=elapsed_s,
-                                                    echo=self.echo)
+                                                    echo=self.echo, workload_sets=self.workloads)
             return bool(self.levels)
         if self.spec.search is None:
             self.levels = {}

@@ -91,9 +91,12 @@ def level_looks(df: pd.DataFrame, design: Design | None = None) -> list[dict[str
     return out
 
 
-def noise_parts(start_var: Any, prompt_var: Any, n: int) -> dict[str, Any] | None:
-    """Which part of a look's interval is larger, and what one more repeat or a twice larger panel
-    would leave of it (each part scales as 1/n and 1/panel)."""
+def noise_parts(start_var: Any, prompt_var: Any, n: int, more: int = 2) -> dict[str, Any] | None:
+    """Which part of a look's interval is larger, and what ``more`` repeats would leave of it
+    (log-scale standard errors): on the same panel (the starts' part shrinks as n / (n + more), the
+    prompts' stays), or with a panel twice as large in those repeats (the old prompts keep their
+    weight in the old starts: the prompts' part shrinks by ((n + more/2)^2 + (more/2)^2) / (n + more)^2,
+    0.72 for 4 + 2)."""
     if start_var is None or pd.isna(start_var):
         return None
     sv = float(start_var)
@@ -103,8 +106,10 @@ def noise_parts(start_var: Any, prompt_var: Any, n: int) -> dict[str, Any] | Non
         out["dominant"] = "starts"
         return out
     out["dominant"] = "prompts" if pv > sv else "starts"
-    out["after_two_more_repeats"] = round(math.sqrt(sv * n / (n + 2) + pv), 6)
-    out["after_twice_the_panel"] = round(math.sqrt(sv + pv / 2), 6)
+    starts = sv * n / (n + more)
+    grown = ((n + more / 2) ** 2 + (more / 2) ** 2) / (n + more) ** 2
+    out[f"se_after_{more}_more_repeats"] = round(math.sqrt(starts + pv), 6)
+    out[f"se_after_{more}_more_repeats_twice_the_panel"] = round(math.sqrt(starts + pv * grown), 6)
     return out
 
 
@@ -181,10 +186,11 @@ def round_panels(out_dir: Path, round_: int) -> dict[str, int]:
     return out
 
 
-def grown_panels(spec: SweepSpec, df: pd.DataFrame, open_looks: list[dict[str, Any]], before: dict[str, int]
-                ) -> tuple[dict[str, int], list[str]]:
+def grown_panels(spec: SweepSpec, df: pd.DataFrame, open_looks: list[dict[str, Any]], before: dict[str, int],
+                 workloads: dict[str, Any] | None = None) -> tuple[dict[str, int], list[str]]:
     """The workloads whose next panel doubles: an open level where the prompts dominate, while the
-    panel is below ``max_panel`` and the workload has the prompts."""
+    panel is below ``max_panel`` and (given ``workloads``) every category of the workload has the
+    prompts to double its share (the estimand is prompts like the panel's: the mix must not move)."""
     seq = spec.sequential
     assert seq is not None
     if not seq.grow_panel:
@@ -195,11 +201,33 @@ def grown_panels(spec: SweepSpec, df: pd.DataFrame, open_looks: list[dict[str, A
         if not now:
             continue
         size = min(2 * now, seq.max_panel)
-        if size > now:
-            out[wl] = size
-            why.append(f"{wl}: the panel's prompts dominate an open level's interval: its next repeat sends a panel of "
-                       f"{size} (was {now}) before another start on the same prompts")
+        if size <= now:
+            continue
+        workload = (workloads or {}).get(wl)
+        if workload is not None and not _in_proportion(workload, now, size):
+            why.append(f"{wl}: the panel's prompts dominate, but a panel of {size} would change the categories' "
+                       f"mix (a category has too few prompts): another start on the same {now}")
+            continue
+        out[wl] = size
+        why.append(f"{wl}: the panel's prompts dominate an open level's interval: its next repeat sends a panel of "
+                   f"{size} (was {now}) before another start on the same prompts")
     return out, why
+
+
+def _in_proportion(workload: Any, now: int, size: int) -> bool:
+    """Whether ``workload.panel(size)`` holds every category in the proportion ``panel(now)`` does
+    (and the old panel inside it)."""
+    from collections import Counter
+
+    try:
+        old, new = workload.panel(now), workload.panel(size)
+    except Exception:  # noqa: BLE001 - a workload that cannot say: no growth
+        return False
+    c_old = Counter(p.category for p in old)
+    c_new = Counter(p.category for p in new)
+    ratio = size / now
+    return ({p.id for p in old} <= {p.id for p in new}
+            and set(c_old) == set(c_new) and all(abs(c_new[k] - ratio * c_old[k]) < 1e-9 for k in c_old))
 
 
 def _panel_now(spec: SweepSpec, df: pd.DataFrame, before: dict[str, int], wl: str) -> int:
@@ -210,14 +238,16 @@ def _panel_now(spec: SweepSpec, df: pd.DataFrame, before: dict[str, int], wl: st
 
 
 def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
-               echo: Callable[[str], None] = print) -> dict[str, list[tuple[float, str]]]:
+               echo: Callable[[str], None] = print,
+               workload_sets: dict[str, Any] | None = None) -> dict[str, list[tuple[float, str]]]:
     """The levels to measure in round ``round_`` (one more repeat each) per workload; empty: every
     level is decided, at its last look, or out of budget. Written once to
     ``sequential/round-NN.json``; a resumed run replays the record (with the same rule only).
 
     A level is open while any drafter arm the build can serve is open at it (an arm without a
     paired repeat there is open); an arm's decision is its first decided look (the looks' intervals
-    hold together, so a later look that widens does not reopen it)."""
+    hold together, so a later look that widens does not reopen it). ``workload_sets``: the sweep's
+    workloads by name (a grown panel must keep each one's categories in proportion)."""
     assert spec.sequential is not None
     design = rule_of(spec)
     rule = _rule_doc(spec, design)
@@ -265,6 +295,9 @@ def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
             open_looks += still
             n_have = max((len(r["repeats"]) for r in rows), default=0)
             to_look = next((n for n in (design.looks or ()) if n > n_have), last) - n_have
+            for r in still:  # what the repeats to its next look would leave of its interval
+                r["noise"] = noise_parts((r.get("noise") or {}).get("start_var"), (r.get("noise") or {}).get(
+                    "prompt_var"), max(1, len(r["repeats"])), max(1, to_look)) if r.get("noise") else None
             worst = min((_closeness(r) for r in rows), default=0.0)
             shown = "; ".join(f"{r['arm']} {_look_text(r)}" for r in rows)
             open_levels.append((worst, key, f"sequential: open ({shown}): repeat {repeat + 1} of at most {last}",
@@ -275,7 +308,7 @@ def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
         doc["stopped"] = "every level decided or at its last look"
     elif doc["stopped"] is None:
         before = round_panels(out_dir, round_ - 1)
-        grow, why = grown_panels(spec, df, open_looks, before)
+        grow, why = grown_panels(spec, df, open_looks, before, workload_sets)
         scale = {wl: size / max(1, _panel_now(spec, df, before, wl)) for wl, size in grow.items()}
         chosen = sorted(open_levels, key=lambda t: (-t[0], t[1]))  # nearest to a decision first
         if spec.budget_s is not None:

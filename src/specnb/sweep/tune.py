@@ -97,6 +97,8 @@ class TuneSettings(BaseModel):
     margin: float = Field(DEFAULT_MARGIN, ge=0.0, lt=0.5, description="non-inferiority margin: a candidate is verified "
                           "where its paired ratio against static K has a lower bound above 1 - margin (and its speedup "
                           "a lower bound above 1.0)")
+    alpha: float = Field(0.05, gt=0.0, lt=0.5, description="the chance that the deployed candidate is verified wrongly, "
+                         "over every round: each round's tests at alpha / max_rounds (two-sided)")
 
 
 class TuneSpec(BaseModel):
@@ -247,8 +249,10 @@ def _round_spec(prop: SweepSpec, n: int, workload: Any, levels: list[int], repea
     tuned = _arm_with(prop, candidate_cfg) or {k: v for k, v in (_arm_with(prop, static_cfg) or {}).items()
                                                if k != "endpoint"}
     arms.append({**tuned, "name": TUNED, "speculative_config": {"policy_file": str(candidate)}})
+    # a round is one look at every repeat (its verdict is tune's, at its own level): no search, no
+    # sequential rounds of its own
     data.update(name=f"{prop.name}-round-{n:02d}", arms=arms, concurrency=levels, repeats=repeats,
-                workloads=[workload], search=None,
+                workloads=[workload], search=None, sequential=None,
                 parameters={**prop.parameters, "tune_round": n})
     return SweepSpec.parse(data, where=f"tune round {n}")
 
@@ -299,6 +303,7 @@ class _Derived:
     derivation: dict[str, Any]
     actions: list[str]
     margin: float = DEFAULT_MARGIN  # non-inferiority margin against static K
+    confidence: float = 0.95  # each round's tests: 1 - alpha / max_rounds
 
 
 @dataclass
@@ -402,10 +407,11 @@ def _derive(spec: TuneSpec, prop_dir: Path, out: Path) -> _Derived:
     offs = sorted(off_arms(pdf[pdf["workload"] == workload]))
     derivation = {"from": paths.portable(str(prop_dir)), "workload": workload, "rule": s.rule, "static_arm": static_arm, "off_arms": offs,
                   "levels": _records(chosen), "deploy": chosen.attrs.get("deploy"), "claim": chosen.attrs.get("claim"),
-                  "margin": s.margin}
+                  "margin": s.margin, "confidence": 1.0 - s.alpha / s.max_rounds}
     return _Derived(prop_dir=prop_dir, workload=workload, entry=entry, config=config, static_cfg=static_cfg,
                     static_k=int(static_cfg["num_speculative_tokens"]), max_batch=max_batch,
                     levels=sorted(int(c) for c in chosen["concurrency"]), derivation=derivation, margin=s.margin,
+                    confidence=1.0 - s.alpha / s.max_rounds,
                     actions=[f"derived from the proposal ({chosen.attrs.get('deploy')}): {chosen.attrs.get('claim')}"])
 
 
@@ -448,7 +454,7 @@ def _judge_round(d: _Derived, loop: _Loop, n: int, measured: list[int], is_stati
     """Round ``n``'s record from its ledgers: the verdict, its per-level check and the next
     candidate (None: the loop stops, ``loop.stop`` says why)."""
     config = loop.config
-    check, why_not = judge_tuned(rdf, static=None if is_static else STATIC, margin=d.margin)
+    check, why_not = judge_tuned(rdf, static=None if is_static else STATIC, margin=d.margin, confidence=d.confidence)
     doc: dict[str, Any] = {"round": n, "speculative_config": config, "static_config": d.static_cfg,
                            "folder": f"round-{n:02d}", "levels": measured}
     if check is None:  # an arm without a usable point: recorded as unjudged, the loop stops
@@ -485,12 +491,12 @@ def _judge_round(d: _Derived, loop: _Loop, n: int, measured: list[int], is_stati
 
 
 def judge_tuned(df: Any, *, tuned: str = TUNED, static: str | None = STATIC,
-                margin: float = DEFAULT_MARGIN) -> tuple[Any, str | None]:
+                margin: float = DEFAULT_MARGIN, confidence: float = 0.95) -> tuple[Any, str | None]:
     """A round's per-level check (non-inferiority to static K within ``margin`` and a speedup
-    shown above 1.0: :func:`specnb.analysis.schedule.policy_check`), or None and why (an arm
-    without a usable point)."""
+    shown above 1.0, each at ``confidence``: :func:`specnb.analysis.schedule.policy_check`), or
+    None and why (an arm without a usable point)."""
     try:
-        table = summarize(df)
+        table = summarize(df, confidence=confidence)
         if table.empty:
             return None, "no usable pair (every point failed or was flagged)"
         return round_check(table, df, tuned=tuned, static=static, margin=margin), None
@@ -517,7 +523,8 @@ def _result(out: Path, rounds: list[dict[str, Any]], static_cfg: dict[str, Any],
     last = rounds[-1]
     arm = TUNED if last["speculative_config"] == static_cfg else STATIC
     check, why_not = judge_tuned(load_ledgers(out / last["folder"]), tuned=arm, static=None,
-                                 margin=float(derivation.get("margin", DEFAULT_MARGIN)))
+                                 margin=float(derivation.get("margin", DEFAULT_MARGIN)),
+                                 confidence=float(derivation.get("confidence", 0.95)))
     if check is None:
         return {**base, "deploy": Deploy.STATIC, "speculative_config": static_cfg, "verified": False,
                 "claim": f"no candidate was verified and the static config cannot be judged from {last['folder']}: "

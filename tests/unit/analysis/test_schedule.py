@@ -92,7 +92,7 @@ def test_a_level_with_no_lower_bound_is_undecided_not_turned_off(tmp_path):
     rule had decided it: the level is reported undecided, with K = 0 only as the fallback."""
     df = _k_sweep(tmp_path, SWEEP)
     choice = k_choice(paired_speedups(df, scope="panel"), df)
-    choice.loc[(choice["concurrency"] == 1) & (choice["k"] == 4), "speedup_lo"] = float("nan")
+    choice.loc[(choice["concurrency"] == 1) & (choice["k"] == 4), ["speedup_lo", "family_lo"]] = float("nan")
     rows = choose_k(choice).set_index("concurrency")
     assert not rows.loc[1, "decided"] and rows.loc[1, "k"] == 0
     assert rows.loc[1, "reason"].startswith("undecided: k4 has no lower bound")
@@ -154,7 +154,7 @@ def test_an_off_arm_that_costs_more_than_the_baseline_is_what_k_is_compared_with
     assert chosen["reason"].iloc[3].startswith("k1 loses least")
     assert chosen.attrs["deploy"] == "schedule"
     assert config["num_speculative_tokens_per_batch_size"] == [[1, 2, 4], [3, 64, 1]]
-    assert "beats k4 (the best static K)" in chosen.attrs["claim"] and "c=8 no drafter config beats the baseline" in chosen.attrs["claim"]
+    assert "is shown faster than k4 (the best static K)" in chosen.attrs["claim"] and "c=8 no drafter config beats the baseline" in chosen.attrs["claim"]
 
 
 def test_an_uncertain_k_is_not_turned_off_for_an_off_arm_known_to_cost_more(tmp_path):
@@ -269,3 +269,15 @@ def test_the_schedule_is_read_under_either_of_vllms_names_and_sent_under_the_eng
     assert vllm.engine_schedule_key() == SCHEDULE_KEY_NEW
     monkeypatch.setattr(vllm, "vllm_package_dirs", lambda: [])
     assert vllm.engine_schedule_key() == SCHEDULE_KEY  # no vLLM here: the name 0.32 takes
+
+
+def test_the_best_of_several_k_is_read_at_a_level_split_over_them(tmp_path):
+    """Picking the best of three K and reading its own 95 % bound would claim "pays" for one of
+    three tests: the rule reads the bound with the error split over the level's arms."""
+    df = _k_sweep(tmp_path, SWEEP)
+    choice = k_choice(paired_speedups(df, scope="panel"), df)
+    k4 = choice[(choice["k"] == 4)].set_index("concurrency")
+    assert k4["family_confidence"].tolist() == pytest.approx([1 - 0.05 / 3] * 4)
+    assert (k4["family_lo"] < k4["speedup_lo"]).all() and (k4["family_hi"] > k4["speedup_hi"]).all()
+    reason = choose_k(choice).set_index("concurrency").loc[1, "reason"]
+    assert "98.33 %: the best of 3 arms at this level" in reason

@@ -23,6 +23,7 @@ from specnb.analysis import (
     paired_speedups,
     thresholds,
 )
+from specnb.analysis.estimator import estimate
 from specnb.analysis.pairing import PairingError
 from specnb.ledger import load_ledgers, write_ledger
 from specnb.models.crossing import crossing
@@ -248,6 +249,37 @@ def test_a_panel_grown_in_later_repeats_is_read_over_every_prompt_it_sent(tmp_pa
     assert np.isnan(data.influence["speedup"][:2, 4:]).all() and np.isfinite(data.influence["speedup"][2:]).all()
     row = sp.table.iloc[0]
     assert row["scope"] == "prompts" and row["n_repeats"] == 4 and row["prompt_var"] > 0
+
+
+def test_a_look_reads_the_same_before_and_after_a_later_round_grew_the_panel(tmp_path):
+    # the look after 4 repeats, read when only 4 were measured and read again after repeats 4-5
+    # sent a panel twice as large: the same interval (the new prompts were never part of it)
+    effect = [0.7, 2.0, 1.0, 1.4, 1.1, 0.9, 1.6, 1.2]
+    rates, tokens = [20.0, 30.0, 40.0, 25.0] * 2, [10, 64, 30, 48] * 2
+    leds, sides = [], []
+    for r, f in enumerate((*FOUR, 1.01, 0.99)):
+        m = 4 if r < 4 else 8
+        leds += [ledger("baseline", c=2, r=r, tok_s=100.0),
+                 ledger("ngram-k4", c=2, r=r, tok_s=100.0 * float(np.mean(effect[:m])) * f, mal=3.0)]
+        sides += [_sidecar(2, rates[:m], tokens[:m], 2 * m, cats=["a", "a", "b", "b", "a", "a", "b", "b"][:m]),
+                  _sidecar(2, [b * e * f for b, e in zip(rates[:m], effect[:m], strict=True)], tokens[:m], 2 * m,
+                           cats=["a", "a", "b", "b", "a", "a", "b", "b"][:m])]
+    group = {"sweep": "t", "condition": "default", "arm": "ngram-k4", "workload": "copy"}
+    before = paired_speedups(_frame(tmp_path / "four", leds[:8], sides[:8])).data(group, 2.0).sample("speedup", 4)
+    after = paired_speedups(_frame(tmp_path / "six", leds, sides)).data(group, 2.0).sample("speedup", 4)
+    assert after.influence.shape == before.influence.shape == (4, 4) and after.strata == before.strata
+    a, b = estimate(before, 0.95), estimate(after, 0.95)
+    assert (a.lo, a.hi, a.df) == (pytest.approx(b.lo), pytest.approx(b.hi), pytest.approx(b.df))
+
+
+def test_a_pair_without_request_records_leaves_the_prompts_part_to_the_others(tmp_path):
+    df = _with_sidecars(tmp_path, [0.7, 2.0, 1.0, 1.4], repeats=4, factors=FOUR)
+    full = paired_speedups(df).table.iloc[0]
+    lost = df.copy()
+    lost.loc[(lost["arm"] == "ngram-k4") & (lost["repeat"] == 1), "path"] = None  # its sidecar is gone
+    part = paired_speedups(lost).table.iloc[0]
+    assert part["scope"] == "prompts" and part["prompt_var"] > 0
+    assert part["prompt_var"] == pytest.approx(full["prompt_var"], rel=0.5)
 
 
 def test_a_curve_without_request_records_leaves_the_next_curve_alone(tmp_path):

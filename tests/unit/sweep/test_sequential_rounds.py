@@ -133,21 +133,21 @@ def test_a_sequential_sweep_measures_one_more_repeat_of_its_open_levels_then_sto
     the first two repeats (a look with one degree of freedom for the starts), one more for every
     open level (no look: 3 is unbalanced), then the last look ends the rounds. Round 1 is told
     the prompts dominate (the fake engine's prompts are alike): its repeat sends a panel twice as
-    large, the old one inside it, and the round after keeps it."""
+    large (one prompt per category to two), the old one inside it, and the round after keeps it."""
     from specnb.ledger import load_ledgers
     from specnb.sweep import run_sweep
 
     spec = SweepSpec.parse(dict(
         name="t", model=str(fake_vllm.model), served_model_name="fake", workloads=["freeform"], concurrency=[1, 2],
-        repeats=2, sequential={"max_repeats": 4, "max_panel": 8}, budget_s=3600, panel_size=4, work_floor_tokens=16,
+        repeats=2, sequential={"max_repeats": 4, "max_panel": 10}, budget_s=3600, panel_size=5, work_floor_tokens=16,
         warmup_requests=1, request_timeout_s=5, metrics_interval_s=0.05, ready_timeout_s=30, sampling={"max_tokens": 8},
         env={"FAKE_VLLM_STATE": str(fake_vllm.state)}, arms=[{"name": "baseline"}, {"name": "ngram", "speculative_config": {
             "method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}}]))
     import specnb.sweep.sequential as seq
 
     real = seq.grown_panels
-    monkeypatch.setattr(seq, "grown_panels", lambda spec, df, looks, before: (
-        real(spec, df, [{**lk, "noise": {"dominant": "prompts"}} for lk in looks], before)))
+    monkeypatch.setattr(seq, "grown_panels", lambda spec, df, looks, before, workloads=None: (
+        real(spec, df, [{**lk, "noise": {"dominant": "prompts"}} for lk in looks], before, workloads)))
     said: list[str] = []
     out = run_sweep(spec, tmp_path / "out", progress=False, echo=said.append)
     assert out.ok, out.summary()
@@ -157,11 +157,11 @@ def test_a_sequential_sweep_measures_one_more_repeat_of_its_open_levels_then_sto
             f"c00{c}-r0{r}.json" for c in (1, 2) for r in range(4)]
     assert sorted(p.name for p in (run / "sequential").iterdir()) == ["round-01.json", "round-02.json", "round-03.json"]
     rounds = [json.loads((run / "sequential" / f"round-0{k}.json").read_text()) for k in (1, 2, 3)]
-    assert "last look" in rounds[2]["stopped"] and rounds[0]["panel"] == {"freeform": 8} == rounds[1]["panel"]
-    assert "sends a panel of 8 (was 4)" in rounds[0]["spend"][0]
+    assert "last look" in rounds[2]["stopped"] and rounds[0]["panel"] == {"freeform": 10} == rounds[1]["panel"]
+    assert "sends a panel of 10 (was 5)" in rounds[0]["spend"][0]
     df = load_ledgers(run)
     sizes = df.groupby("repeat")["panel_size"].unique().map(list).to_dict()
-    assert sizes == {0: [4], 1: [4], 2: [8], 3: [8]}, sizes  # the grown panel, paired in both arms
+    assert sizes == {0: [5], 1: [5], 2: [10], 3: [10]}, sizes  # the grown panel, paired in both arms
     plan = next(s for s in said if s.startswith("plan:"))
     assert "then up to 2 more repeat(s)" in plan and "looks after 2, 4 repeats" in plan and "budget 1h00m" in plan, plan
     assert any(s.startswith("sequential round 1: repeat 3 for 2 open level(s)") for s in said), said
@@ -260,9 +260,12 @@ def test_the_round_says_which_part_of_an_open_levels_interval_to_spend_on():
 
     prompts = noise_parts(0.0004, 0.004, 4)
     assert prompts["dominant"] == "prompts"
-    assert prompts["after_twice_the_panel"] < prompts["after_two_more_repeats"]  # a larger panel narrows more
+    # the old prompts keep their weight in the four old starts: the prompts' part shrinks to 26/36
+    assert prompts["se_after_2_more_repeats"] == pytest.approx((0.0004 * 4 / 6 + 0.004) ** 0.5, abs=1e-6)
+    assert prompts["se_after_2_more_repeats_twice_the_panel"] == pytest.approx(
+        (0.0004 * 4 / 6 + 0.004 * 26 / 36) ** 0.5, abs=1e-6)
     starts = noise_parts(0.01, 0.001, 4)
-    assert starts["dominant"] == "starts" and starts["after_two_more_repeats"] < starts["after_twice_the_panel"]
+    assert starts["dominant"] == "starts"
     assert noise_parts(0.01, None, 4) == {"start_var": 0.01, "prompt_var": None, "dominant": "starts"}
     assert "the starts dominate" in spend_text([{"noise": starts}])
     assert "does not grow" in spend_text([{"noise": prompts}])
@@ -270,6 +273,7 @@ def test_the_round_says_which_part_of_an_open_levels_interval_to_spend_on():
 
 
 def test_a_round_grows_the_panel_where_the_prompts_dominate_up_to_its_cap(tmp_path):
+    from specnb.prompts import bundled
     from specnb.sweep.sequential import grown_panels, round_panels
 
     df = pd.DataFrame({"workload": ["copy", "freeform"], "panel_size": [10, 10]})
@@ -279,6 +283,12 @@ def test_a_round_grows_the_panel_where_the_prompts_dominate_up_to_its_cap(tmp_pa
     assert grown_panels(_spec(), df, looks, {"copy": 40})[0] == {}  # at max_panel (40)
     assert grown_panels(_spec(sequential={"max_repeats": 6, "max_panel": 30}), df, looks, {})[0] == {"copy": 20}
     assert grown_panels(_spec(sequential={"max_repeats": 6, "grow_panel": False}), df, looks, {}) == ({}, [])
+    # the categories' mix must not move: the bundled copy set doubles 10 -> 20 in proportion (2 -> 4
+    # per category); a panel of 3 over 5 categories cannot double in proportion
+    copy = bundled("copy")
+    assert grown_panels(_spec(), df, looks, {}, {"copy": copy})[0] == {"copy": 20}
+    grow, why = grown_panels(_spec(panel_size=3), df.assign(panel_size=3), looks, {}, {"copy": copy})
+    assert grow == {} and "would change the categories' mix" in why[0]
     (tmp_path / "sequential").mkdir()
     (tmp_path / "sequential" / "round-01.json").write_text(json.dumps({"panel": {"copy": 20}}))
     (tmp_path / "sequential" / "round-02.json").write_text(json.dumps({}))
