@@ -177,6 +177,15 @@ CASES = [
                                                  model='model = "nobody/no-such-model"'),
          "'nobody/no-such-model' is not a local folder and not in the Hugging Face cache"),
     Case("model-required", lambda t: sweep(t, model=""), "'model' is required"),
+    # a path with a typo in a parent folder, an unexpanded variable: neither a folder nor a hub id
+    # (vLLM would die at start in every arm: HFValidationError, about 18 s each)
+    Case("model-neither-folder-nor-id", lambda t: sweep(t, model='model = "a/b/c-model"'),
+         "model 'a/b/c-model' is neither an existing folder nor a model id"),
+    Case("model-unexpanded-variable", lambda t: sweep(t, model='model = "$MODELS/smollm2"'),
+         "model '$MODELS/smollm2' is neither an existing folder nor a model id"),
+    Case("draft-model-neither-folder-nor-id", lambda t: sweep(
+        t, '[[arms]]\nname = "b"\n[[arms]]\nname = "d"\nspeculative_config = {model = "drafts/x/y-draft", '
+           'num_speculative_tokens = 3}\n'), "draft model 'drafts/x/y-draft' is neither an existing folder nor a model id"),
     Case("draft-model-missing", lambda t: sweep(
         t, f'[[arms]]\nname = "b"\n[[arms]]\nname = "d"\nspeculative_config = {{model = "{t / "nodraft"}", '
            'num_speculative_tokens = 3}\n'), f"arm 'd': draft model folder '{'{t}'}/nodraft' does not exist"),

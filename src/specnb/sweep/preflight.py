@@ -53,6 +53,24 @@ def _looks_local(name: str) -> bool:
     return Path(name).is_absolute() or name.startswith((".", "~", "models/"))
 
 
+def hub_id_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a Hugging Face model id (None: it can). A path with a typo in a parent
+    folder (``a/b/c-model``) or an unexpanded variable (``$MODELS/x``) is neither a folder nor an id:
+    vLLM would fail at start (``HFValidationError``) in every arm's server."""
+    try:
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+    except ImportError:  # no hub client: the ids' rules as the hub states them
+        import re
+
+        ok = re.fullmatch(r"(?:[\w.-]+/)?[\w.-]+", name) and "--" not in name and ".." not in name
+        return None if ok and len(name) <= 96 else "a model id is 'name' or 'namespace/name'"
+    try:
+        validate_repo_id(name)
+    except HFValidationError as exc:
+        return str(exc).split("\n")[0].rstrip(".")
+    return None
+
+
 def _offline(env: dict[str, str]) -> bool:
     return env.get("HF_HUB_OFFLINE", "0").strip().lower() not in ("", "0", "false", "no", "off")
 
@@ -89,6 +107,10 @@ def _resolve_checkpoint(name: str, what: str, env: dict[str, str], need_tokenize
     if _looks_local(name):
         hint = " (run `make setup` for the CPU models)" if name.startswith("models/") else ""
         raise SweepError(f"{what} folder {name!r} does not exist{hint}")
+    problem = hub_id_problem(name)
+    if problem is not None:
+        raise SweepError(f"{what} {name!r} is neither an existing folder nor a model id ({problem}): check the "
+                         "path's folders and any variable in it")
     if _offline(env) and not in_hub_cache(name, env):
         raise SweepError(f"{what} {name!r} is not a local folder and not in the Hugging Face cache, and "
                          "HF_HUB_OFFLINE=1 keeps the server from downloading it: give a local folder, "
@@ -142,6 +164,9 @@ def _check_tokenizer(name: str, what: str, env: dict[str, str]) -> None:
             return
     if _looks_local(name) or p.exists():
         raise SweepError(f"{what} {name!r} is not a folder holding a tokenizer")
+    problem = hub_id_problem(name)
+    if problem is not None:
+        raise SweepError(f"{what} {name!r} is neither an existing folder nor a model id ({problem})")
     if _offline(env) and not in_hub_cache(name, env):
         raise SweepError(f"{what} {name!r} is not a local folder and not in the Hugging Face cache "
                          "(HF_HUB_OFFLINE=1)")
