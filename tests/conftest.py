@@ -22,7 +22,14 @@ DEFAULT_MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
 
 
 def pytest_collection_modifyitems(config, items):
+    from tests.hang import guard
+
+    # every test's hang guard (pytest-timeout), unless it names its own: 10 x the longest test
+    # phase measured on this CPU family (tests/hang.py)
+    phase_guard = pytest.mark.timeout(guard("test_phase"))
     for item in items:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(phase_guard)
         where = str(item.fspath).replace("\\", "/")
         if "tests/integration/" in where:
             item.add_marker(pytest.mark.integration)

@@ -24,6 +24,7 @@ import pytest
 
 from specnb import paths
 from tests.conftest import require
+from tests.hang import guard
 
 NOTEBOOKS = paths.ROOT / "notebooks"
 RUN_TIMEOUT_MS = 240_000
@@ -62,7 +63,7 @@ def lab(tmp_path_factory, chromium):  # noqa: ARG001 - no server without a brows
                             cwd=paths.ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + guard("lab_start")
     try:
         while True:
             if proc.poll() is not None:
@@ -81,7 +82,7 @@ def lab(tmp_path_factory, chromium):  # noqa: ARG001 - no server without a brows
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # our own session: make, JupyterLab and its kernels
         try:
-            proc.wait(timeout=30)
+            proc.wait(timeout=guard("lab_start"))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -171,7 +172,7 @@ def test_saving_from_lab_leaves_the_py_unchanged(lab, page):
     page.locator(".jp-NotebookPanel .jp-Notebook").last.click(position={"x": 5, "y": 5})
     page.keyboard.press("Escape")
     page.keyboard.press("Control+s")
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + guard("lab_start")
     while on_disk.stat().st_mtime <= lab["started"] and time.monotonic() < deadline:
         time.sleep(0.2)
     assert on_disk.stat().st_mtime > lab["started"], "Ctrl+S did not save"
@@ -210,7 +211,7 @@ def test_calculator_sliders_redraw_through_the_kernel(lab, page):
         page.keyboard.press("Control+A")
         page.keyboard.type(value)
         page.keyboard.press("Enter")
-        deadline = time.monotonic() + 45
+        deadline = time.monotonic() + guard("notebook")
         while interact.locator("img").first.get_attribute("src") == before and time.monotonic() < deadline:
             time.sleep(0.3)
         if interact.locator("img").first.get_attribute("src") != before:

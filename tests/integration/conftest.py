@@ -21,6 +21,7 @@ from specnb.engine.server import started_together
 from specnb.prompts.workload import bundled
 from specnb.sweep import SweepSpec, run_sweep
 from tests.conftest import record_server_start
+from tests.hang import guard
 
 # the server arguments and the shared pair live in a harness module; named here too, where the
 # real-server tests take them from
@@ -50,7 +51,7 @@ def sweep_spec(**kw) -> SweepSpec:
         workloads=["copy"], concurrency=[1, 2], repeats=1, panel_size=4, work_floor_tokens=None,
         # no warm-up request: nothing the attaching tests check depends on a warm server (the shared
         # sweep below asks for one, and its test checks that it ran)
-        warmup_requests=0, sampling={"max_tokens": 32}, ready_timeout_s=300, request_timeout_s=120,
+        warmup_requests=0, sampling={"max_tokens": 32}, ready_timeout_s=guard("vllm_start"), request_timeout_s=120,
         metrics_interval_s=0.5,
         arms=[
             {"name": "baseline"},

@@ -15,6 +15,7 @@ import pytest
 from specnb import cli
 from specnb.analysis.anatomy import PARTS, anatomy_frame, load_anatomy
 from tests.conftest import require
+from tests.hang import guard
 from tests.integration.conftest import MODEL, NGRAM, SERVER_ARGS
 
 try:
@@ -30,7 +31,7 @@ def test_one_profiled_ngram_point_on_the_real_server(tmp_path, capsys):
     cfg.write_text(
         f'name = "anat"\nmodel = "{MODEL}"\nserved_model_name = "smol"\nserver_args = {json.dumps(SERVER_ARGS)}\n'
         'workloads = ["copy"]\nconcurrency = [2]\nrepeats = 1\npanel_size = 4\nwarmup_requests = 1\n'
-        'ready_timeout_s = 300\nrequest_timeout_s = 120\n[env]\nVLLM_CPU_KVCACHE_SPACE = "1"\n'
+        f'ready_timeout_s = {guard("vllm_start")}\nrequest_timeout_s = 120\n[env]\nVLLM_CPU_KVCACHE_SPACE = "1"\n'
         '[sampling]\nmax_tokens = 16\n'
         f'[[arms]]\nname = "ngram-k4"\nspeculative_config = {json.dumps(NGRAM)}\n'.replace(': ', ' = ')
     )

@@ -35,6 +35,7 @@ from specnb import paths
 from specnb.analysis.point import summarize_point
 from specnb.engine import loadgen
 from specnb.prompts.sources import resolve
+from tests.hang import guard
 
 MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
 SERVED = "smol"
@@ -115,13 +116,13 @@ class BenchClient:
     def stop(self) -> None:
         try:
             self.proc.stdin.close()
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=guard("vllm_child"))
         except (OSError, subprocess.TimeoutExpired):
             pass
         finally:
             if self.proc.poll() is None:  # a hung client: stop its group by id, never leave it behind
                 os.killpg(self.proc.pid, 9)
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=guard("vllm_child"))
 
 
 @pytest.fixture(scope="module")

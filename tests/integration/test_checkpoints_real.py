@@ -28,6 +28,7 @@ from specnb.setup import checkpoints as ck
 from specnb.sweep import SweepSpec
 from specnb.sweep.preflight import check_kernels
 from tests.conftest import require
+from tests.hang import guard
 
 pytestmark = pytest.mark.integration
 
@@ -105,7 +106,7 @@ def test_a_sweep_that_can_measure_nothing_says_so_in_one_line_and_exits_2(built,
     out = tmp_path / "out"
     env = {**os.environ, EMULATE_ENV: "avx2", "HF_HUB_OFFLINE": "1"}
     r = subprocess.run([sys.executable, "-m", "specnb.cli", "sweep", str(cfg), "--out", str(out)],
-                       capture_output=True, text=True, env=env, timeout=300)
+                       capture_output=True, text=True, env=env, timeout=guard("test_phase"))
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2, r.stderr[-3000:]
     assert len(lines) == 1, lines
@@ -116,7 +117,7 @@ def test_a_sweep_that_can_measure_nothing_says_so_in_one_line_and_exits_2(built,
     failed = sorted(out.rglob("*.failed-*.json"))
     assert len(failed) == 4  # two arms at two levels, each recorded
     rep = subprocess.run([sys.executable, "-m", "specnb.cli", "report", str(out)], capture_output=True, text=True,
-                         env=env, timeout=300)
+                         env=env, timeout=guard("test_phase"))
     assert "no server ran" in rep.stdout and "vLLM ?" not in rep.stdout, rep.stdout[-2000:] + rep.stderr[-2000:]
     assert "cpu_gemm_wna16" in rep.stdout + rep.stderr
 
@@ -134,7 +135,7 @@ def served(built, tmp_path_factory):
     name -> (the response, the server's log)."""
     logs = tmp_path_factory.mktemp("checkpoints")
     servers = {name: VllmServer(str(folder), args=SERVER_ARGS, served_model_name="smol", log_path=logs / f"{name}.log",
-                                ready_timeout_s=300)
+                                ready_timeout_s=guard("vllm_start"))
                for name, folder in built.items() if _servable(folder)}
     with started_together(servers) as eps:
         out = {name: _chat(ep.base_url) for name, ep in eps.items()}

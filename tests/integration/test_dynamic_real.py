@@ -26,6 +26,7 @@ from specnb.ledger import Flag, load_ledgers, load_requests, read_ledger
 from specnb.sweep import SweepSpec, run_sweep
 from specnb.sweep.runner import PER_REQUEST_SPEC_FLAG
 from tests.conftest import require
+from tests.hang import guard
 from tests.integration.conftest import SERVER_ARGS
 
 MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
@@ -46,12 +47,12 @@ def _launched(tmp_path_factory):
     servers = {
         "policy": VllmServer(str(MODEL), args=[*SERVER_ARGS, *PER_REQUEST], speculative_config=SCHEDULE,
                              served_model_name="smol", env={"VLLM_CPU_KVCACHE_SPACE": "1"},
-                             log_path=logs / "policy.log", ready_timeout_s=300),
+                             log_path=logs / "policy.log", ready_timeout_s=guard("vllm_start")),
         "dp2": VllmServer(str(MODEL), args=[*SERVER_ARGS, *PER_REQUEST, "--data-parallel-size", "2"],
                           served_model_name="smol",
                           speculative_config={"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4},
                           env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0|1"},
-                          log_path=logs / "dp2.log", ready_timeout_s=300),
+                          log_path=logs / "dp2.log", ready_timeout_s=guard("vllm_start")),
     }
     with started_together(servers) as eps:
         yield {name: ep.base_url for name, ep in eps.items()}

@@ -25,6 +25,7 @@ from specnb import paths
 from specnb.engine.server import VllmServer
 from specnb.ledger import read_ledger
 from specnb.sweep import SweepSpec, run_sweep
+from tests.hang import guard
 from tests.integration.conftest import SERVER_ARGS
 from tests.unit.fakevllm import group_members
 
@@ -62,7 +63,8 @@ def _servers_under(pid: int) -> list[psutil.Process]:
     return out
 
 
-def _assert_groups_gone(pgids: set[int], within_s: float = 60) -> None:
+def _assert_groups_gone(pgids: set[int], within_s: float | None = None) -> None:
+    within_s = guard("child_start") if within_s is None else within_s
     assert pgids
     deadline = time.monotonic() + within_s
     left: list[psutil.Process] = []
@@ -120,7 +122,7 @@ def test_server_sigkilled_mid_point_then_sweep_sigkilled_then_rerun(tmp_path):
     cfg.write_text(
         f'name = "faults"\nmodel = "{MODEL}"\nserved_model_name = "smol"\nserver_args = {json.dumps(SERVER_ARGS)}\n'
         'workloads = ["copy"]\nconcurrency = [1, 2]\nrepeats = 1\npanel_size = 6\nwork_floor_tokens = 0\n'
-        'warmup_requests = 0\nready_timeout_s = 300\nrequest_timeout_s = 120\n'
+        f'warmup_requests = 0\nready_timeout_s = {guard("vllm_start")}\nrequest_timeout_s = 120\n'
         'busy_retries = 0\n'  # a busy neighbour must not stretch this test with re-measurements
         '[sampling]\nmax_tokens = 48\n'
         '[[arms]]\nname = "baseline"\n'
@@ -132,20 +134,20 @@ def test_server_sigkilled_mid_point_then_sweep_sigkilled_then_rerun(tmp_path):
     pgids: set[int] = set()
     c1 = out / "baseline" / "copy" / "c001-r00.json"
     try:
-        (first,) = _wait(lambda: _servers_under(proc.pid), 120, "the server", proc)
+        (first,) = _wait(lambda: _servers_under(proc.pid), guard("vllm_start"), "the server", proc)
         pgids.add(first.pid)
         port = _port(first)
         # no warmup and no sizing: the first requests the server runs are the c=1 point's
-        _wait(lambda: _running(port) > 0, 300, "the c=1 point under way", proc)
+        _wait(lambda: _running(port) > 0, guard("test_phase"), "the c=1 point under way", proc)
         first.send_signal(signal.SIGKILL)  # the server's leader, as `kill -9 <pid>` would
 
-        _wait(c1.exists, 300, "the c=1 point measured again on a restarted server", proc)
-        (second,) = _wait(lambda: [p for p in _servers_under(proc.pid) if p.pid != first.pid], 10, "restart")
+        _wait(c1.exists, guard("test_phase"), "the c=1 point measured again on a restarted server", proc)
+        (second,) = _wait(lambda: [p for p in _servers_under(proc.pid) if p.pid != first.pid], guard("vllm_start"), "restart")
         pgids.add(second.pid)
         port = _port(second)
-        _wait(lambda: _running(port) > 0, 60, "the c=2 point under way", proc)
+        _wait(lambda: _running(port) > 0, guard("test_phase"), "the c=2 point under way", proc)
         proc.kill()  # SIGKILL the sweep: no handler runs; the death signal asked for at exec does
-        proc.wait(timeout=30)
+        proc.wait(timeout=guard("vllm_start"))
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -160,7 +162,7 @@ def test_server_sigkilled_mid_point_then_sweep_sigkilled_then_rerun(tmp_path):
     assert log.read_text().count("# specnb: ") == 2  # the first start and the restart
 
     before = _digests(out)
-    r = subprocess.run([*argv, "--set", "concurrency=[1]"], capture_output=True, text=True, timeout=300,
+    r = subprocess.run([*argv, "--set", "concurrency=[1]"], capture_output=True, text=True, timeout=guard("test_phase"),
                        preexec_fn=_default_sigint)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "0 points measured, 1 already done" in r.stderr
@@ -187,11 +189,11 @@ def test_ctrl_c_in_a_measuring_notebook_leaves_no_server(tmp_path):
     try:
         run = root / "concurrency" / "cpu" / "ctrl-c" / "default"
         first = run / "baseline" / "copy" / "c001-r00.json"
-        _wait(first.exists, 300, "first point", proc)
-        servers = _wait(lambda: _servers_under(proc.pid), 10, "the notebook's server", proc)
+        _wait(first.exists, guard("test_phase"), "first point", proc)
+        servers = _wait(lambda: _servers_under(proc.pid), guard("vllm_start"), "the notebook's server", proc)
         pgids |= {s.pid for s in servers}
         os.killpg(proc.pid, signal.SIGINT)  # the terminal's Ctrl-C reaches the runner's whole group
-        _, err = proc.communicate(timeout=180)
+        _, err = proc.communicate(timeout=guard("test_phase"))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -213,7 +215,7 @@ def _protected_server(_model, tmp_path_factory):
     waited for by the test that attaches to it; stopped by its id when the module ends."""
     logs = tmp_path_factory.mktemp("protected")
     srv = VllmServer(str(MODEL), args=SERVER_ARGS, served_model_name="smol", log_path=logs / "server.log",
-                     env={"VLLM_API_KEY": KEY}, ready_timeout_s=300)
+                     env={"VLLM_API_KEY": KEY}, ready_timeout_s=guard("vllm_start"))
     try:
         srv.launch()
         yield srv
@@ -237,14 +239,14 @@ def test_a_protected_endpoint_is_refused_without_its_key_and_measured_with_it(pr
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "VLLM_API_KEY")}
     out = tmp_path / "run"
     r = subprocess.run([sys.executable, "-m", "specnb.cli", "sweep", str(cfg), "--out", str(out)],
-                       capture_output=True, text=True, timeout=120, env=env)
+                       capture_output=True, text=True, timeout=guard("test_phase"), env=env)
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
     assert "answered HTTP 401 Unauthorized: set OPENAI_API_KEY" in r.stderr
     assert not out.exists()
 
     env["OPENAI_API_KEY"] = KEY
     r = subprocess.run([sys.executable, "-m", "specnb.cli", "sweep", str(cfg), "--out", str(out), "--no-progress"],
-                       capture_output=True, text=True, timeout=600, env=env)
+                       capture_output=True, text=True, timeout=guard("test_phase"), env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     (ledger,) = out.glob("theirs/copy/c002-r00.json")
     led = read_ledger(ledger)

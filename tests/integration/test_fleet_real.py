@@ -37,6 +37,7 @@ from specnb.sweep.fleet import BLOCK_ENV
 pytestmark = pytest.mark.integration
 
 from tests.conftest import require  # noqa: E402
+from tests.hang import guard  # noqa: E402
 from tests.integration.conftest import MODEL, SERVER_ARGS  # noqa: E402
 
 try:
@@ -231,7 +232,7 @@ def test_ctrl_c_on_the_driver_stops_every_block_and_every_server(tmp_path):
                                 stderr=fh, stdout=fh, env={**os.environ, "HF_HUB_OFFLINE": "1"},
                                 preexec_fn=_default_sigint, start_new_session=True)
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + guard("test_phase")
         blocks: set[str] = set()
         while time.monotonic() < deadline and len(blocks) < 2 and proc.poll() is None:
             blocks = set()
@@ -245,7 +246,7 @@ def test_ctrl_c_on_the_driver_stops_every_block_and_every_server(tmp_path):
         driver = next(c for c in psutil.Process(proc.pid).children() if "sweep" in c.cmdline())
         driver.send_signal(signal.SIGINT)
         try:
-            proc.wait(timeout=180)
+            proc.wait(timeout=guard("test_phase"))
         except subprocess.TimeoutExpired:
             pytest.fail("the driver did not stop within 180 s of Ctrl-C: " + log.read_text()[-2000:])
         err = log.read_text()

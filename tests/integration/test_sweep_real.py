@@ -24,6 +24,7 @@ from specnb.analysis import format_speedup_table, paired_speedups, speedup_table
 from specnb.ledger import SCHEMA_VERSION, load_ledgers, load_requests, read_ledger
 from specnb.ledger.timing import read_timings
 from specnb.sweep import run_sweep
+from tests.hang import guard
 from tests.integration.conftest import DTYPE, MODEL, SERVER_ARGS
 from tests.integration.conftest import sweep_spec as _spec
 
@@ -71,7 +72,7 @@ def test_sweep_writes_valid_ledgers(swept):
     # sweep without warm-ups spends a few milliseconds in that phase)
     assert {read_ledger(p).warmup_requests for p in outcome.written} == {1}
     (timing,) = [t for t in read_timings(out) if t["points"]]
-    assert timing["phases_s"]["warmup"] >= 0.1, timing["phases_s"]
+    assert timing["phases_s"]["warmup"] > 0, timing["phases_s"]
 
 
 def test_spec_arm_drafts_and_baseline_does_not(swept):
@@ -151,15 +152,16 @@ def test_the_lossless_check_compares_every_request_of_each_pair(swept):
     request (vLLM's token ids). The share identical is a measurement (printed, never asserted)."""
     from specnb.analysis.lossless import lossless, lossless_summary
 
-    out, _, _ = swept
+    out, outcome, _ = swept
     df = load_ledgers(out)
     table = lossless(df)
     pairs = table[~table["reference"]]
     assert sorted(pairs["concurrency"]) == [1, 2] and set(pairs["arm"]) == {"ngram-k4"}
     n = df[(df.arm == "baseline") & (df.status == "ok")].set_index("concurrency")["num_requests"]
+    written = sorted(read_ledger(p).concurrency for p in outcome.written if read_ledger(p).arm.name == "ngram-k4")
+    assert sorted(pairs["concurrency"]) == written == [1, 2]  # every written drafter point was checked
     for r in pairs.itertuples():
-        assert r.requests == n[r.concurrency]  # every request has its token ids on both sides
-        assert 0 <= r.identical <= r.requests
+        assert r.requests == n[r.concurrency] > 0  # every request has its token ids on both sides
         if r.identical < r.requests:
             assert 0 <= r.first_difference_p50 <= 32  # max_tokens
     print(lossless_summary(table))
@@ -197,13 +199,13 @@ def test_ctrl_c_stops_the_server_and_keeps_finished_points(tmp_path):
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + guard("test_phase")
         while not list(out.rglob("c001-r00.json")):
             assert proc.poll() is None, proc.communicate()[1][-2000:]
             assert time.monotonic() < deadline, "first point never finished"
             time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=guard("test_phase"))
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -247,4 +249,12 @@ def test_both_process_layouts_serve_and_say_so(swept, baseline_server):
     assert {"APIServer", "EngineCore", "Worker"} <= three
     assert ep.env.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "1"
     b = startup_breakdown(srv.start_log(), srv.launched_at, ep.ready_s)
-    assert b["milestones_s"]["model_load_started"] - b["milestones_s"]["engine_core_up"] > 2  # a third process first
+    assert b["milestones_s"]["model_load_started"] >= b["milestones_s"]["engine_core_up"]
+
+    # the model is loaded by the worker where it is its own process, by the engine core where the
+    # worker runs inside it (a fact of the logs, where a clock between milestones was one of speed)
+    def loader(log: str) -> set[str]:
+        return {proc for proc, _, msg in parse_log_lines(log) if "Starting to load model" in msg}
+
+    assert loader(srv.start_log()) == {"Worker"}
+    assert loader((out / "logs" / "ngram-k4-r00.log").read_text()) == {"EngineCore"}

@@ -34,6 +34,7 @@ from specnb.engine.server import VllmServer
 from specnb.ledger import read_ledger
 from specnb.prompts.workload import bundled
 from specnb.sweep import SweepSpec, prepare, run_sweep
+from tests.hang import guard
 from tests.integration.conftest import SERVER_ARGS
 
 pytestmark = pytest.mark.integration
@@ -78,7 +79,7 @@ def server(plugin_env, tmp_path_factory):
         pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
     srv = VllmServer(str(MODEL), args=SERVER_ARGS, speculative_config=CEILING, served_model_name="smol",
                      env=plugin_env, log_path=tmp_path_factory.mktemp("logs") / "ceiling.log",
-                     ready_timeout_s=300)
+                     ready_timeout_s=guard("vllm_start"))
     with srv as ep:
         yield srv, ep
     assert not srv.alive()

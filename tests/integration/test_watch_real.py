@@ -28,6 +28,7 @@ from specnb.cli import main
 from specnb.commands.watch import load_expectation
 from specnb.engine.server import stop_group
 from tests.conftest import require
+from tests.hang import guard
 from tests.integration.traffic import Traffic
 
 pytestmark = pytest.mark.integration
@@ -99,7 +100,7 @@ def prometheus(folder: Path, target: str, rules: Path) -> Iterator[str]:
                                 start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + guard("child_start")
         while True:
             assert proc.poll() is None, f"prometheus exited {proc.returncode}: {log.read_text()[-2000:]}"
             try:
@@ -108,7 +109,7 @@ def prometheus(folder: Path, target: str, rules: Path) -> Iterator[str]:
                         break
             except OSError:
                 pass
-            assert time.monotonic() < deadline, f"prometheus not ready in 60 s: {log.read_text()[-2000:]}"
+            assert time.monotonic() < deadline, f"prometheus not ready in {guard('child_start'):.0f} s: {log.read_text()[-2000:]}"
             time.sleep(0.5)
         yield base
     finally:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from specnb import paths
+from tests.hang import guard
 
 PACKAGE = paths.ROOT / "src" / "specnb"
 ANALYSIS_SIDE = ("ledger", "prompts", "analysis", "models", "figures", "notebooks")
@@ -38,7 +39,7 @@ def _loaded_after(code: str) -> dict[str, list[str]]:
         "print(json.dumps({'specnb': sorted(m for m in new if m.startswith(eng)),"
         " 'deps': sorted(m for m in new if m.split('.')[0] in deps)}))\n"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=guard("child_start"),
                          cwd=paths.ROOT, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -97,7 +98,7 @@ def test_the_vllm_plugins_load_only_themselves():
              + "".join(f"importlib.import_module({ep.module!r})\n" for ep in plugins)
              + "import json\nprint(json.dumps(sorted(m for m in set(sys.modules) - _base "
                "if m.split('.')[0] in ('specnb', 'pandas', 'pyarrow', 'numpy', 'scipy', 'matplotlib'))))\n")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=guard("child_start"),
                          cwd=paths.ROOT, check=True)
     loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
     modules = {ep.module for ep in plugins}

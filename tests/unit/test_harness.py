@@ -3,11 +3,15 @@ failure; in CI a missing component or a skip fails; the shared pair's early laun
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import pytest
 
 from tests import conftest as budget
+from tests.hang import guard
+
+pytest_plugins = ["pytester"]
 
 
 class _Config:
@@ -65,18 +69,68 @@ def test_an_emulated_run_says_so_beside_its_figure(spent, monkeypatch):
 
 def test_no_test_or_hook_in_the_suite_fails_on_the_clock():
     """The harness holds no time budget, and no test compares a wall-clock figure with a bound a
-    machine ten times slower would miss: grep for the budget names and the tight client ratios."""
-    import re
-
+    machine ten times slower would miss: grep for the budget names and the tight client ratios, and
+    parse every test file for a wait written as a number (tests/hang.py: each bound is a guard, ten
+    times a measured figure it names)."""
     from specnb import paths
+    from tests.hang import written_bounds
 
     harness = (paths.ROOT / "tests" / "conftest.py").read_text()
     assert "BUDGET" not in harness and "exitstatus =" not in harness
-    for path in (paths.ROOT / "tests").rglob("*.py"):
+    files = sorted((paths.ROOT / "tests").rglob("*.py"))
+    for path in files:
         text = path.read_text()
         # a latency or lateness in ms held to a few ms, or a client figure held to a few percent
         assert not re.search(r"(lateness|itl|tpot)_ms\"\]\s*<\s*\d{1,2}\b", text), path
         assert not re.search(r"p50_(itl|tpot)_ms\"\] == pytest\.approx\([^)]*rel=0\.0\d", text), path
+    found = written_bounds(files)
+    assert not found, "waits written as numbers (take them from tests.hang.guard):\n" + "\n".join(found)
+
+
+def test_the_clock_check_finds_each_kind_of_written_wait(tmp_path):
+    """The parse finds what the regexes it replaced missed (``monotonic() - t0 < X``, an elapsed
+    time held in a name), deadlines, children's and tests' timeouts and a real server's start
+    timeout; it passes a guard, a rate (a share of a core) and a fake server's start timeout."""
+    from tests.hang import written_bounds
+
+    bad = tmp_path / "integration" / "test_bad.py"
+    bad.parent.mkdir()
+    bad.write_text(
+        "import subprocess, time\nimport pytest\nfrom time import monotonic\n"
+        "def test_a():\n    t0 = time.monotonic()\n    assert time.monotonic() - t0 < 5\n"
+        "def test_b():\n    t0 = monotonic()\n    took = monotonic() - t0\n    assert took >= 0.1\n"
+        "def test_c():\n    deadline = time.perf_counter() + 30\n"
+        "def test_d(proc):\n    subprocess.run(['x'], timeout=60)\n    proc.wait(timeout=2 * 5)\n"
+        "@pytest.mark.timeout(120)\ndef test_e():\n    VllmServer('m', ready_timeout_s=300)\n")
+    found = written_bounds([bad])
+    assert sorted(line.split(": ")[1] for line in found) == sorted([
+        "an elapsed time held to a number", "an elapsed time held to a number", "a deadline a number of seconds away",
+        "a child process's timeout written as a number", "a child process's timeout written as a number",
+        "a test's timeout written as a number", "a real server's start timeout written as a number"]), found
+    good = tmp_path / "unit" / "test_good.py"
+    good.parent.mkdir()
+    good.write_text(
+        "import subprocess, time\nimport pytest\nfrom tests.hang import guard\n"
+        "def test_a():\n    t0 = time.monotonic()\n    assert time.monotonic() - t0 < guard('child_start')\n"
+        "def test_b():\n    t0 = time.perf_counter()\n    share = 1.0 / (time.perf_counter() - t0)\n    assert share > 0.3\n"
+        "def test_c(proc):\n    subprocess.run(['x'], timeout=guard('child_start'))\n"
+        "    VllmServer('m', ready_timeout_s=1.5)  # a fake server's timeout: the unit test's input\n")
+    assert written_bounds([good]) == []
+
+
+def test_every_hang_guard_is_ten_times_a_measured_figure_and_pytest_timeout_is_one():
+    import tomllib
+
+    from specnb import paths
+    from tests.hang import FACTOR, FIGURES, guard
+
+    assert FACTOR >= 10
+    for name, fig in FIGURES.items():
+        assert fig.avx512_s > 0 and fig.where, name
+        for family in ("avx2", "avx512"):
+            assert guard(name, family) >= 10 * fig.seconds(family)
+    ini = tomllib.loads((paths.ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["timeout"]
+    assert ini >= max(guard("test_phase", f) for f in ("avx2", "avx512"))
 
 
 def test_the_cpu_family_names_the_engine_build():
@@ -115,6 +169,53 @@ def test_in_ci_a_skip_from_any_source_is_reported_as_a_failure(monkeypatch):
     outside = report()
     budget.skip_fails_in_ci(outside)
     assert outside.outcome == "skipped"
+
+
+_SKIPPING = {
+    "test_skips.py": """
+import pytest
+
+def test_skipped_inside():
+    pytest.skip("no ray")
+
+@pytest.mark.skipif(True, reason="a skipif mark")
+def test_skipped_by_mark():
+    pass
+
+@pytest.mark.xfail(reason="known", strict=True)
+def test_expected_failure():
+    assert False
+
+def test_passes():
+    pass
+""",
+    "test_module_skip.py": "import pytest\npytest.importorskip('no_such_module_anywhere')\n\ndef test_never():\n    pass\n",
+}
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_the_skip_hook_end_to_end_through_pytest(pytester, monkeypatch, ci):
+    """The suite's own hooks (tests/conftest.py) in a real pytest run, in a subprocess with CI set or
+    not: under CI=true a skip inside a test, a skipif mark and a module's importorskip each fail the
+    run, with the skip's reason; an expected failure stays one; elsewhere they are skips."""
+    from specnb import paths
+
+    pytester.makeconftest("from tests.conftest import pytest_make_collect_report, pytest_runtest_makereport\n")
+    pytester.makepyfile(**{name[:-3]: text for name, text in _SKIPPING.items()})
+    monkeypatch.setenv("CI", ci)
+    monkeypatch.setenv("PYTHONPATH", str(paths.ROOT))
+    # a collector's error interrupts a run (as it would make test's): go on, to count the tests too
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA", "--continue-on-collection-errors")
+    out = r.stdout.str()
+    if ci:
+        # the skipif mark skips in set-up and the module's skip in collection: both report as errors
+        r.assert_outcomes(passed=1, failed=1, errors=2, xfailed=1)
+        assert r.ret == 1
+        for reason in ("no ray", "a skipif mark", "no_such_module_anywhere"):
+            assert re.search(f"skipped under CI=true, where no test passes on a skip: .*{reason}", out), out
+    else:
+        r.assert_outcomes(passed=1, skipped=3, xfailed=1)
+        assert r.ret == 0 and "skipped under CI" not in out
 
 
 def test_the_shared_pair_is_launched_at_the_first_browser_test(monkeypatch):
@@ -178,7 +279,7 @@ def test_where_chromium_cannot_be_installed_ci_fails_naming_it(tmp_path, ci, rc)
 
     env = {"PATH": str(tmp_path), "SPECNB_CHROMIUM": str(tmp_path / "no-chromium"), "CI": ci}
     r = subprocess.run(["/bin/bash", str(paths.ROOT / "tools" / "install_chromium.sh")], env=env,
-                       capture_output=True, text=True, timeout=30)
+                       capture_output=True, text=True, timeout=guard("child_start"))
     assert r.returncode == rc, r.stderr
     (line,) = r.stderr.strip().splitlines()
     assert "chromium" in line and "no apt-get" in line
@@ -202,7 +303,7 @@ def test_make_test_as_avx2_runs_make_test_with_an_avx2_machines_choices(tmp_path
                         f"print(json.dumps({{'argv': sys.argv[1:], 'env': {{k: os.environ.get(k) for k in {names!r}}}}}))\n")
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", *names)}
     r = subprocess.run(["make", "-s", "-f", "Makefile", "test-as-avx2", f"MAKE={sys.executable} {stand_in}"], cwd=paths.ROOT, env=env,
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=guard("child_start"))
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["argv"] == ["test"]

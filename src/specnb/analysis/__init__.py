@@ -41,6 +41,7 @@ from specnb.analysis.pairing import (
     speedup_table,
     usable,
 )
+from specnb.analysis.speedups import METRICS, Speedups, group_keys, paired_speedups
 from specnb.analysis.tables import (
     absolute,
     by_category,
@@ -59,7 +60,6 @@ from specnb.analysis.text import (
     format_threshold,
     format_thresholds,
 )
-from specnb.analysis.speedups import METRICS, Speedups, group_keys, paired_speedups
 from specnb.analysis.thresholds import Threshold, thresholds
 from specnb.models.crossing import crossing, crossings
 

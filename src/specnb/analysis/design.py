@@ -29,7 +29,14 @@ from typing import Any
 
 import pandas as pd
 
-from specnb.analysis.estimator import DEFAULT_CONFIDENCE, Sample, Scope, balanced_looks, estimate, per_look_alpha
+from specnb.analysis.estimator import (
+    DEFAULT_CONFIDENCE,
+    Sample,
+    Scope,
+    balanced_looks,
+    estimate,
+    per_look_alpha,
+)
 
 __all__ = ["DEFAULT_ALPHA", "Design", "Look", "choose_look", "design_of", "sequential_design"]
 

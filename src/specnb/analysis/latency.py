@@ -32,8 +32,8 @@ import pandas as pd
 
 from specnb.analysis.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED, quantiles
 from specnb.analysis.estimator import DEFAULT_CONFIDENCE
-from specnb.analysis.speedups import paired_speedups
 from specnb.analysis.pairing import AnalysisError, baseline_arm, condition_keys, usable
+from specnb.analysis.speedups import paired_speedups
 from specnb.analysis.thresholds import Threshold, thresholds
 from specnb.analysis.window import frame_window
 from specnb.ledger import load_requests

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specnb.analysis.speedups import level_of
 from specnb.analysis.pairing import LOAD_KEYS, condition_column, condition_keys, paired, usable
 from specnb.analysis.requests import by_conversation_turn
+from specnb.analysis.speedups import level_of
 from specnb.ledger import load_requests
 from specnb.ledger.records import MARGINS_DIR, MARGINS_KIND, load_margins  # noqa: F401 - re-exported
 

@@ -118,7 +118,10 @@ def _margin(sp: Speedups, group: dict[str, Any], level: float, lg: pd.DataFrame,
     if best == "(baseline)":  # the baseline over the best K: 1 / that K's speedup
         top = point.index[0]
         r = rows.loc[top]
-        inv = (lambda v: 1.0 / v if pd.notna(v) and v > 0 else np.nan)
+
+        def inv(v):
+            return 1.0 / v if pd.notna(v) and v > 0 else np.nan
+
         return {"runner_up": top, "margin": inv(r["speedup"]), "margin_lo": inv(r["speedup_hi"]),
                 "margin_hi": inv(r["speedup_lo"])}
     second = point.index[1] if len(point) > 1 and point.iloc[1] > 1.0 else "(baseline)"

@@ -24,7 +24,6 @@ levels of a curve is :mod:`specnb.analysis.thresholds`' (a fixed sequence over t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any

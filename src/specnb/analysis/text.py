@@ -15,6 +15,7 @@ import pandas as pd
 
 from specnb.analysis.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED
 from specnb.analysis.decisions import Decision, decide
+from specnb.analysis.estimator import DEFAULT_CONFIDENCE, LOSES, PAYS, Scope
 from specnb.analysis.kv import kv_capacity
 from specnb.analysis.latency import (
     best_goodput,
@@ -35,7 +36,6 @@ from specnb.analysis.pairing import (
     redundant_keys,
     usable,
 )
-from specnb.analysis.estimator import DEFAULT_CONFIDENCE, LOSES, PAYS, Scope
 from specnb.analysis.speedups import paired_speedups
 from specnb.analysis.thresholds import UNDECIDED, Threshold, thresholds
 from specnb.ledger import PLAIN_CONDITION, REFUSED_ERROR, arm_configs

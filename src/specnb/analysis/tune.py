@@ -183,7 +183,6 @@ def reread_lines(rec: TuneRecords | None, df: pd.DataFrame) -> list[str]:
     rule keeps its records, and the report says what they would say now."""
     from specnb.analysis.pairing import usable
     from specnb.analysis.tables import summarize
-    from specnb.ledger import json_cell
 
     if rec is None or not rec.rounds or df.empty:
         return []

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specnb.analysis.speedups import paired_speedups
 from specnb.analysis.pairing import AnalysisError, usable
 from specnb.analysis.schedule import measured_batch
+from specnb.analysis.speedups import paired_speedups
 from specnb.analysis.thresholds import thresholds
 from specnb.ledger import json_cell, load_requests
 

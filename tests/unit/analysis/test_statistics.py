@@ -180,7 +180,7 @@ def test_the_simulations_reading_is_the_one_the_report_takes():
         y, infl, strata = simulate(rng, 300, n, 0.1, Noise(start_sd=0.12))
         dec, lo, hi = read_level(y[:, 0], infl[:, 0], strata, design)
         for i in range(300):
-            def sample(k, i=i):
+            def sample(k, i=i, y=y, infl=infl, strata=strata):
                 return Sample(y[i, 0, :k], order_pattern(k), infl[i, 0, :k], strata)
             lk = choose_look(design, n, sample)
             est = estimate(sample(lk.n), lk.confidence)

@@ -19,6 +19,7 @@ from specnb.analysis.watch import Verdict, WindowStats, expectation, judge
 from specnb.cli import main
 from specnb.ledger.records import load_run
 from tests.conftest import require
+from tests.hang import guard
 
 DEMO = paths.LEDGERS / "concurrency" / "cpu-demo" / "20261201T184823Z"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -88,7 +89,7 @@ def test_promtool_accepts_the_rules_and_each_alert_fires_on_its_series(tmp_path,
     require(shutil.which("promtool") is not None, "promtool", "make prometheus installs Debian's prometheus")
     assert main(["alerts", str(DEMO), "--out", str(tmp_path / "out"), "--selector", 'job="vllm"']) == 0
     (rules,) = (tmp_path / "out").glob("*.rules.yml")
-    check = subprocess.run([PROMTOOL, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
+    check = subprocess.run([PROMTOOL, "check", "rules", str(rules)], capture_output=True, text=True, timeout=guard("child_start"))
     assert check.returncode == 0, check.stdout + check.stderr
     th, _ = threshold_of(demo)
     # the same rules with a 1m window and 2m hold, fed series a minute apart: each alert fires on the
@@ -129,7 +130,7 @@ def test_promtool_accepts_the_rules_and_each_alert_fires_on_its_series(tmp_path,
         for name, s, firing in cases]}
     spec = tmp_path / "alerts.test.yml"
     spec.write_text(yaml.safe_dump(tests))
-    run = subprocess.run([PROMTOOL, "test", "rules", spec.name], capture_output=True, text=True, timeout=120,
+    run = subprocess.run([PROMTOOL, "test", "rules", spec.name], capture_output=True, text=True, timeout=guard("child_start"),
                          cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
 

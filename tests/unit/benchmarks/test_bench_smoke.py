@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.hang import guard
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -18,7 +20,7 @@ def test_make_bench_smoke(tmp_path):
         ["make", "--no-print-directory", "bench", f"PY={sys.executable}", "STAMP=",
          # --lock-held: never wait on the shared-machine lock here (a test run may hold it itself)
          f"BENCH_ARGS=--smoke --lock-held --outdir {out} --port 0"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+        cwd=ROOT, capture_output=True, text=True, timeout=guard("bench_smoke"))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     res = out / "smoke"
     data = json.loads((res / "results.json").read_text())

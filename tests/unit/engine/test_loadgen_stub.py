@@ -31,6 +31,7 @@ from specnb.analysis.point import summarize_point as summarize
 from specnb.engine import clients
 from specnb.engine.loadgen import CLIENT_BUSY, run_load
 from specnb.prompts.workload import Prompt
+from tests.hang import guard
 
 ROOT = Path(__file__).resolve().parents[3]
 STUB = ROOT / "benchmarks" / "stub_server.py"
@@ -57,7 +58,7 @@ class Stub:
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen([sys.executable, str(STUB), "--host", "127.0.0.1", "--port", str(self.port),
                                       *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + guard("child_start")
         while True:
             try:
                 _get(self.url + "/health")
@@ -177,6 +178,10 @@ def _client_busy(pl) -> bool:
     return max(pl.client_cpu_util or 0, s["client_loop_busy"] or 0) > CLIENT_BUSY
 
 
+# the work a saturating client does per request: a deliberate busy period, not a bound on time
+WORK_PER_REQUEST_S = 0.03
+
+
 def test_client_busy_fires_when_the_client_is_saturated_and_not_when_idle(stub_factory):
     # a client that waits 0.2 s between chunks is idle on any machine (ten times slower included)
     stub = stub_factory("--delay-ms", "200", "--chunks", "5")
@@ -185,8 +190,8 @@ def test_client_busy_fires_when_the_client_is_saturated_and_not_when_idle(stub_f
     assert not _client_busy(idle)
 
     def busy(_rec) -> None:  # a client with 30 ms of work per request: it cannot keep up with the stub
-        t = time.monotonic() + 0.03
-        while time.monotonic() < t:
+        until = time.monotonic() + WORK_PER_REQUEST_S
+        while time.monotonic() < until:
             pass
 
     # the loop never waits: busy whether or not this test got a whole core (the host may be shared);

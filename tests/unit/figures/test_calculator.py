@@ -9,6 +9,7 @@ import pytest
 
 from specnb import paths
 from specnb.notebooks.runner import execute, notebook_parameters, read_params
+from tests.hang import guard
 
 SOURCE = paths.ROOT / "notebooks" / "07_calculator.py"
 GPU = paths.ROOT / "notebooks" / "params" / "gpu" / "calculator.yaml"
@@ -28,7 +29,7 @@ def test_parameter_files_name_only_notebook_parameters():
     assert read_params(GPU, SOURCE)["interactive"] is False  # refuses unknown keys; papermill never draws sliders
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(guard("notebook"))
 def test_notebook_draws_and_saves_every_figure(tmp_path):
     folder = next((p for p in DEMO if p.is_dir()), None)
     assert folder is not None, "the committed demo ledgers are missing from this checkout"
@@ -67,7 +68,7 @@ def test_published_fit_figure_has_a_panel_per_source():
     assert len(axes) == 2 and axes[1].get_xlabel().startswith("K") and "median off x1.07" in axes[0].get_title()
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(guard("notebook"))
 def test_missing_ledgers_are_a_note_not_a_crash(tmp_path):
     out = execute(SOURCE, tmp_path / "out.ipynb",
                   {"figures_dir": str(tmp_path), "ledgers": str(tmp_path / "moved-away"), "fit_resamples": 3})

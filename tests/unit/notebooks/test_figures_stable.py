@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from specnb import paths
+from tests.hang import guard
 from tests.notebook_outputs import axis, errors, ledger_folders, ledger_map
 
 COPIED = ("Makefile", "pyproject.toml", "notebooks", "figures", "ledgers", "src")
@@ -47,7 +48,7 @@ def test_the_makefile_reads_the_one_notebook_to_ledger_map():
     names for it changes: what the Makefile made of the file is the file, axis by axis."""
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     out = subprocess.run(["make", "-s", "-f", "Makefile", "print-ledger-dirs"], cwd=paths.ROOT, env=env,
-                         capture_output=True, text=True, timeout=60, check=True).stdout
+                         capture_output=True, text=True, timeout=guard("child_start"), check=True).stdout
     made = {line.split(":", 1)[0]: line.split(":", 1)[1].split() for line in out.splitlines()}
     axes = [axis(nb) for nb in sorted((paths.ROOT / "notebooks").glob("[0-9][0-9]_*.py"))]
     mapping = ledger_map()
@@ -83,7 +84,7 @@ def test_make_figures_twice_leaves_git_status_clean(tmp_path):
         print(f"left out, no committed ledgers: {', '.join(missing)}")
     t0 = time.monotonic()
     run = subprocess.run(["make", "-B", "figures", f"VENV={venv}", f"NOTEBOOKS={' '.join(notebooks)}"], cwd=repo,
-                         env=env, capture_output=True, text=True, timeout=600)
+                         env=env, capture_output=True, text=True, timeout=guard("make_figures"))
     took = time.monotonic() - t0
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     print(f"make -B figures: {took:.1f} s")

@@ -18,6 +18,7 @@ import pytest
 
 from specnb import paths
 from specnb.notebooks import gpucheck
+from tests.hang import guard
 
 GPU_FILES = sorted((paths.ROOT / "notebooks" / "params" / "gpu").glob("*.yaml"))
 
@@ -50,7 +51,7 @@ def probe(tmp_path_factory):
     (tmp / "kv.yaml").write_text("contex_tokens: 4096\n")
     planted = [str(tmp / n) for n in ("concurrency.yaml", "drafter.yaml", "kv.yaml")]
     files = [str(f) for f in GPU_FILES] + planted
-    out = subprocess.run([sys.executable, "-c", PROBE, *files], capture_output=True, text=True, timeout=600,
+    out = subprocess.run([sys.executable, "-c", PROBE, *files], capture_output=True, text=True, timeout=guard("vllm_child"),
                          cwd=paths.ROOT, check=True)
     res = json.loads(out.stdout.strip().splitlines()[-1])
     res["planted"] = dict(zip(("concurrency", "drafter", "kv"), planted, strict=True))

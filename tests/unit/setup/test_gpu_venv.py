@@ -16,6 +16,7 @@ from specnb import paths
 from specnb.engine import vllm as engine_vllm
 from specnb.engine.server import VllmServer
 from specnb.setup import machine
+from tests.hang import guard
 
 CPU_STEPS = ("[cpu", "specnb.setup.machine engine", "specnb.setup.machine model", "specnb.setup.machine w8a8",
              "specnb.setup.machine w4a16", "specnb.setup.machine noise")
@@ -36,7 +37,7 @@ def _venv(tmp: Path, *, engine: str | None = None, dists: tuple[str, ...] = ()) 
 def _plan(venv: Path, *targets: str, **variables: str) -> str:
     args = [f"{k}={v}" for k, v in variables.items()]
     out = subprocess.run(["make", "-n", "-B", "-C", str(paths.ROOT), f"VENV={venv}", *args, *targets],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=guard("child_start"))
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -60,7 +61,7 @@ def test_a_cpu_venv_still_gets_the_cpu_steps(tmp_path):
 def test_asking_for_the_other_engine_on_a_set_up_venv_is_refused_before_pip(tmp_path):
     venv = _venv(tmp_path, engine="gpu")
     out = subprocess.run(["make", "-C", str(paths.ROOT), f"VENV={venv}", "EXTRA=cpu", f"{venv}/.installed-cpu"],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=guard("child_start"))
     assert out.returncode != 0
     assert "set up for the gpu engine; EXTRA=cpu would install another over it" in out.stdout + out.stderr
 

@@ -24,6 +24,7 @@ from specnb.engine.server import VllmServer
 from specnb.ledger import Flag, load_ledgers, read_ledger
 from specnb.ledger.store import LedgerWriteError
 from specnb.sweep import SweepError, SweepSpec, run_sweep
+from tests.hang import guard
 from tests.unit.fakevllm import group_members
 
 QUIET = lambda s: None  # noqa: E731
@@ -139,7 +140,7 @@ def _mount_tmpfs(where: Path, options: str) -> bool:
     where.mkdir(parents=True, exist_ok=True)
     try:
         r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
-                           capture_output=True, timeout=10)
+                           capture_output=True, timeout=guard("child_start"))
     except (OSError, subprocess.SubprocessError):
         return False
     return r.returncode == 0
@@ -196,7 +197,7 @@ def test_a_real_full_disk(fake, tmp_path, monkeypatch):
         msg = _disk_full_run(fake, disk / "out", monkeypatch, lambda: _fill(disk))
         assert "No space left on device" in msg
     finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True, timeout=10)
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True, timeout=guard("child_start"))
 
 
 def test_a_ledger_folder_that_is_not_writable_is_refused_before_any_server(fake, tmp_path, monkeypatch):
@@ -216,7 +217,7 @@ def test_a_ledger_folder_that_is_not_writable_is_refused_before_any_server(fake,
         assert fake.started == []  # refused before a server was even built
     finally:
         if os.geteuid() == 0:
-            subprocess.run(["umount", "-l", str(ro)], capture_output=True, timeout=10)
+            subprocess.run(["umount", "-l", str(ro)], capture_output=True, timeout=guard("child_start"))
         else:
             ro.chmod(0o755)
 
@@ -291,6 +292,6 @@ def test_the_real_entry_point_refuses_an_unreachable_endpoint_in_one_line(tmp_pa
     cfg.write_text('name = "f"\nconcurrency = [1]\nwarmup_requests = 0\n[[arms]]\nname = "x"\n'
                    'endpoint = "http://127.0.0.1:9"\n')
     r = subprocess.run([sys.executable, "-m", "specnb.cli", "sweep", str(cfg), "--out", str(tmp_path / "o")],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=guard("child_start"))
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "cannot reach" in r.stderr
     assert not (tmp_path / "o").exists()

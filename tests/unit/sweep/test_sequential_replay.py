@@ -87,8 +87,7 @@ def test_the_demo_runs_rounds_are_what_the_rule_says_of_its_ledgers(tmp_path, ru
         again = json.loads((folder / "sequential" / f.name).read_text())
         assert levels == {wl: [(float(c), why) for c, why in lv] for wl, lv in doc["levels"].items()}
         # the looks as recorded (what a projection of the noise would leave may be said differently later)
-        keep = ("start_var", "prompt_var", "dominant")
-        def shown(looks):
+        def shown(looks, keep=("start_var", "prompt_var", "dominant")):
             return [{**lk, "noise": {k: v for k, v in (lk.get("noise") or {}).items() if k in keep}} for lk in looks]
         assert shown(again["looks"]) == shown(doc["looks"]) and again["stopped"] == doc["stopped"], f.name
         assert again.get("panel") == doc.get("panel") and again.get("spend") == doc.get("spend")

@@ -10,6 +10,7 @@ import pytest
 
 from specnb.sweep import SweepError, SweepSpec, blocks, point_path, prepare, run_sweep
 from specnb.sweep.arm import Arm, ArmError, check_drafter
+from tests.hang import guard
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
 
@@ -125,12 +126,12 @@ def test_cli_bad_config_is_one_line_exit_2(tmp_path):
     cfg = tmp_path / "s.toml"
     cfg.write_text('name = "x"\nmodel = "m"\nconcurrency = [1]\n[[arms]]\nname = "a b"\n')
     r = subprocess.run([sys.executable, "-m", "specnb.cli", "sweep", str(cfg), "--out", str(tmp_path / "o")],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=guard("child_start"))
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "arm name" in r.stderr
     assert not (tmp_path / "o").exists()
     r = subprocess.run([sys.executable, "-m", "specnb.cli", "sweep", str(tmp_path / "none.toml")],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=guard("child_start"))
     assert r.returncode == 2 and "none.toml" in r.stderr
 
 

@@ -137,30 +137,43 @@ def test_every_axis_has_a_notebook_and_gpu_parameters_and_one_source_of_defaults
         assert not same, f"{pf} repeats the notebook's defaults {same}"
 
 
-@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: Path(p).stem)
+# the notebooks that run a study (the index and the calculator run none: their cells are checked
+# on their own below, not skipped inside a study's case)
+NOT_STUDIES = ("index", "calculator")
+STUDY_NOTEBOOKS = [n for n in NOTEBOOKS if Path(n).stem.split("_", 1)[1] not in NOT_STUDIES]
+STUDY_PARAM_FILES = [p for p in PARAM_FILES if Path(p).stem not in NOT_STUDIES]
+
+
+def test_the_index_and_the_calculator_have_their_own_literal_parameters():
+    (index,) = [n for n in NOTEBOOKS if n.endswith("_index.py")]
+    (calc,) = [n for n in NOTEBOOKS if n.endswith("_calculator.py")]
+    assert notebook_parameters(index) == {"ledger_root": "ledgers"}
+    params = notebook_parameters(calc)
+    assert "measure" not in params and {"alpha", "k", "ledgers", "figures_dir"} <= set(params)
+    assert len(STUDY_NOTEBOOKS) == len(NOTEBOOKS) - 2
+    for pf in set(PARAM_FILES) - set(STUDY_PARAM_FILES):  # a calculator file validates as one
+        assert Path(pf).stem == "calculator" and read_params(pf, calc)
+
+
+@pytest.mark.parametrize("nb", STUDY_NOTEBOOKS, ids=lambda p: Path(p).stem)
 def test_notebooks_have_one_literal_parameters_cell(nb):
     params = notebook_parameters(nb)
-    if Path(nb).stem.split("_", 1)[1] in ("index", "calculator"):
-        return
     assert params["measure"] is False  # analysis by default: figures rebuild without a server
     # the context notebook's workloads are its lengths (context_base x context_tokens)
     workloads = "context_tokens" if Path(nb).stem.endswith("_context") else "workloads"
     assert {"model", "drafters", "concurrency", workloads, "repeats", "max_tokens", "temperature"} <= set(params)
 
 
-@pytest.mark.parametrize("pf", PARAM_FILES, ids=lambda p: "/".join(Path(p).parts[-2:]))
+@pytest.mark.parametrize("pf", STUDY_PARAM_FILES, ids=lambda p: "/".join(Path(p).parts[-2:]))
 def test_parameter_files_validate_against_their_notebook_and_the_library(pf):
     axis = Path(pf).stem
     nb = next(n for n in NOTEBOOKS if Path(n).stem.endswith("_" + axis))
     params = {**notebook_parameters(nb), **read_params(pf, nb)}
-    if axis == "calculator":
-        return
     st = Study.from_parameters(axis, **params)
     assert st.specs()
 
 
-@pytest.mark.parametrize("nb", [n for n in NOTEBOOKS if Path(n).stem.split("_", 1)[1] not in ("index", "calculator")],
-                         ids=lambda p: Path(p).stem)
+@pytest.mark.parametrize("nb", STUDY_NOTEBOOKS, ids=lambda p: Path(p).stem)
 def test_notebook_defaults_are_a_cpu_study_with_repeats(nb):
     st = Study.from_parameters(Path(nb).stem.split("_", 1)[1], **notebook_parameters(nb))
     assert st.specs()
