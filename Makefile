@@ -50,7 +50,7 @@ ledgers_of  = $(shell find $(addprefix ledgers/,$(call ledger_dirs,$(1))) ledger
 
 export HF_HUB_OFFLINE := 1
 
-.PHONY: help setup demo watch-demo bench-engine test test-as-avx2 test-unit test-integration test-browser schemas lint clean figures executed notebooks \
+.PHONY: help setup demo watch-demo bench-engine probe test test-as-avx2 test-unit test-integration test-browser schemas lint clean figures executed notebooks \
         measure-% tune workloads notebook-defaults lab reports chromium prometheus screenshots gpu-check bench \
         check-seeds print-ledger-dirs
 
@@ -216,6 +216,10 @@ bench: $(STAMP) ## load clients side by side on a stub server (vllm bench, specn
 ENGINE_ARGS ?=
 bench-engine: setup ## the real-server part of make bench alone: specnb vs vllm bench serve (ratio per round over runs) and the profiler's slowdown per window (ENGINE_ARGS=--runs 4 --rounds 3 --windows 3)
 	$(PY) benchmarks/bench_engine.py $(ENGINE_ARGS)
+
+PROBE_ARGS ?=
+probe: $(STAMP) ## the step-time probe (torch only, no vLLM): one engine step of a decoder shape over b, q and L -> ledgers/probe/<device>/<time>/ with its figures (PROBE_ARGS=--device cuda --budget-s 420 ...)
+	$(VENV)/bin/specnb probe $(PROBE_ARGS)
 
 notebook-defaults: $(STAMP) ## write the parameter lines every axis notebook shares (src/specnb/notebooks/defaults.py) into each
 	$(PY) -m specnb.notebooks.defaults --write

@@ -51,6 +51,7 @@ drafter_kv_share = 0.36  # share of the KV pool the drafter takes (seed 000: abo
 preset = "cpu-demo"  # hardware preset, a name in src/specnb/models/data/hardware.toml (GPU: params/gpu/calculator.yaml)
 compute_dtype = "bf16"  # precision the target's matmuls run at, picks the preset's peak: bf16, fp8 (FP8 W8A8) or fp4 (NVFP4 W4A4)
 step_overhead_ms = None  # fixed cost per engine step, ms; None: the preset's value
+probe = None  # a step-time probe ledger of this device (specnb probe; a file, or a run folder holding one): the bandwidth, FLOP/s and step overhead its cells give replace the preset's; None: the preset's
 target_name = "SmolLM2-135M-Instruct (bf16)"  # label of the target model
 target_params_b = 0.134515008  # target parameters, billions (counted from models/SmolLM2-135M-Instruct/config.json)
 target_bytes_per_param = 2.0  # bytes per target weight: 2 for bf16, 1 for fp8
@@ -88,7 +89,7 @@ from specnb.figures import calculator as calc
 from specnb.figures import save_figure
 from specnb.ledger import load_ledgers
 from specnb.ledger.published import PUBLISHED_DIR, published_curves
-from specnb.models import calibration, gpufit
+from specnb.models import calibration, gpufit, probefit
 from specnb.models import hardware, theory
 from specnb.models import stepcost as sc
 
@@ -214,6 +215,11 @@ if SLIDERS:
 
 # %%
 hw = hardware.load_hardware(preset).for_dtype(compute_dtype)
+probe_fit = None
+if probe is not None:  # this card's own step times, fitted (specnb.models.probefit)
+    probe_fit = probefit.fit_probe(paths.resolve(probe), like=hardware.load_hardware(preset))
+    hw = probe_fit.hardware.for_dtype(compute_dtype)
+    print(f"hardware from the probe: {probe_fit.summary()}")
 if step_overhead_ms is not None:
     hw = dataclasses.replace(hw, step_overhead_s=step_overhead_ms / 1e3)
 target = sc.TargetModel(target_name, target_params_b * 1e9, target_params_b * 1e9 * target_bytes_per_param,
@@ -248,7 +254,8 @@ display(Markdown(
     f"{1e3 * hw.step_overhead_s:.3g} ms per step; {hw.source}): "
     + (f"speculation pays below about **c~{at:.0f}** concurrent requests" if kind == "crosses" else
        f"the predicted curve stays {kind} 1.0 up to {concurrency_max}")
-    + (f"; the KV pool holds about {fits:.0f} requests with the drafter." if fits != float("inf") else ".")))
+    + (f"; the KV pool holds about {fits:.0f} requests with the drafter." if fits != float("inf") else ".")
+    + f" This answer's basis: {probefit.answer_basis(hardware.preset_kind(preset), probe_fit, gpu_costs)}."))
 if held_out is not None:
     err = held_out["log_error"].abs()
     worst = gpufit.loso_summary(held_out).sort_values("median_abs_log_error").iloc[-1]

@@ -144,7 +144,7 @@ def test_every_module_says_what_it_is():
 # The package's layers, lowest first: a module may import its own layer and those below, never
 # one above; ``specnb`` itself (its lazy top-level names) and ``cli`` sit on top. The folders are
 # named here; the modules and their imports are read from the source.
-LAYERS = (("paths", "errors"), ("ledger",), ("prompts",), ("models",), ("analysis",), ("figures",),
+LAYERS = (("paths", "errors"), ("probe",), ("ledger",), ("prompts",), ("models",), ("analysis",), ("figures",),
           ("engine", "setup"), ("sweep",), ("notebooks",), ("commands",), ("cli", "__init__"))
 
 

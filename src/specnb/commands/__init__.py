@@ -15,6 +15,7 @@ from specnb.commands.common import Command
 from specnb.commands.mix import Mix
 from specnb.commands.policy import Policy
 from specnb.commands.predict import Predict
+from specnb.commands.probe import Probe
 from specnb.commands.report import Report
 from specnb.commands.schema import Schema
 from specnb.commands.sweep import Sweep
@@ -24,4 +25,5 @@ from specnb.commands.watch import Watch, WatchPlot
 __all__ = ["COMMANDS", "Command"]
 
 # in the order ``specnb --help`` lists them
-COMMANDS: tuple[type[Command], ...] = (Sweep, Anatomy, Report, Policy, Tune, Predict, Schema, Mix, Watch, WatchPlot, Alerts)
+COMMANDS: tuple[type[Command], ...] = (Sweep, Anatomy, Report, Policy, Tune, Predict, Probe, Schema, Mix, Watch, WatchPlot,
+                                        Alerts)

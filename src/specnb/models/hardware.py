@@ -18,7 +18,7 @@ from typing import Any
 from specnb.errors import SpecnbError, read_toml
 
 __all__ = ["StepCostError", "PresetError", "Hardware", "HARDWARE_FIELDS", "COMPUTE_DTYPES", "hardware_presets",
-           "load_hardware", "calibration_record", "positive"]
+           "load_hardware", "preset_kind", "calibration_record", "positive"]
 
 _GIB = 2**30
 COMPUTE_DTYPES = ("bf16", "fp8", "fp4")
@@ -135,6 +135,13 @@ def load_hardware(name: str, path: Path | str | None = None) -> Hardware:
     if name not in presets:
         raise PresetError(f"unknown hardware preset {name!r} (known: {', '.join(sorted(presets))})")
     return presets[name]
+
+
+def preset_kind(name: str, path: Path | str | None = None) -> str:
+    """A preset's ``kind``: ``spec-sheet`` (vendor peaks) or ``measured`` (calibrated here)."""
+    path = Path(path) if path is not None else _data_file("hardware.toml")
+    load_hardware(name, path)  # validated; an unknown name is the one-line error
+    return str(tomllib.loads(path.read_text())[name]["kind"])
 
 
 def calibration_record(name: str, path: Path | str | None = None) -> dict[str, Any]:

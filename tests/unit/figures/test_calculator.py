@@ -19,8 +19,10 @@ FORMULA_FIGURES = ["calculator-acceptance-length", "calculator-best-k", "calcula
 
 
 def _outputs(path) -> str:
+    """The printed text and the displayed Markdown of every code cell."""
     nb = nbformat.read(path, as_version=4)
-    return "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    return "\n".join(o.get("text", "") + o.get("data", {}).get("text/markdown", "")
+                     for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
 
 
 def test_parameter_files_name_only_notebook_parameters():
@@ -48,6 +50,7 @@ def test_notebook_draws_and_saves_every_figure(tmp_path):
     published = json.loads((tmp_path / "calculator-published-fit.json").read_text())
     assert published["source_files"] >= 3  # drawn from the published ledgers it fitted
     assert "fitted to" in text and "rms log error" in text
+    assert "This answer's basis: hardware from a preset measured here; speculative costs as drafter_*_ms" in text
 
 
 def test_published_fit_figure_has_a_panel_per_source():
@@ -69,13 +72,21 @@ def test_published_fit_figure_has_a_panel_per_source():
 
 
 @pytest.mark.timeout(guard("notebook"))
-def test_missing_ledgers_are_a_note_not_a_crash(tmp_path):
+def test_missing_ledgers_are_a_note_not_a_crash_and_a_probe_grounds_the_hardware(tmp_path):
+    """Run once for two things: no ledgers is a note; a probe ledger (the committed CPU one) replaces
+    the preset's hardware terms and the answer says so."""
+    probe = sorted((paths.ROOT / "ledgers" / "probe").glob("amd-epyc/*/smollm2-135m.json"))[0]
     out = execute(SOURCE, tmp_path / "out.ipynb",
-                  {"figures_dir": str(tmp_path), "ledgers": str(tmp_path / "moved-away"), "fit_resamples": 3})
+                  {"figures_dir": str(tmp_path), "ledgers": str(tmp_path / "moved-away"), "fit_resamples": 3,
+                   "probe": str(probe.parent)})
     for fig_id in FORMULA_FIGURES:
         assert (tmp_path / f"{fig_id}.png").exists()
     assert not (tmp_path / "calculator-stepcost-vs-measured.png").exists()
-    assert "note: no ledgers at" in _outputs(out)
+    text = _outputs(out)
+    assert "note: no ledgers at" in text
+    assert "hardware from the probe: " in text and "fitted to 48 probe cells" in text
+    assert "This answer's basis: hardware fitted to a step-time probe of this device (step-time probe " in text
+    assert f"{probe} (AMD EPYC, smollm2-135m bfloat16, 48 cells" in text
 
 
 def test_sliders_only_when_asked_or_in_a_jupyter_server_kernel(monkeypatch):
