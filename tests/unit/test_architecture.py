@@ -135,9 +135,12 @@ def test_the_top_folder_holds_only_the_entry_points():
 
 
 def test_every_module_says_what_it_is():
+    """A docstring that describes the module, not the issue it came from (issue numbers belong in
+    commits and notes: a reader of the code cannot look them up)."""
     for f in sorted(PACKAGE.rglob("*.py")):
         doc = ast.get_docstring(ast.parse(f.read_text()))
         assert doc, f"{f.relative_to(paths.ROOT)} has no module docstring"
+        assert not re.search(r"\bissues? \d+", doc), f"{f.relative_to(paths.ROOT)}: its docstring cites an issue number"
 
 
 # --------------------------------------------------------------------------- layers and circles

@@ -1,4 +1,4 @@
-"""Conversation replay, read back (issue 25 item 1): what the prefix cache served turn by turn,
+"""Conversation replay, read back: what the prefix cache served turn by turn,
 and the drafter's gain on total and on computed tokens (seed 002's two rows).
 
 Seed 002 replayed long agentic conversations with a high prefix-cache hit rate and reported the

@@ -94,8 +94,8 @@ RULES = tuple(r.value for r in Rule)
 
 
 class Deploy(StrEnum):
-    """What a derived policy tells an operator to deploy (:func:`deployable`): the schedule, one
-    static K arm as it is, or no drafter at all."""
+    """What a derived policy (:func:`deployable`) or a tune's result (``deploy``) tells an operator
+    to deploy: the schedule, one static K arm as it is, or no drafter at all (a policy only)."""
 
     SCHEDULE = "schedule"
     STATIC = "static"

@@ -251,7 +251,7 @@ def calibrate(df: pd.DataFrame, target: TargetModel, *, drafter: Drafter = NGRAM
 
 def check_against_anatomy(frame: pd.DataFrame, hw: Hardware, target: TargetModel, drafter: Drafter,
                           *, baseline: str = "baseline", methods: Sequence[str] = ("ngram",)) -> pd.DataFrame:
-    """The step-cost model's step and drafter terms against profiled steps (issue 24 item 2).
+    """The step-cost model's step and drafter terms against profiled steps.
 
     ``frame`` is :func:`specnb.analysis.anatomy.anatomy_frame` of a run whose records carry the
     unprofiled twin (``unprofiled_cycle_ms``: each window's decode cycle over the profiler's

@@ -1,4 +1,4 @@
-"""Prompts of a chosen length in the target's own tokens, built from real text (issue 25 item 2).
+"""Prompts of a chosen length in the target's own tokens, built from real text.
 
 A context-length sweep names a workload as a table::
 

@@ -1,4 +1,4 @@
-"""Conversations as a workload: multi-turn chats a sweep replays turn by turn (issue 25 item 1).
+"""Conversations as a workload: multi-turn chats a sweep replays turn by turn.
 
 Every other workload sends single-turn prompts into an emptied prefix cache. A chat service
 sees something else: the same user comes back with the whole history in front of the next

@@ -1,4 +1,4 @@
-"""Profiled windows of a sweep's arms: the step anatomy of each arm at each level (issue 24).
+"""Profiled windows of a sweep's arms: the step anatomy of each arm at each level.
 
 ``specnb anatomy <sweep.toml>`` reads the same TOML as ``specnb sweep`` (model, arms, server
 arguments, workloads, levels, sampling, repeats) and, per arm and repeat, starts a server of its

@@ -41,6 +41,7 @@ from specnb.analysis.schedule import (
     DEFAULT_MARGIN,
     RULES,
     SCHEDULE_KEY,
+    Deploy,
     ScheduleError,
     derive_policy,
     off_arms,
@@ -65,7 +66,7 @@ from specnb.sweep.policy import boundary_levels
 from specnb.sweep.preflight import flag_value
 from specnb.sweep.spec import SweepSpec
 
-__all__ = ["Deploy", "Stop", "TuneError", "TuneSettings", "TuneSpec", "run_tune", "TuneOutcome", "judge_tuned"]
+__all__ = ["Stop", "TuneError", "TuneSettings", "TuneSpec", "run_tune", "TuneOutcome", "judge_tuned"]
 
 ROUND_KIND = "tune_round"
 RESULT_KIND = "tune_result"
@@ -278,13 +279,6 @@ class Stop(StrEnum):
     UNJUDGED = "unjudged"  # a round had an arm without a usable point
     STATIC = "static"  # the next candidate is the static config, already measured as static
     REPEATED = "repeated"  # the next candidate was measured in an earlier round
-
-
-class Deploy(StrEnum):
-    """What a tune tells an operator to deploy (the result's ``deploy``)."""
-
-    STATIC = "static"  # the proposal's best static K
-    SCHEDULE = "schedule"  # a verified K schedule
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 
 from specnb import cli
+from specnb.analysis.schedule import Deploy
 from specnb.sweep.runner import SweepOutcome
-from specnb.sweep.tune import Deploy, Stop, TuneSpec, run_tune
+from specnb.sweep.tune import Stop, TuneSpec, run_tune
 
 BASE = dict(name="t", model="/m", workloads=["copy"], concurrency=[1, 2], repeats=1,
             arms=[{"name": "baseline"}, {"name": "k4", "speculative_config": {"method": "ngram",
