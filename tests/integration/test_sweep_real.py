@@ -25,7 +25,7 @@ from specnb.ledger import SCHEMA_VERSION, load_ledgers, load_requests, read_ledg
 from specnb.ledger.timing import read_timings
 from specnb.sweep import run_sweep
 from tests.hang import guard
-from tests.integration.conftest import DTYPE, MODEL, SERVER_ARGS
+from tests.integration.conftest import DTYPE, MODEL, NGRAM, SERVER_ARGS
 from tests.integration.conftest import sweep_spec as _spec
 
 
@@ -166,6 +166,30 @@ def test_the_lossless_check_compares_every_request_of_each_pair(swept):
             assert 0 <= r.first_difference_p50 <= 32  # max_tokens
     print(lossless_summary(table))
     assert "ngram-k4 / " in lossless_summary(table)
+
+
+def test_at_fp32_the_baseline_matches_its_own_restart(tmp_path):
+    """The lossless check's reference row: at fp32, one request at a time, a restarted baseline
+    server gives every request the same token ids (the committed fp32 evidence,
+    ledgers/drafter/lossless/20261201T153432Z/fp32: 100 % at c = 1 and 4). A baseline that differs
+    from itself would make every drafter's comparison meaningless; the drafter's own share is
+    measured, printed, never asserted. Two repeats of a baseline and an n-gram arm, each repeat's
+    two servers started side by side."""
+    from specnb.analysis.lossless import lossless, lossless_summary
+
+    args = list(SERVER_ARGS)
+    args[args.index("--dtype") + 1] = "float32"
+    spec = _spec(name="fp32", concurrency=[1], repeats=2, panel_size=4, server_args=args, start_together=True,
+                 env={"VLLM_CPU_KVCACHE_SPACE": "1"}, sampling={"max_tokens": 24},
+                 arms=[{"name": "baseline"}, {"name": "ngram-k4", "speculative_config": NGRAM}])
+    outcome = run_sweep(spec, tmp_path / "out", progress=False)
+    assert outcome.ok and len(outcome.written) == 4, outcome.summary()
+    table = lossless(load_ledgers(tmp_path / "out"))
+    ref = table[table["reference"]]
+    assert len(ref) == 1 and ref.iloc[0]["repeat"] == 1, table
+    assert ref.iloc[0]["requests"] == 4 and ref.iloc[0]["identical"] == 4, ref.to_dict("records")
+    assert sorted(table[~table["reference"]]["repeat"]) == [0, 1]  # each written drafter point was compared
+    print(lossless_summary(table))
 
 
 def test_rerun_skips_every_finished_point(swept, real_sweep):
