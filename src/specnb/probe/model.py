@@ -74,8 +74,12 @@ class ProbeModel:
     device's cache)."""
 
     def __init__(self, shape: Shape, device: torch.device, dtype: torch.dtype, shared_layers: bool = False,
-                 seed: int = 0):
+                 seed: int = 0, exact_window: bool | None = None):
         self.shape, self.device, self.dtype, self.shared_layers = shape, device, dtype, shared_layers
+        # a local layer's q > 1 step: the exact band mask (a dense boolean mask, which CUDA's flash
+        # attention refuses), or, on a GPU, the lower-right causal mask over the first new token's
+        # window: each new token then reads up to q - 1 keys more than its window (of thousands)
+        self.exact_window = device.type != "cuda" if exact_window is None else exact_window
         torch.manual_seed(seed)
         h, d = shape.hidden_size, shape.head_dim
         self.q_heads, self.kv_heads = shape.num_attention_heads, shape.num_key_value_heads
@@ -194,7 +198,7 @@ class ProbeModel:
             local = s.is_local(i)
             lo = max(0, cached + 1 - s.sliding_window) if local else 0
             keys, values = kc[:, :, lo:total], vc[:, :, lo:total]
-            if q > 1 and local:
+            if q > 1 and local and self.exact_window:
                 if "m" not in band:
                     qp = pos[:, None]
                     kp = torch.arange(lo, total, device=self.device)[None, :]

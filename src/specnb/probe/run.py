@@ -19,6 +19,8 @@ torch and the standard library only: on a GPU machine it runs with that machine'
 from __future__ import annotations
 
 import argparse
+import functools
+import gc
 import json
 import os
 import platform
@@ -86,10 +88,12 @@ def _cpu_has_bf16() -> bool:
     return bool(re.search(r"\b(avx512_bf16|amx_bf16)\b", flags))
 
 
+@functools.cache
 def _nvidia_driver() -> str | None:
+    """The driver's version from nvidia-smi, asked once per process (5 s at most)."""
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
+                             capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
@@ -123,21 +127,28 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "device"
 
 
-def _sdpa_backend(torch, device, dtype) -> tuple[object | None, str]:
-    """The first scaled-dot-product attention backend that runs a grouped-query, lower-right
-    causal attention on this device and dtype: (the backend, its name)."""
+def _sdpa_backend(torch, device, dtype, shape: Shape | None = None,
+                  band: bool = False) -> tuple[object | None, str]:
+    """The first scaled-dot-product attention backend that runs every attention call of ``shape``'s
+    step on this device and dtype (its heads and head size; grouped-query; no mask, the lower-right
+    causal mask, and with ``band`` a dense boolean mask): (the backend, its name)."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.attention.bias import causal_lower_right
 
-    qh = torch.zeros(1, 4, 3, 64, device=device, dtype=dtype)
-    kv = torch.zeros(1, 2, 8, 64, device=device, dtype=dtype)
+    hq, hkv, d = (shape.num_attention_heads, shape.num_key_value_heads, shape.head_dim) if shape else (4, 2, 64)
+    qh = torch.zeros(1, hq, 3, d, device=device, dtype=dtype)
+    kv = torch.zeros(1, hkv, 8, d, device=device, dtype=dtype)
+    gqa = hq != hkv
+    dense = torch.ones(3, 8, device=device, dtype=torch.bool).tril(5)
     for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION,
                     SDPBackend.MATH):
         try:
             with sdpa_kernel([backend]):
-                F.scaled_dot_product_attention(qh, kv, kv, attn_mask=causal_lower_right(3, 8), enable_gqa=True)
-                F.scaled_dot_product_attention(qh[:, :, :1], kv, kv, enable_gqa=True)
+                F.scaled_dot_product_attention(qh, kv, kv, attn_mask=causal_lower_right(3, 8), enable_gqa=gqa)
+                F.scaled_dot_product_attention(qh[:, :, :1], kv, kv, enable_gqa=gqa)
+                if band:
+                    F.scaled_dot_product_attention(qh, kv, kv, attn_mask=dense, enable_gqa=gqa)
             return backend, backend.name.lower()
         except Exception:  # noqa: BLE001 - this backend refuses the shape: try the next
             continue
@@ -182,8 +193,9 @@ def _pct(vals: list[float], p: float) -> float:
     return s[lo] + (s[min(lo + 1, len(s) - 1)] - s[lo]) * (i - lo)
 
 
-def _capture(torch, step: Callable[[], object]) -> Callable[[], object] | None:
-    """The step captured as a CUDA graph (its replay), or None where capture fails."""
+def _capture(torch, step: Callable[[], object]) -> tuple[Callable[[], object] | None, str | None]:
+    """The step captured as a CUDA graph (its replay), or None and why capture failed (the step
+    then runs eagerly; an out-of-memory is not a capture failure and propagates)."""
     try:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -194,10 +206,14 @@ def _capture(torch, step: Callable[[], object]) -> Callable[[], object] | None:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             step()
-        return graph.replay
-    except Exception:  # noqa: BLE001 - a step that cannot be captured runs eagerly
+        return graph.replay, None
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.set_stream(torch.cuda.default_stream())
+        raise
+    except Exception as exc:  # noqa: BLE001 - a step that cannot be captured runs eagerly
+        torch.cuda.set_stream(torch.cuda.default_stream())  # a failed capture may leave its stream current
         torch.cuda.synchronize()
-        return None
+        return None, " ".join(str(exc).split())[:200]
 
 
 @dataclass
@@ -244,9 +260,14 @@ def probe_shape(shape: Shape, *, device_name: str, dtype_name: str, cells: Itera
     dtype = getattr(torch, DTYPES[dtype_name])
     nbytes = torch.tensor([], dtype=dtype).element_size()
     t_start = time.monotonic()
+    if device.type == "cuda":  # the previous shape's weights back to the device, its peak forgotten
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
     shared_layers = weights_plan(shape, nbytes, free_bytes(torch, device))
     model = ProbeModel(shape, device, dtype, shared_layers=shared_layers)
-    backend, backend_name = _sdpa_backend(torch, device, dtype)
+    local = any(shape.is_local(i) for i in range(shape.num_hidden_layers))
+    backend, backend_name = _sdpa_backend(torch, device, dtype, shape, band=local and model.exact_window)
     use_graphs = graphs and device.type == "cuda" and model.capturable
     timer = _timer(torch, device)
     cells = list(cells)
@@ -259,6 +280,9 @@ def probe_shape(shape: Shape, *, device_name: str, dtype_name: str, cells: Itera
         "cells": [], "skipped": [],
         "method": "median of repeated steps after 2 warm-up steps; random weights; contiguous KV; "
                   "logits for every new token",
+        "window_mask": None if not local else ("exact band" if model.exact_window else
+                                               "lower-right causal from the first new token's window "
+                                               "(up to q - 1 keys more per token)"),
     }
     out.mkdir(parents=True, exist_ok=True)
     ledger = _Ledger(out / f"{slug(shape.name)}.json", doc)
@@ -274,9 +298,16 @@ def probe_shape(shape: Shape, *, device_name: str, dtype_name: str, cells: Itera
     try:
         with ctx, torch.inference_mode():
             for i, cell in enumerate(cells):
-                why = _measure_cell(torch, model, cell, doc, device, dtype, nbytes, timer, use_graphs, t_start,
-                                    budget_s, repeats)
+                try:
+                    why = _measure_cell(torch, model, cell, doc, device, dtype, nbytes, timer, use_graphs, t_start,
+                                        budget_s, repeats)
+                except Exception as exc:  # noqa: BLE001 - one cell's failure is recorded; the grid goes on
+                    oom = device.type == "cuda" and isinstance(exc, torch.cuda.OutOfMemoryError)
+                    why = "out of memory" if oom else f"failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+                    echo(f"  [{i + 1}/{len(cells)}] b={cell.b:<4} q={cell.q} L={cell.L:<6} {why}")
                 if device.type == "cuda":  # the cell's cache and graph are gone: give their memory back
+                    gc.collect()
+                    torch.cuda.synchronize(device)
                     torch.cuda.empty_cache()
                 if why:
                     doc["skipped"].append({"b": cell.b, "q": cell.q, "L": cell.L, "why": why})
@@ -289,6 +320,9 @@ def probe_shape(shape: Shape, *, device_name: str, dtype_name: str, cells: Itera
         doc["ended"] = "complete"
     except KeyboardInterrupt:
         doc["ended"] = "interrupted"
+        raise
+    except Exception as exc:
+        doc["ended"] = f"failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
         raise
     finally:
         doc["elapsed_s"] = round(time.monotonic() - t_start, 2)
@@ -324,12 +358,14 @@ def _measure_cell(torch, model, cell: Cell, doc: dict, device, dtype, nbytes: in
     def step():
         return model.step(tokens, cache, cell.L)
 
-    fn = _capture(torch, step) if use_graphs else None
+    fn, capture_error = _capture(torch, step) if use_graphs else (None, None)
     times = repeat_ms(timer, fn or step, min_repeats=repeats[0], max_repeats=repeats[1])
-    doc["cells"].append({"b": cell.b, "q": cell.q, "L": cell.L, "tokens": cell.tokens,
-                         "median_ms": round(statistics.median(times), 4), "p10_ms": round(_pct(times, 0.1), 4),
-                         "p90_ms": round(_pct(times, 0.9), 4), "repeats": len(times), "graph": fn is not None,
-                         "kv_shared": kv_shared})
+    row = {"b": cell.b, "q": cell.q, "L": cell.L, "tokens": cell.tokens,
+           "median_ms": round(statistics.median(times), 4), "p10_ms": round(_pct(times, 0.1), 4),
+           "p90_ms": round(_pct(times, 0.9), 4), "repeats": len(times), "graph": fn is not None, "kv_shared": kv_shared}
+    if capture_error:
+        row["capture_error"] = capture_error
+    doc["cells"].append(row)
     return None
 
 
@@ -401,13 +437,19 @@ def run(a: argparse.Namespace, echo: Callable[[str], None] = print,
     if out_folder is not None:
         out_folder(out)
     t0 = time.monotonic()
+    failed = []
     for i, shape in enumerate(shapes):
         left = a.budget_s - (time.monotonic() - t0)
         share = left / (len(shapes) - i)
-        probe_shape(shape, device_name=str(device), dtype_name=dtype, cells=cells, budget_s=max(share, 0.0), out=out,
-                    graphs=not a.no_graphs, echo=echo, command=command, repeats=repeats)
-    echo(f"probe: {len(shapes)} shape(s) in {time.monotonic() - t0:.0f} s -> {out}")
-    return 0
+        try:
+            probe_shape(shape, device_name=str(device), dtype_name=dtype, cells=cells, budget_s=max(share, 0.0),
+                        out=out, graphs=not a.no_graphs, echo=echo, command=command, repeats=repeats)
+        except Exception as exc:  # noqa: BLE001 - one shape's failure (its ledger says it) leaves the others to run
+            failed.append(shape.name)
+            echo(f"{shape.name}: failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+    echo(f"probe: {len(shapes)} shape(s) in {time.monotonic() - t0:.0f} s -> {out}"
+         + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
 
 
 def _prog(argv0: str) -> str:

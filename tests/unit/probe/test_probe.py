@@ -152,6 +152,78 @@ def test_a_cpu_run_writes_its_ledger_with_every_cell(tmp_path, capsys):
     assert "cells measured, 0 skipped" in capsys.readouterr().out
 
 
+def test_a_failing_cell_is_recorded_and_the_grid_goes_on(tmp_path, monkeypatch, capsys):
+    """One cell's error (an out-of-memory, a kernel that refuses a shape) is that cell's skip,
+    with its reason; the cells after it are measured (on a lent GPU, one bad cell must not cost
+    the run)."""
+    real = ProbeModel.step
+
+    def step(self, tokens, cache, cached):
+        if tokens.shape[1] == 2:
+            raise RuntimeError("No available kernel.  Aborting execution.")
+        return real(self, tokens, cache, cached)
+
+    monkeypatch.setattr(ProbeModel, "step", step)
+    doc = _run(tmp_path, "--batches", "1,2", "--queries", "1,2,5", "--lengths", "8")
+    assert doc["ended"] == "complete"
+    assert sorted((c["b"], c["q"]) for c in doc["cells"]) == [(1, 1), (1, 5), (2, 1), (2, 5)]
+    assert [(x["b"], x["q"]) for x in doc["skipped"]] == [(1, 2), (2, 2)]
+    assert all(x["why"] == "failed: RuntimeError: No available kernel. Aborting execution." for x in doc["skipped"])
+    assert "q=2 L=8      failed: RuntimeError" in capsys.readouterr().out
+
+
+def test_a_failing_shape_leaves_the_others_to_run(tmp_path, monkeypatch, capsys):
+    import specnb.probe.run as run_mod
+
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    for path in (first, second):
+        path.write_text(json.dumps({k: v for k, v in tiny().to_dict().items() if k not in ("source", "name")}))
+    real = run_mod.weights_plan
+    calls = []
+
+    def plan_once_refused(shape, nbytes, free):
+        calls.append(shape.name)
+        if shape.name == "first" and calls.count("first") == 2:  # refused in the shape's own run only
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return real(shape, nbytes, free)
+
+    monkeypatch.setattr(run_mod, "weights_plan", plan_once_refused)
+    out = tmp_path / "run"
+    rc = main(["--shape", str(first), "--shape", str(second), "--device", "cpu", "--dtype", "fp32", "--out", str(out),
+               "--repeats", "2,2", "--batches", "1", "--queries", "1", "--lengths", "8"])
+    assert rc == 1
+    assert json.loads((out / "second.json").read_text())["ended"] == "complete"
+    text = capsys.readouterr().out
+    assert "first: failed: RuntimeError: CUDA error: an illegal memory access" in text and "failed: first" in text
+
+
+def test_on_a_gpu_a_local_layer_gets_no_dense_mask(monkeypatch):
+    """CUDA's flash attention refuses a dense mask: where the window is not exact (the GPU's
+    choice), every attention call of a sliding-window step gets no mask or the lower-right causal
+    bias; and the backend test tries the dense mask only where the model uses one."""
+    import torch.nn.functional as F
+    from torch.nn.attention.bias import CausalBias
+
+    from specnb.probe.run import _sdpa_backend
+
+    shape = tiny(sliding_window=5, sliding_window_pattern=2)
+    masks = []
+    real = F.scaled_dot_product_attention
+
+    def sdpa(q, k, v, attn_mask=None, **kw):  # records the mask; the output's shape is all the step needs
+        masks.append(attn_mask)
+        return torch.zeros_like(q)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", sdpa)
+    model = ProbeModel(shape, torch.device("cpu"), torch.float32, exact_window=False)
+    cache = KvCache(shape, 2, 16, torch.device("cpu"), torch.float32)
+    model.step(torch.zeros(2, 4, dtype=torch.long), cache, 9)
+    assert len(masks) == shape.num_hidden_layers and all(isinstance(m, CausalBias) for m in masks)
+    assert ProbeModel(shape, torch.device("cpu"), torch.float32).exact_window  # the CPU's: exact
+    monkeypatch.setattr(F, "scaled_dot_product_attention", real)
+    assert _sdpa_backend(torch, torch.device("cpu"), torch.float32, shape, band=True)[1] != "default"
+
+
 def test_the_budget_skips_what_is_left_and_says_so(tmp_path):
     doc = _run(tmp_path, "--batches", "1,2,4", "--queries", "1,5", "--lengths", "8", "--budget-s", "1e-9")
     assert doc["ended"] == "complete" and doc["cells"] == []
