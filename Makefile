@@ -230,8 +230,9 @@ workloads: $(STAMP) ## regenerate the bundled prompt sets from tools/make_worklo
 schemas: $(STAMP) ## regenerate the ledger JSON Schema under schemas/
 	$(VENV)/bin/specnb schema --out schemas
 
-lint: $(STAMP) ## ruff
+lint: $(STAMP) ## ruff, and vulture for dead code in src/ (its allowed names in pyproject.toml, each with why)
 	$(VENV)/bin/ruff check src tests scripts tools benchmarks
+	$(VENV)/bin/vulture
 
 clean: ## remove the venv, the built model, caches and reports/ (ledgers are kept)
 	rm -rf $(VENV) models .cache .pytest_cache .ruff_cache reports
