@@ -395,3 +395,54 @@ def test_the_private_name_check_sees_each_way_in():
                  "from specnb.ledger import frame\nframe.__name__", "from specnb import paths\nx._private",
                  "import vllm.utils.cpu_triton_utils as cpu_tl\ncpu_tl._x"):
         assert not private_reaches(code), code
+
+
+# --------------------------------------------------------------------------- docs/design.md's map
+def _design_map() -> dict[str, set[str]]:
+    """docs/design.md's package map: folder -> the module names it lists (a name is the first word
+    of each comma-separated item once parenthesised remarks are dropped; ``plugins/`` a subfolder)."""
+    text = (paths.ROOT / "docs" / "design.md").read_text()
+    block = text[text.index("src/specnb/    (layers"):]
+    block = block[:block.index("\nnotebooks/ ")]
+    entries: dict[str, str] = {}
+    current = None
+    for line in block.splitlines()[1:]:
+        m = re.match(r"^  (\w+)/\s+(.*)$", line)
+        if m:
+            current = m.group(1)
+            entries[current] = m.group(2)
+        elif current and line.startswith(" " * 15):
+            entries[current] += " " + line.strip()
+        else:
+            current = None
+    out = {}
+    for folder, body in entries.items():
+        depth, flat = 0, []
+        for ch in body:  # the text outside every parenthesis
+            depth += ch == "("
+            if depth == 0:
+                flat.append(ch)
+            depth -= ch == ")"
+        out[folder] = {item.split()[0].rstrip("/") for item in "".join(flat).replace(";", ",").split(",")
+                       if item.split()}
+    return out
+
+
+def test_the_design_map_names_every_module_and_only_modules_that_exist():
+    """docs/design.md's map of src/specnb against the tree: a folder or module it names that does
+    not exist, or one that exists and it does not name, fails here (commands/ is described as one
+    module per subcommand: only its shared module is named)."""
+    listed = _design_map()
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert set(listed) == folders, (set(listed) ^ folders)
+    problems = []
+    for folder, names in listed.items():
+        real = {p.stem for p in (PACKAGE / folder).glob("*.py") if p.stem != "__init__"}
+        real |= {p.name for p in (PACKAGE / folder).iterdir() if (p / "__init__.py").exists()}
+        if folder == "commands":
+            names = names & real  # "one module per `specnb` subcommand", then common
+            assert "common" in names, names
+            continue
+        problems += [f"{folder}/{n}: in docs/design.md, not in the tree" for n in sorted(names - real)]
+        problems += [f"{folder}/{n}: in the tree, not in docs/design.md" for n in sorted(real - names)]
+    assert not problems, "\n".join(problems)

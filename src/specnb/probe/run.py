@@ -127,7 +127,7 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "device"
 
 
-def _sdpa_backend(torch, device, dtype, shape: Shape | None = None,
+def sdpa_backend(torch, device, dtype, shape: Shape | None = None,
                   band: bool = False) -> tuple[object | None, str]:
     """The first scaled-dot-product attention backend that runs every attention call of ``shape``'s
     step on this device and dtype (its heads and head size; grouped-query; no mask, the lower-right
@@ -267,7 +267,7 @@ def probe_shape(shape: Shape, *, device_name: str, dtype_name: str, cells: Itera
     shared_layers = weights_plan(shape, nbytes, free_bytes(torch, device))
     model = ProbeModel(shape, device, dtype, shared_layers=shared_layers)
     local = any(shape.is_local(i) for i in range(shape.num_hidden_layers))
-    backend, backend_name = _sdpa_backend(torch, device, dtype, shape, band=local and model.exact_window)
+    backend, backend_name = sdpa_backend(torch, device, dtype, shape, band=local and model.exact_window)
     use_graphs = graphs and device.type == "cuda" and model.capturable
     timer = _timer(torch, device)
     cells = list(cells)

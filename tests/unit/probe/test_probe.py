@@ -204,7 +204,7 @@ def test_on_a_gpu_a_local_layer_gets_no_dense_mask(monkeypatch):
     import torch.nn.functional as F
     from torch.nn.attention.bias import CausalBias
 
-    from specnb.probe.run import _sdpa_backend
+    from specnb.probe.run import sdpa_backend
 
     shape = tiny(sliding_window=5, sliding_window_pattern=2)
     masks = []
@@ -221,7 +221,7 @@ def test_on_a_gpu_a_local_layer_gets_no_dense_mask(monkeypatch):
     assert len(masks) == shape.num_hidden_layers and all(isinstance(m, CausalBias) for m in masks)
     assert ProbeModel(shape, torch.device("cpu"), torch.float32).exact_window  # the CPU's: exact
     monkeypatch.setattr(F, "scaled_dot_product_attention", real)
-    assert _sdpa_backend(torch, torch.device("cpu"), torch.float32, shape, band=True)[1] != "default"
+    assert sdpa_backend(torch, torch.device("cpu"), torch.float32, shape, band=True)[1] != "default"
 
 
 def test_the_budget_skips_what_is_left_and_says_so(tmp_path):
