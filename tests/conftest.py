@@ -39,17 +39,16 @@ def pytest_collection_modifyitems(config, items):
 
 # The suite's real-server time: set-up, call and tear-down of every test under tests/integration
 # (servers and sweeps), summed and printed at the end of a run with the shared sweep's server start
-# beside it (the day's unit of time). A figure to measure and to shrink (README, docs/timing.md),
-# never an assertion: this machine's speed moves by a quarter within the hour, and a suite that
-# failed on the clock would fail a submission on a slow hour. The measured figures per CPU family:
-INTEGRATION_MEASURED = {
-    "avx512": "779 s (25.6 times its 30.4 s shared-sweep start) in a clean-clone `make test` of 16.9 min after set-up on a "
-              "2-core AVX-512 BF16 EPYC, 7b8bdf5, 2026-12-05 06:57; 763 s (26.0 x 29.3 s, 16.7 min) on b93654e that morning, "
-              "819 s (25.6 x 32.0 s, 17.9 min) on b555aa2 in a slower hour",
-    "avx2": "1,630 s (27.0 times its 60.5 s shared-sweep start) in a clean-clone `make test` of 33.9 min after set-up "
-            "on a 2-core AVX2-only EPYC (fp32 servers), 6a2b98b, 2026-12-04 15:42; 1,687 s (31.7 x 53.2 s) on 9073524 "
-            "an hour before; the suite about 22-23 min after set-up expected since (docs/timing.md), not measured",
-}
+# beside it (the day's unit of time), and beside it the newest recorded clean-clone run of this CPU
+# family (ledgers/suite, specnb.ledger.suite: tools/time_suite.py writes them). A figure to measure
+# and to shrink, never an assertion: this machine's speed moves by a quarter within the hour, and a
+# suite that failed on the clock would fail a submission on a slow hour.
+def measured_line(family: str) -> str:
+    from specnb.ledger.suite import describe, latest
+
+    run = latest(family)
+    return f"last recorded: {describe(run)}" if run else "no clean-clone run recorded for it (tools/time_suite.py)"
+
 
 # CI=true: a component the suite needs (Chromium, Playwright, JupyterLab, Ray, the CPU models, an
 # engine flag) that is missing fails, with one line naming it and how to install it; a run outside
@@ -157,7 +156,7 @@ def pytest_sessionfinish(session, exitstatus):
     level, emulated = cpu_isa()  # make test-as-avx2: the other family's choices, not its speed
     as_what = f", emulating {level}: its choices, not its speed" if emulated else ""
     line = (f"real-server tests: {spent:.0f} s over {SPENT['tests']} tests{in_starts}; a figure, not a budget "
-            f"(this CPU family, {FAMILY}{as_what}, measured {INTEGRATION_MEASURED[FAMILY]})")
+            f"(this CPU family, {FAMILY}{as_what}; {measured_line(FAMILY)})")
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.write_line(line)

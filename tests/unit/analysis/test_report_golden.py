@@ -38,7 +38,7 @@ def committed_runs() -> list[str]:
     logs (specnb watch-plot draws them) and the step-time probes (python -m specnb.figures.probe
     draws them) left out: they hold no points."""
     return sorted(str(p.relative_to(paths.ROOT)) for p in paths.LEDGERS.glob("*/*/*")
-                  if p.is_dir() and p.parts[-3] not in ("published", "watch", "probe"))
+                  if p.is_dir() and p.parts[-3] not in ("published", "watch", "probe", "suite"))
 
 
 def stored_name(run: str) -> str:
