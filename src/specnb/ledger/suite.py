@@ -110,7 +110,7 @@ def parse_log(timed: list[tuple[float, str]]) -> dict[str, Any]:
     marks = [next((t for t, line in timed if mark in line and line.lstrip().startswith((".venv", "/"))), None)
              for mark in PASS_MARKS]
     end = timed[-1][0] if timed else 0.0
-    out: dict[str, Any] = {"setup_s": marks[0], "pass1_s": None, "pass2_s": None, "pass1_tests": None,
+    out: dict[str, Any] = {"setup_s": None if marks[0] is None else round(marks[0], 1), "pass1_s": None, "pass2_s": None, "pass1_tests": None,
                            "pass2_tests": None, "failed": 0, "real_server_s": None, "shared_start_s": None}
     if marks[0] is not None:
         out["pass1_s"] = round((marks[1] if marks[1] is not None else end) - marks[0], 1)
