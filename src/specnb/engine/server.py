@@ -31,7 +31,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +47,7 @@ from specnb.engine.vllm import (
     serve_command,
     single_worker,
 )
+from specnb.ledger.names import EndpointMode
 
 __all__ = [
     "stop_group",
@@ -59,7 +59,6 @@ __all__ = [
     "EndpointAuthError",
     "KvCapacity",
     "bearer",
-    "EndpointMode",
     "Endpoint",
     "VllmServer",
     "attach",
@@ -194,14 +193,6 @@ def _post(url: str, timeout: float = 10.0, api_key: str | None = None) -> int:
 
 
 # --------------------------------------------------------------------------- endpoint
-
-class EndpointMode(StrEnum):
-    """How specnb came by a server: it launched it, or it attached to one already running (as a
-    ledger's ``server.mode`` records it)."""
-
-    LAUNCHED = "launched"
-    ATTACHED = "attached"
-
 
 @dataclass
 class Endpoint:

@@ -12,7 +12,7 @@ from enum import StrEnum
 
 import pandas as pd
 
-__all__ = ["Status", "LoadMode", "Flag", "BASELINE", "REFUSED_ERROR", "usable", "PLAIN_CONDITION", "has_flag", "TWO_PROCESSES"]
+__all__ = ["Status", "LoadMode", "EndpointMode", "Flag", "BASELINE", "REFUSED_ERROR", "usable", "PLAIN_CONDITION", "has_flag", "TWO_PROCESSES"]
 
 
 class Status(StrEnum):
@@ -35,6 +35,14 @@ class LoadMode(StrEnum):
     @property
     def shape(self) -> str:
         return "closed" if self is LoadMode.CONCURRENCY else self.value
+
+
+class EndpointMode(StrEnum):
+    """How specnb came by a server: it launched it, or it attached to one already running (a
+    ledger's ``server.mode``; a server start's ``mode`` in a run's timing record)."""
+
+    LAUNCHED = "launched"
+    ATTACHED = "attached"
 
 
 class Flag(StrEnum):

@@ -22,6 +22,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from specnb.ledger.names import EndpointMode
+
 __all__ = ["TIMING_KIND", "TIMINGS_DIR", "Phase", "PHASES", "MEASURING", "read_timings", "spent_s", "total_phases",
            "overhead_line",
            "startup_line", "timing_lines", "format_duration", "STARTUP_SEGMENTS"]
@@ -139,7 +141,7 @@ def startup_line(records: Iterable[Mapping[str, Any]]) -> str | None:
     """``4 server starts: median 27 s to ready; longest part: engine_core_up (median 8 s: ...)``
     over the launched, successful starts of the records (None when there were none)."""
     starts = [s for r in records for s in r.get("server_starts") or []
-              if s.get("mode") == "launched" and s.get("ok", True) and s.get("ready_s") is not None]
+              if s.get("mode") == EndpointMode.LAUNCHED and s.get("ok", True) and s.get("ready_s") is not None]
     if not starts:
         return None
     ready = statistics.median(float(s["ready_s"]) for s in starts)
