@@ -114,19 +114,10 @@ def ledger_files(sources: Iterable[Path | str] | Path | str, superseded: bool = 
     return files
 
 
-def _row(led: PointLedger, path: Path) -> dict[str, Any]:
+def _arm_columns(led: PointLedger) -> dict[str, Any]:
     spec = led.arm.speculative_config or {}
     rates = synthetic_rates(led.arm.speculative_config)
-    params = led.parameters or {}
-    row: dict[str, Any] = {
-        "sweep": led.sweep,
-        # set by specnb.study; a plain sweep is one condition of its own
-        "axis": params.get("axis"),
-        "study": params.get("study"),
-        "condition": params.get("condition", PLAIN_CONDITION),
-        "tune_round": params.get("tune_round"),  # set by specnb tune on the points of its rounds
-        "point_id": led.point_id,
-        "status": led.status,
+    return {
         "arm": led.arm.name,
         "speculative": led.arm.speculative,
         "method": drafter_method(led.arm.speculative_config),
@@ -137,9 +128,11 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
         # a ceiling arm's acceptance was forced, not earned: keep it apart in every analysis
         "synthetic_acceptance": rates is not None,
         "requested_acceptance_length": None if rates is None else 1.0 + sum(rates),
-        "workload": led.workload.name,
-        "workload_hash": led.workload.content_hash,
-        "workload_category": led.workload.category,
+    }
+
+
+def _load_columns(led: PointLedger) -> dict[str, Any]:
+    return {
         "concurrency": led.in_flight,  # an open loop: its cap on requests in flight
         "load_mode": led.load.mode if led.load else "closed",
         "rate_rps": led.load.rate_rps if led.load else None,
@@ -150,6 +143,51 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
         "conversations": led.load.conversations if led.load else None,
         "turns_min": led.workload.conversation.turns_min if led.workload.conversation else None,
         "turns_max": led.workload.conversation.turns_max if led.workload.conversation else None,
+    }
+
+
+def _server_columns(led: PointLedger) -> dict[str, Any]:
+    return {
+        "server_mode": led.server.mode if led.server else None,
+        "served_model": led.server.model if led.server else None,
+        "server_ready_s": led.server.ready_s if led.server else None,
+        "kv_cache_tokens": (led.server.kv_capacity or {}).get("total_tokens") if led.server else None,
+        "startup_decisions": (json.dumps(led.server.startup_decisions, sort_keys=True)
+                              if led.server and led.server.startup_decisions is not None else None),
+    }
+
+
+def _measured_columns(led: PointLedger) -> dict[str, Any]:
+    """The point's numbers: its results, the engine's speculative counters, the server's samples
+    and the prefix cache's (numbers only)."""
+    row = {k: v for k, v in (led.results or {}).items() if isinstance(v, (int, float)) or v is None}
+    sd = led.spec_decode
+    row["acceptance_rate"] = sd.acceptance_rate if sd else None
+    row["mean_acceptance_length"] = sd.mean_acceptance_length if sd else None
+    row["num_drafts"] = sd.num_drafts if sd else None
+    row["accepted_output_share"] = sd.accepted_output_share if sd else None
+    row["per_position_acceptance"] = list(sd.per_position_acceptance) if sd else None
+    row.update({k: v for k, v in (led.server_samples or {}).items() if isinstance(v, (int, float)) or v is None})
+    row.update(led.cache or {})
+    return row
+
+
+def _row(led: PointLedger, path: Path) -> dict[str, Any]:
+    params = led.parameters or {}
+    row: dict[str, Any] = {
+        "sweep": led.sweep,
+        # set by specnb.study; a plain sweep is one condition of its own
+        "axis": params.get("axis"),
+        "study": params.get("study"),
+        "condition": params.get("condition", PLAIN_CONDITION),
+        "tune_round": params.get("tune_round"),  # set by specnb tune on the points of its rounds
+        "point_id": led.point_id,
+        "status": led.status,
+        **_arm_columns(led),
+        "workload": led.workload.name,
+        "workload_hash": led.workload.content_hash,
+        "workload_category": led.workload.category,
+        **_load_columns(led),
         "repeat": led.repeat,
         "arm_position": led.arm_position,
         "temperature": led.sampling.temperature,
@@ -161,12 +199,7 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
         # the node an executor ran the point on (a fleet's Ray node id; None for a local run)
         "node_id": (led.provenance.executor or {}).get("node_id"),
         "vllm_version": led.provenance.versions.get("vllm"),
-        "server_mode": led.server.mode if led.server else None,
-        "served_model": led.server.model if led.server else None,
-        "server_ready_s": led.server.ready_s if led.server else None,
-        "kv_cache_tokens": (led.server.kv_capacity or {}).get("total_tokens") if led.server else None,
-        "startup_decisions": (json.dumps(led.server.startup_decisions, sort_keys=True)
-                              if led.server and led.server.startup_decisions is not None else None),
+        **_server_columns(led),
         "flags": ",".join(led.flags),
         "panel_hash": led.workload.panel_hash,
         "panel_size": led.sizing.panel_size if led.sizing else None,
@@ -186,21 +219,7 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
         "error_detail": (led.failure.log_tail or led.failure.message) if led.failure else None,
         "path": str(path),
     }
-    res = led.results or {}
-    for k, v in res.items():
-        if isinstance(v, (int, float)) or v is None:
-            row[k] = v
-    sd = led.spec_decode
-    row["acceptance_rate"] = sd.acceptance_rate if sd else None
-    row["mean_acceptance_length"] = sd.mean_acceptance_length if sd else None
-    row["num_drafts"] = sd.num_drafts if sd else None
-    row["accepted_output_share"] = sd.accepted_output_share if sd else None
-    row["per_position_acceptance"] = list(sd.per_position_acceptance) if sd else None
-    for k, v in (led.server_samples or {}).items():
-        if isinstance(v, (int, float)) or v is None:
-            row[k] = v
-    for k, v in (led.cache or {}).items():
-        row[k] = v
+    row.update(_measured_columns(led))
     return row
 
 

@@ -228,25 +228,33 @@ def calibrate(df: pd.DataFrame, target: TargetModel, *, drafter: Drafter = NGRAM
         s_arr, y_spec = arrays(spec), spec["output_tok_s"].to_numpy(float)
         spec_pred = FitQuality.of(step_terms(hw, target, drafter, **s_arr).tok_s, y_spec)
         if names and len(spec) > len(names):
-
-            def with_costs(x: np.ndarray) -> Drafter:
-                x = np.clip(x, -60.0, 10.0)
-                return replace(drafter, **{n: max(float(np.exp(v)), _FLOOR[n]) for n, v in zip(names, x, strict=True)})
-
-            def spec_res(x: np.ndarray) -> np.ndarray:
-                return np.log(step_terms(hw, target, with_costs(x), **s_arr).tok_s) - np.log(y_spec)
-
-            s_step = s_arr["batch"] * s_arr["tau"] / y_spec
-            scale = {"step_overhead_s": 0.1, "per_request_s": 0.01, "per_token_s": 0.01}
-            g = np.log([max(scale[n] * s_step.min(), 1e-7) for n in names])
-            grid = itertools.product((-2.0, 0.0, 1.0), repeat=len(names))
-            xs = fit_least_squares(spec_res, [g + np.log(10.0) * np.array(s) for s in grid])
-            fitted = with_costs(xs)
-            spec_fit = FitQuality.of(step_terms(hw, target, fitted, **s_arr).tok_s, y_spec)
-            uncertainty.update({f"drafter_{n}": v for n, v in uncertainty_factors(spec_res, xs, names).items()})
+            fitted, spec_fit, spec_unc = _fit_drafter_costs(hw, target, drafter, names, s_arr, y_spec)
+            uncertainty.update(spec_unc)
             pts["predicted_tok_s"] = step_terms(hw, target, fitted, **arrays(pts)).tok_s
     base_q = FitQuality.of(step_terms(hw, target, drafter, **b_arr).tok_s, y_base)
     return Calibration(hw, fitted, base_q, spec_pred, spec_fit, uncertainty, fixed, pts)
+
+
+def _fit_drafter_costs(hw: Hardware, target: TargetModel, drafter: Drafter, names: Sequence[str],
+                       s_arr: dict[str, Any], y_spec: np.ndarray) -> tuple[Drafter, FitQuality, dict[str, float]]:
+    """The drafter's ``names`` costs fitted to the speculative points (least squares of ln tok/s) on
+    the fitted hardware: the drafter, its fit quality, each cost's one-sigma factor."""
+
+    def with_costs(x: np.ndarray) -> Drafter:
+        x = np.clip(x, -60.0, 10.0)
+        return replace(drafter, **{n: max(float(np.exp(v)), _FLOOR[n]) for n, v in zip(names, x, strict=True)})
+
+    def spec_res(x: np.ndarray) -> np.ndarray:
+        return np.log(step_terms(hw, target, with_costs(x), **s_arr).tok_s) - np.log(y_spec)
+
+    s_step = s_arr["batch"] * s_arr["tau"] / y_spec
+    scale = {"step_overhead_s": 0.1, "per_request_s": 0.01, "per_token_s": 0.01}
+    g = np.log([max(scale[n] * s_step.min(), 1e-7) for n in names])
+    grid = itertools.product((-2.0, 0.0, 1.0), repeat=len(names))
+    xs = fit_least_squares(spec_res, [g + np.log(10.0) * np.array(s) for s in grid])
+    fitted = with_costs(xs)
+    quality = FitQuality.of(step_terms(hw, target, fitted, **s_arr).tok_s, y_spec)
+    return fitted, quality, {f"drafter_{n}": v for n, v in uncertainty_factors(spec_res, xs, names).items()}
 
 
 def check_against_anatomy(frame: pd.DataFrame, hw: Hardware, target: TargetModel, drafter: Drafter,

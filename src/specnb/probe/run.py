@@ -247,6 +247,27 @@ def weights_plan(shape: Shape, nbytes: int, free: int) -> bool:
     return True
 
 
+def _probe_doc(torch, model, device, dtype_name: str, nbytes: int, *, backend_name: str, use_graphs: bool,
+               budget_s: float, command: str, local: bool) -> dict:
+    """A shape's ledger before its first cell: the device, the software, how the step is run."""
+    from specnb.probe.model import ProbeModel
+
+    shape = model.shape
+    return {
+        "schema": SCHEMA, "kind": "probe", "shape": shape.to_dict(), "params": shape.params(),
+        "device": device_info(torch, device), "dtype": DTYPES[dtype_name], "attention": f"sdpa:{backend_name}",
+        "moe_kernel": model.moe_kernel, "graphs": use_graphs, "weights_shared": model.shared_layers,
+        "weights_bytes": ProbeModel.nbytes(shape, nbytes, model.shared_layers), "budget_s": budget_s,
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"), "command": command, "ended": "running",
+        "cells": [], "skipped": [],
+        "method": "median of repeated steps after 2 warm-up steps; random weights; contiguous KV; "
+                  "logits for every new token",
+        "window_mask": None if not local else ("exact band" if model.exact_window else
+                                               "lower-right causal from the first new token's window "
+                                               "(up to q - 1 keys more per token)"),
+    }
+
+
 def probe_shape(shape: Shape, *, device_name: str, dtype_name: str, cells: Iterable[Cell], budget_s: float,
                 out: Path, graphs: bool = True, echo: Callable[[str], None] = print,
                 command: str = "", repeats: tuple[int, int] = (5, 50)) -> dict:
@@ -271,19 +292,8 @@ def probe_shape(shape: Shape, *, device_name: str, dtype_name: str, cells: Itera
     use_graphs = graphs and device.type == "cuda" and model.capturable
     timer = _timer(torch, device)
     cells = list(cells)
-    doc = {
-        "schema": SCHEMA, "kind": "probe", "shape": shape.to_dict(), "params": shape.params(),
-        "device": device_info(torch, device), "dtype": DTYPES[dtype_name], "attention": f"sdpa:{backend_name}",
-        "moe_kernel": model.moe_kernel, "graphs": use_graphs, "weights_shared": shared_layers,
-        "weights_bytes": ProbeModel.nbytes(shape, nbytes, shared_layers), "budget_s": budget_s,
-        "started_at": datetime.now(UTC).isoformat(timespec="seconds"), "command": command, "ended": "running",
-        "cells": [], "skipped": [],
-        "method": "median of repeated steps after 2 warm-up steps; random weights; contiguous KV; "
-                  "logits for every new token",
-        "window_mask": None if not local else ("exact band" if model.exact_window else
-                                               "lower-right causal from the first new token's window "
-                                               "(up to q - 1 keys more per token)"),
-    }
+    doc = _probe_doc(torch, model, device, dtype_name, nbytes, backend_name=backend_name, use_graphs=use_graphs,
+                     budget_s=budget_s, command=command, local=local)
     out.mkdir(parents=True, exist_ok=True)
     ledger = _Ledger(out / f"{slug(shape.name)}.json", doc)
     ledger.write()

@@ -145,6 +145,25 @@ def _parse(obj: Any, where: str) -> tuple[list[dict[str, Any]], str | None] | st
     raise TrafficError(f"{where}: needs a 'prompt' string or a 'messages' list")
 
 
+def _imported(path: Path, prompts: list[Prompt], *, lines: int, usable: int, dropped: dict[str, int],
+              dropped_lines: dict[str, list[int]], sample: int | None, seed: int) -> dict[str, Any]:
+    """A workload's ``imported`` record: what was read, dropped (by reason, the first lines) and drawn."""
+    return {
+        "file": str(path),
+        "lines": lines,
+        "usable": usable,
+        "kept": len(prompts),
+        "dropped": dict(sorted(dropped.items())),
+        "dropped_lines": dict(sorted(dropped_lines.items())),
+        "sample": sample,
+        "seed": seed if sample is not None else None,
+        "with_response": sum(p.response is not None for p in prompts),
+        "multi_turn": sum(sum(m["role"] == "user" for m in p.messages) > 1 for p in prompts),
+        "max_prompt_chars": max(sum(len(message_text(m.get("content")) or "") for m in p.messages)
+                                for p in prompts),
+    }
+
+
 def load_traffic(
     path: str | Path,
     *,
@@ -215,20 +234,8 @@ def load_traffic(
     if sample is not None:
         rng = random.Random(seed)
         prompts = rng.sample(prompts, min(sample, usable))
-    record = {
-        "file": str(path),
-        "lines": lines,
-        "usable": usable,
-        "kept": len(prompts),
-        "dropped": dict(sorted(dropped.items())),
-        "dropped_lines": dict(sorted(dropped_lines.items())),
-        "sample": sample,
-        "seed": seed if sample is not None else None,
-        "with_response": sum(p.response is not None for p in prompts),
-        "multi_turn": sum(sum(m["role"] == "user" for m in p.messages) > 1 for p in prompts),
-        "max_prompt_chars": max(sum(len(message_text(m.get("content")) or "") for m in p.messages)
-                                for p in prompts),
-    }
+    record = _imported(path, prompts, lines=lines, usable=usable, dropped=dropped, dropped_lines=dropped_lines,
+                       sample=sample, seed=seed)
     wl_name = name or path.stem + (f":{category}" if category is not None else "")
     return Workload(name=wl_name, prompts=prompts, source=str(path), category=category, imported=record)
 

@@ -276,32 +276,9 @@ def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
     if not workloads and doc["stopped"] is None:
         doc["stopped"] = "nothing measured in the first repeats"
     by_arm = {(r["workload"], r["level"], r["arm"]): r for r in looks}
-    open_levels: list[tuple[float, tuple[str, float], str, int]] = []
-    open_looks: list[dict[str, Any]] = []
-    for key in sorted((wl, float(c)) for wl in workloads for c in spec.levels()):
-        rows, states = [], []
-        for arm in drafters:
-            r = by_arm.get((*key, arm))
-            if r is None:
-                r = {"workload": key[0], "level": key[1], "arm": arm, "repeats": [], "ratios": [], "look": None,
-                     "state": "open: no paired repeat yet", "noise": None}
-            elif final and r["state"] == "open":
-                r = {**r, "state": "open at the last look"}
-            states.append(r["state"])
-            rows.append(r)
-            doc["looks"].append(r)
-        still = [r for r in rows if r["state"].startswith("open") and r["state"] != "open at the last look"]
-        if still:
-            open_looks += still
-            n_have = max((len(r["repeats"]) for r in rows), default=0)
-            to_look = next((n for n in (design.looks or ()) if n > n_have), last) - n_have
-            for r in still:  # what the repeats to its next look would leave of its interval
-                r["noise"] = noise_parts((r.get("noise") or {}).get("start_var"), (r.get("noise") or {}).get(
-                    "prompt_var"), max(1, len(r["repeats"])), max(1, to_look)) if r.get("noise") else None
-            worst = min((_closeness(r) for r in rows), default=0.0)
-            shown = "; ".join(f"{r['arm']} {_look_text(r)}" for r in rows)
-            open_levels.append((worst, key, f"sequential: open ({shown}): repeat {repeat + 1} of at most {last}",
-                                max(1, to_look)))
+    keys = sorted((wl, float(c)) for wl in workloads for c in spec.levels())
+    open_levels, open_looks = _open_levels(keys, drafters, by_arm, design, final=final, repeat=repeat, last=last,
+                                           doc=doc)
     if doc["stopped"] is None and final:
         doc["stopped"] = f"the last look ({last} repeats) is done"
     elif doc["stopped"] is None and not open_levels:
@@ -312,24 +289,7 @@ def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
         scale = {wl: size / max(1, _panel_now(spec, df, before, wl)) for wl, size in grow.items()}
         chosen = sorted(open_levels, key=lambda t: (-t[0], t[1]))  # nearest to a decision first
         if spec.budget_s is not None:
-            left = spec.budget_s - elapsed_s
-            fit: list[tuple[float, tuple[str, float], str, int]] = []
-            for item in chosen:
-                # the repeats this level needs to reach its next look, all of them within the budget
-                need = max(n for *_, n in [*fit, item])
-                cost = repeat_cost(spec, df, [k for _, k, _, _ in [*fit, item]], scale)
-                if cost is None or cost * need <= left:  # None: nothing measured to cost it by
-                    fit.append(item)
-            full = repeat_cost(spec, df, [k for _, k, _, _ in chosen], scale)
-            doc["estimated_s"] = None if full is None else round(full, 1)
-            if not fit:
-                one = repeat_cost(spec, df, [chosen[0][1]], scale) or 0.0
-                doc["stopped"] = (f"time budget: {elapsed_s:.0f} s spent of {spec.budget_s:.0f} s; the nearest open level "
-                                  f"needs {chosen[0][3]} more repeat(s) to its next look, about {one * chosen[0][3]:.0f} s")
-            elif len(fit) < len(chosen):
-                kept = {k for _, k, _, _ in fit}
-                doc["left_out"] = [{"workload": k[0], "level": k[1]} for _, k, _, _ in chosen if k not in kept]
-            chosen = fit
+            chosen = _within_budget(spec, df, chosen, scale, elapsed_s, doc)
         if doc["stopped"] is None:
             for _, (wl, level), why_open, _ in sorted(chosen, key=lambda t: t[1]):
                 doc["levels"].setdefault(wl, []).append([level, why_open])
@@ -347,6 +307,67 @@ def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
              + (f"; {len(doc['left_out'])} left out for the time budget" if doc.get("left_out") else "")
              + "; " + "; ".join(doc["spend"]))
     return {wl: [(float(c), why) for c, why in lv] for wl, lv in doc["levels"].items()}
+
+
+_Open = tuple[float, tuple[str, float], str, int]  # closeness, (workload, level), why open, repeats to its next look
+
+
+def _open_levels(keys: list[tuple[str, float]], drafters: list[str], by_arm: dict[tuple[str, float, str], Any],
+                 design: Any, *, final: bool, repeat: int, last: int,
+                 doc: dict[str, Any]) -> tuple[list[_Open], list[dict[str, Any]]]:
+    """Each (workload, level)'s looks, one per drafter arm, into ``doc["looks"]``; the levels still
+    open (with how close each is to a decision, why it is open and the repeats to its next look)
+    and their open looks."""
+    open_levels: list[_Open] = []
+    open_looks: list[dict[str, Any]] = []
+    for key in keys:
+        rows = []
+        for arm in drafters:
+            r = by_arm.get((*key, arm))
+            if r is None:
+                r = {"workload": key[0], "level": key[1], "arm": arm, "repeats": [], "ratios": [], "look": None,
+                     "state": "open: no paired repeat yet", "noise": None}
+            elif final and r["state"] == "open":
+                r = {**r, "state": "open at the last look"}
+            rows.append(r)
+            doc["looks"].append(r)
+        still = [r for r in rows if r["state"].startswith("open") and r["state"] != "open at the last look"]
+        if still:
+            open_looks += still
+            n_have = max((len(r["repeats"]) for r in rows), default=0)
+            to_look = next((n for n in (design.looks or ()) if n > n_have), last) - n_have
+            for r in still:  # what the repeats to its next look would leave of its interval
+                r["noise"] = noise_parts((r.get("noise") or {}).get("start_var"), (r.get("noise") or {}).get(
+                    "prompt_var"), max(1, len(r["repeats"])), max(1, to_look)) if r.get("noise") else None
+            worst = min((_closeness(r) for r in rows), default=0.0)
+            shown = "; ".join(f"{r['arm']} {_look_text(r)}" for r in rows)
+            open_levels.append((worst, key, f"sequential: open ({shown}): repeat {repeat + 1} of at most {last}",
+                                max(1, to_look)))
+    return open_levels, open_looks
+
+
+def _within_budget(spec: SweepSpec, df: Any, chosen: list[_Open], scale: dict[str, float], elapsed_s: float,
+                   doc: dict[str, Any]) -> list[_Open]:
+    """The open levels, nearest to a decision first, whose repeats to their next look all fit in
+    what is left of the time budget; ``doc`` says the estimate, what was left out, or why none fits."""
+    left = spec.budget_s - elapsed_s
+    fit: list[_Open] = []
+    for item in chosen:
+        # the repeats this level needs to reach its next look, all of them within the budget
+        need = max(n for *_, n in [*fit, item])
+        cost = repeat_cost(spec, df, [k for _, k, _, _ in [*fit, item]], scale)
+        if cost is None or cost * need <= left:  # None: nothing measured to cost it by
+            fit.append(item)
+    full = repeat_cost(spec, df, [k for _, k, _, _ in chosen], scale)
+    doc["estimated_s"] = None if full is None else round(full, 1)
+    if not fit:
+        one = repeat_cost(spec, df, [chosen[0][1]], scale) or 0.0
+        doc["stopped"] = (f"time budget: {elapsed_s:.0f} s spent of {spec.budget_s:.0f} s; the nearest open level "
+                          f"needs {chosen[0][3]} more repeat(s) to its next look, about {one * chosen[0][3]:.0f} s")
+    elif len(fit) < len(chosen):
+        kept = {k for _, k, _, _ in fit}
+        doc["left_out"] = [{"workload": k[0], "level": k[1]} for _, k, _, _ in chosen if k not in kept]
+    return fit
 
 
 def _look_text(r: dict[str, Any]) -> str:
