@@ -433,6 +433,16 @@ async def drive(target: ChatTarget, load: Load, items: Sequence[Any], sampling: 
     return await _DRIVERS[type(load)](target, load, items, sampling, on_done)
 
 
+def _from_streams(concurrency: int, records: list[Any], raw: Any, t0: float, cpu_util: Any,
+                  loop_busy: Any) -> PointLoad:
+    """A closed loop's point (a conversation replay's too): the raw streams parsed into their
+    records, then the load over them, its clock's zero at ``t0``."""
+    parse_s = parse_streams(records, raw, t0)
+    pl = point_load(concurrency, records, cpu_util, parse_s, loop_busy=loop_busy)
+    pl.clock_zero_s = t0
+    return pl
+
+
 @_drives(ClosedLoop)
 async def drive_closed(target: ChatTarget, load: ClosedLoop, prompts: Sequence[Any], sampling: dict[str, Any],
                        on_done: OnDone = None) -> PointLoad:
@@ -444,10 +454,7 @@ async def drive_closed(target: ChatTarget, load: ClosedLoop, prompts: Sequence[A
     res = await closed_loop(requests, min(load.concurrency, load.num_requests), lambda: next(counter, None),
                             prompt_offset=load.prompt_offset, timeout_s=target.timeout_s, on_done=on_done,
                             num_requests=load.num_requests)
-    parse_s = parse_streams(res.records, res.raw, res.t0)
-    pl = point_load(load.concurrency, res.records, res.cpu_util, parse_s, loop_busy=res.loop_busy)
-    pl.clock_zero_s = res.t0
-    return pl
+    return _from_streams(load.concurrency, res.records, res.raw, res.t0, res.cpu_util, res.loop_busy)
 
 
 async def run_load(
@@ -720,9 +727,7 @@ async def drive_conversations(target: ChatTarget, load: ConversationReplay, conv
             await replay.run()
     finally:
         pool.close()
-    parse_s = parse_streams(replay.records, pool.raw, replay.t0)
-    pl = point_load(load.users, replay.records, meter.cpu_util, parse_s, loop_busy=meter.loop_busy)
-    pl.clock_zero_s = replay.t0
+    pl = _from_streams(load.users, replay.records, pool.raw, replay.t0, meter.cpu_util, meter.loop_busy)
     pl.conversations = load.num_conversations
     pl.turns_skipped = replay.skipped
     return pl
