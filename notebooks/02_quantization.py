@@ -66,7 +66,6 @@ from IPython.display import Markdown, display
 from specnb.analysis import absolute
 from specnb.figures import arm_colors, panels
 from specnb.figures import published as seeds
-from specnb.analysis.latency import frontier
 from specnb.notebooks import open_axis
 
 nb = open_axis("quantization", globals())
@@ -117,14 +116,7 @@ table[["condition_label", "arm", "concurrency", "n_repeats", "base_tok_s", "spec
 # beats on both. A multiplier can hide a slower server; this shows what each checkpoint delivers.
 
 # %%
-front = frontier(nb.df.assign(arm=nb.df.condition_label.astype(str) + " · " + nb.df.arm, condition="all"))
-fig, axes = panels.new_figure(ncols=front.workload.nunique(), width=5.0, height=3.8)
-for ax, (wl, g) in zip(axes[0], front.groupby("workload", sort=True)):
-    panels.frontier(ax, g, title=wl)
-axes[0][0].legend(loc="best", fontsize=7)
-nb.save(fig, "quantization-frontier", caption="Per-user decode tok/s against aggregate output tok/s for every checkpoint and "
-        "arm across concurrency (labels); rings: the Pareto front over all of them.")
-front[front.pareto][["workload", "arm", "concurrency", "per_user_tok_s", "output_tok_s"]].round(1)
+nb.condition_frontier("quantization-frontier", "checkpoint")
 
 # %% [markdown]
 # ## What seed 000 published (a separate panel: a different model, engine and GPU)

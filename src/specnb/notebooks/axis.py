@@ -86,6 +86,23 @@ class AxisRun:
         text = format_run_report(load_run(self.folder), opts)
         print(f"$ specnb report {paths.portable(str(self.folder))}\n{text}")
 
+    def condition_frontier(self, fig_id: str, what: str) -> pd.DataFrame:
+        """Per-user decode tok/s against aggregate output tok/s for every condition (``what``: a
+        checkpoint, a layout) and arm across concurrency, a panel per workload, rings on the Pareto
+        front over all of them; saved as ``fig_id``. Returns the front's rows."""
+        from specnb.analysis.latency import frontier
+        from specnb.figures import panels
+
+        front = frontier(self.df.assign(arm=self.df.condition_label.astype(str) + " · " + self.df.arm,
+                                        condition="all"))
+        fig, axes = panels.new_figure(ncols=front.workload.nunique(), width=5.0, height=3.8)
+        for ax, (wl, g) in zip(axes[0], front.groupby("workload", sort=True)):
+            panels.frontier(ax, g, title=wl)
+        axes[0][0].legend(loc="best", fontsize=7)
+        self.save(fig, fig_id, caption=f"Per-user decode tok/s against aggregate output tok/s for every {what} and "
+                  "arm across concurrency (labels); rings: the Pareto front over all of them.")
+        return front[front.pareto][["workload", "arm", "concurrency", "per_user_tok_s", "output_tok_s"]].round(1)
+
     def save(self, fig: Any, fig_id: str, caption: str = "", sources: Iterable[Path | str] | None = None,
              **kwargs: Any) -> dict[str, Path]:
         """:func:`specnb.figures.save.save_figure` with this run as the default source."""
