@@ -4,7 +4,7 @@ result (common.save_result). bench_clients.py runs this pinned to a core.
 
 Clients:
   specnb          specnb.engine.loadgen.run_load of this checkout (``--procs`` > 1: over that many client
-                  processes, specnb.engine.clients.run_load)
+                  processes, specnb.engine.clients.run_load_in_processes)
   specnb-before   specnb's load generator as committed at ``--commit`` (default BEFORE_COMMIT, the aiohttp
                   client before the raw-connection one), built from git into out/src-<commit>/: git keeps
                   the old client, nothing is copied into the tree
@@ -67,17 +67,21 @@ def main(argv=None) -> int:
             "procs": args.procs, "pid": os.getpid()}
     if args.client == "specnb":
         sys.path.insert(0, os.path.join(ROOT, "src"))
-        from specnb.engine import clients as mod
+        from specnb.engine import clients
+
+        run = clients.run_load_in_processes
         kw = {"processes": args.procs}
         meta["source"] = "this checkout"
     else:
         sys.path.insert(0, source_at(args.commit))
-        from specnb.engine import loadgen as mod
+        from specnb.engine import loadgen
+
+        run = loadgen.run_load
         kw = {}
         meta["source"] = f"src/specnb/engine/loadgen.py at {args.commit}"
     cpu0, w0 = _cpu(), time.perf_counter()
-    pl = asyncio.run(mod.run_load(args.url, args.model, prompts, args.concurrency, args.num_requests,
-                                  dict(common.SAMPLING), **kw))
+    pl = asyncio.run(run(args.url, args.model, prompts, args.concurrency, args.num_requests,
+                         dict(common.SAMPLING), **kw))
     w1, cpu1 = time.perf_counter(), _cpu()
     # records are relative to the client's own start instant, which it does not return: only
     # differences (windows, gaps) are used, so any offset will do

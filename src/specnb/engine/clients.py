@@ -1,7 +1,7 @@
 """One closed-loop point spread over several client processes: one counter, one clock.
 
 A fast GPU server can stream more chunks per second than one client core ingests. With
-``run_load(..., processes=P)`` the ``concurrency`` in-flight slots are split over P client
+``run_load_in_processes(..., processes=P)`` the ``concurrency`` in-flight slots are split over P client
 processes (``spawn``: safe from a program that already runs threads or an event loop; slot ids
 stay global, process p runs slots ``[offset_p, offset_p + share_p)``), and every slot in every
 process takes the next request index from ONE shared counter, so the semantics are those of
@@ -31,7 +31,7 @@ from typing import Any
 from specnb.engine import loadgen, wire
 from specnb.engine.records import parse_streams
 
-__all__ = ["run_load", "shares"]
+__all__ = ["run_load_in_processes", "shares"]
 
 READY_TIMEOUT_S = 120.0
 START_DELAY_S = 0.1  # after the last process is ready: time for every one to see the start
@@ -152,7 +152,7 @@ def _drain(q: Any, into: dict[int, tuple]) -> None:
         into[item[0]] = item[1:]
 
 
-async def run_load(
+async def run_load_in_processes(
     base_url: str, model: str, prompts: Sequence[Any], concurrency: int, num_requests: int,
     sampling: dict[str, Any], *, processes: int = 1, request_timeout_s: float = 600.0,
     session: Any = None, headers: Mapping[str, str] | None = None,

@@ -480,7 +480,7 @@ async def run_load(
     key) and timeout; ``headers`` adds to them. ``on_done`` sees each record when its request
     ends, with index, slot, prompt, times, HTTP status and transport errors; the stream's fields
     (chunks, tokens, finish reason, acceptance, in-stream errors) are filled before ``run_load``
-    returns. Several client processes: :func:`specnb.engine.clients.run_load`. The keyword form
+    returns. Several client processes: :func:`specnb.engine.clients.run_load_in_processes`. The keyword form
     of :func:`drive_closed`.
     """
     _check(prompts, num_requests, concurrency)

@@ -96,7 +96,7 @@ class AxisRun:
         front = frontier(self.df.assign(arm=self.df.condition_label.astype(str) + " · " + self.df.arm,
                                         condition="all"))
         fig, axes = panels.new_figure(ncols=front.workload.nunique(), width=5.0, height=3.8)
-        for ax, (wl, g) in zip(axes[0], front.groupby("workload", sort=True)):
+        for ax, (wl, g) in zip(axes[0], front.groupby("workload", sort=True), strict=True):
             panels.frontier(ax, g, title=wl)
         axes[0][0].legend(loc="best", fontsize=7)
         self.save(fig, fig_id, caption=f"Per-user decode tok/s against aggregate output tok/s for every {what} and "

@@ -71,7 +71,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, progress: bool = True,
     starts. Every check that can fail on bad input runs before the first server starts."""
     ex = executor if isinstance(executor, ExecutorSpec) else ExecutorSpec.model_validate(executor)
     if ex.local:
-        from specnb.sweep.runner import run_sweep as run_here
+        from specnb.sweep.runner import run_sweep_here as run_here
 
         return run_here(spec, out_dir, progress=progress, echo=echo)
     from specnb.sweep.fleet import run_fleet  # Ray only when it is chosen

@@ -74,7 +74,7 @@ async def _measure(
         try:
             sampling = spec.sampling.model_dump()
             if pt.load == LoadMode.CONCURRENCY:
-                pl = await clients.run_load(
+                pl = await clients.run_load_in_processes(
                     ep.base_url, ep.model, panel, int(pt.level), n, sampling, session=session, on_done=on_done,
                     return_token_ids=spec.return_token_ids, processes=spec.client_workers,
                 )

@@ -41,7 +41,7 @@ from specnb.prompts.workload import Workload, WorkloadError
 from specnb.sweep.arm import DEFAULT_API_KEY_ENV, Arm, ArmError, check_drafter
 from specnb.sweep.spec import SweepError, SweepSpec
 
-__all__ = ["prepare", "Prepared", "check_endpoints", "check_kernels", "check_engine_release", "CPU_CEILING_DRAFTERS", "TOKENIZER_FILES", "in_hub_cache"]
+__all__ = ["prepare", "PreflightResult", "check_endpoints", "check_kernels", "check_engine_release", "CPU_CEILING_DRAFTERS", "TOKENIZER_FILES", "in_hub_cache"]
 
 # any of these in a model folder is a tokenizer vLLM can load
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "tekken.json")
@@ -215,7 +215,7 @@ def _check_out_dir(out_dir: Path) -> None:
         raise SweepError(str(exc)) from None
 
 
-class Prepared(NamedTuple):
+class PreflightResult(NamedTuple):
     """What preflight resolved for a sweep."""
 
     model: str | None  # the target, resolved (a local folder's absolute path)
@@ -279,7 +279,7 @@ def check_kernels(spec: SweepSpec, model: str | None,
     return refused, fallback, notes
 
 
-def prepare(spec: SweepSpec, out_dir: Path | str | None = None) -> Prepared:
+def prepare(spec: SweepSpec, out_dir: Path | str | None = None) -> PreflightResult:
     """Every check that can fail before a server starts, for every arm: model, tokenizer,
     workloads, drafters, the baseline, ceilings, the engine's kernels on this CPU, the ledger
     folder (when given) and attached endpoints.
@@ -313,7 +313,7 @@ def prepare(spec: SweepSpec, out_dir: Path | str | None = None) -> Prepared:
     check_endpoints(spec)  # the network, after every local check
     if out_dir is not None:  # last: it creates the folder, and a refused sweep leaves none
         _check_out_dir(Path(out_dir))
-    return Prepared(model, wls, notes, refused, fallback, kp.summary() if kp is not None else None)
+    return PreflightResult(model, wls, notes, refused, fallback, kp.summary() if kp is not None else None)
 
 
 def _check_histories(spec: SweepSpec, wls: dict[str, Workload]) -> None:

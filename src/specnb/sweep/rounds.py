@@ -45,7 +45,7 @@ class Rounds:
 
             self.round += 1
             with self.clock.phase(Phase.SEARCH):
-                self.levels = sequential.next_round(self.spec, self.out_dir, self.round, elapsed_s=elapsed_s,
+                self.levels = sequential.next_sequential_round(self.spec, self.out_dir, self.round, elapsed_s=elapsed_s,
                                                     echo=self.echo, workload_sets=self.workloads)
             return bool(self.levels)
         if self.spec.search is None:
@@ -55,7 +55,7 @@ class Rounds:
 
         self.round += 1
         with self.clock.phase(Phase.SEARCH):
-            self.levels = search.next_round(self.spec, self.out_dir, self.round, elapsed_s=elapsed_s, echo=self.echo)
+            self.levels = search.next_search_round(self.spec, self.out_dir, self.round, elapsed_s=elapsed_s, echo=self.echo)
         return bool(self.levels)
 
 

@@ -93,7 +93,7 @@ from specnb.sweep.servers import (
 from specnb.sweep.spec import SweepSpec
 
 __all__ = ["BlockRunner", "Prepared", "SweepOutcome", "announce", "ended_by", "preflight", "refusal_lines",
-           "run_sweep", "server_args_for", "PER_REQUEST_SPEC_FLAG", "PROMPT_DETAILS_FLAG", "CLIENT_BUSY"]
+           "run_sweep_here", "server_args_for", "PER_REQUEST_SPEC_FLAG", "PROMPT_DETAILS_FLAG", "CLIENT_BUSY"]
 
 
 @dataclass
@@ -487,7 +487,7 @@ class BlockRunner:
         self.measurer.record_failure(pt, exc, server_rec, started, log_tail, unticked, quiet, provenance)
 
 
-def run_sweep(
+def run_sweep_here(
     spec: SweepSpec,
     out_dir: str | Path,
     *,

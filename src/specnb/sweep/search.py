@@ -51,7 +51,7 @@ from specnb.ledger.runs import search_lines, search_record
 from specnb.sweep.preflight import flag_value
 from specnb.sweep.spec import SweepSpec
 
-__all__ = ["Step", "next_level", "search_cap", "next_round", "round_cost", "search_lines", "DEFAULT_CAP"]
+__all__ = ["Step", "next_level", "search_cap", "next_search_round", "round_cost", "search_lines", "DEFAULT_CAP"]
 
 DEFAULT_CAP = 256  # when nothing else bounds the search
 
@@ -149,7 +149,7 @@ def round_cost(spec: SweepSpec, df: pd.DataFrame, new_levels: int) -> float:
     return blocks * (ready + new_levels * point)
 
 
-def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
+def next_search_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
                echo: Callable[[str], None] = print) -> dict[str, list[tuple[float, str]]]:
     """The levels to measure in round ``round_`` per workload (empty: the search is over).
 

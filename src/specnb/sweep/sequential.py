@@ -42,7 +42,7 @@ from specnb.ledger import REFUSED_ERROR, load_ledgers, utcnow, write_once
 from specnb.ledger.runs import sequential_record
 from specnb.sweep.spec import SweepError, SweepSpec
 
-__all__ = ["rule_of", "level_looks", "next_round", "repeat_cost", "round_panels", "grown_panels", "noise_parts", "spend_text"]
+__all__ = ["rule_of", "level_looks", "next_sequential_round", "repeat_cost", "round_panels", "grown_panels", "noise_parts", "spend_text"]
 
 
 def rule_of(spec: SweepSpec) -> Design:
@@ -237,7 +237,7 @@ def _panel_now(spec: SweepSpec, df: pd.DataFrame, before: dict[str, int], wl: st
     return int(max(before.get(wl) or spec.panel_size or 0, 0 if have is None or pd.isna(have) else have))
 
 
-def next_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
+def next_sequential_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapsed_s: float,
                echo: Callable[[str], None] = print,
                workload_sets: dict[str, Any] | None = None) -> dict[str, list[tuple[float, str]]]:
     """The levels to measure in round ``round_`` (one more repeat each) per workload; empty: every

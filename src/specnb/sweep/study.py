@@ -265,7 +265,7 @@ class Study(BaseModel):
     def run(self, root: Path | str | None = None, run: str | None = None, *,
             progress: bool = True) -> tuple[Path, list[Any]]:
         """Measure (or resume) every condition into a run folder; returns it and the outcomes."""
-        from specnb.sweep.runner import SweepOutcome, run_sweep  # the engine side, only when measuring
+        from specnb.sweep.runner import SweepOutcome, run_sweep_here  # the engine side, only when measuring
 
         specs = self.specs()
         self.check()
@@ -279,12 +279,12 @@ class Study(BaseModel):
             outcomes = dict(zip(specs, done, strict=True))
         elif len(specs) == 1:  # one condition: one sweep, so an adaptive search decides on every repeat
             (name, spec), = specs.items()
-            outcomes[name] = run_sweep(spec, folder / name, progress=progress)
+            outcomes[name] = run_sweep_here(spec, folder / name, progress=progress)
         else:
             for r in range(self.repeats):  # repeat-major: drift lands on every condition alike
                 for name, spec in specs.items():
                     part = spec.model_copy(update={"repeats": r + 1})
-                    o = run_sweep(part, folder / name, progress=progress)
+                    o = run_sweep_here(part, folder / name, progress=progress)
                     outcomes[name] = outcomes[name].merge(o) if name in outcomes else o
         # the notebook runner (make measure-<axis>) exits non-zero when points failed, and 2 when
         # every condition was refused (nothing here could be measured: the refusals say why)

@@ -152,7 +152,7 @@ def test_itl_and_tpot_follow_the_servers_emission_log(stub_factory, concurrency,
 def test_two_client_processes_share_one_counter_and_one_clock(stub_factory):
     stub = stub_factory("--delay-ms", "10", "--chunks", "20", "--tokens-per-chunk", "1,3")
     sampling = {**SAMPLING, "seed": 100}
-    pl = asyncio.run(clients.run_load(stub.url, "stub", PROMPTS, 8, 40, sampling, prompt_offset=2, processes=2,
+    pl = asyncio.run(clients.run_load_in_processes(stub.url, "stub", PROMPTS, 8, 40, sampling, prompt_offset=2, processes=2,
                               headers={"Authorization": "Bearer k"}))
     assert pl.processes == 2 and len(pl.process_cpu_util) == 2
     assert pl.client_cpu_util == max(pl.process_cpu_util)
@@ -202,7 +202,7 @@ def test_client_busy_fires_when_the_client_is_saturated_and_not_when_idle(stub_f
     assert _client_busy(saturated)
     # in client processes the busiest one decides, and the figures come from the children
     fast = stub_factory("--delay-ms", "0", "--chunks", "64", "--burst", "8", "--no-log")
-    pl = asyncio.run(clients.run_load(fast.url, "stub", PROMPTS, 16, 400, SAMPLING, processes=2))
+    pl = asyncio.run(clients.run_load_in_processes(fast.url, "stub", PROMPTS, 16, 400, SAMPLING, processes=2))
     assert pl.client_cpu_util == max(pl.process_cpu_util) > 0.05
     assert pl.client_loop_busy is not None and 0 < pl.client_loop_busy <= 1
 
@@ -210,6 +210,6 @@ def test_client_busy_fires_when_the_client_is_saturated_and_not_when_idle(stub_f
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux only")
 def test_a_bad_process_count_is_one_clear_error():
     with pytest.raises(ValueError, match="processes must be >= 1"):
-        asyncio.run(clients.run_load("http://127.0.0.1:9", "stub", PROMPTS, 4, 4, SAMPLING, processes=0))
+        asyncio.run(clients.run_load_in_processes("http://127.0.0.1:9", "stub", PROMPTS, 4, 4, SAMPLING, processes=0))
     with pytest.raises(ValueError, match="base URL"):
         asyncio.run(run_load("127.0.0.1:9", "stub", PROMPTS, 4, 4, SAMPLING))

@@ -41,7 +41,7 @@ def test_a_study_reports_what_its_sweeps_could_not_measure(tmp_path, monkeypatch
         missing = ["b/copy/c1-r0 (ServerError)"] if spec.repeats == 1 else ["b/copy/c4-r1 (ErrorShare)"]
         return sweep_runner.SweepOutcome(out_dir=Path(out), failed_points=missing)
 
-    monkeypatch.setattr(sweep_runner, "run_sweep", fake_run)
+    monkeypatch.setattr(sweep_runner, "run_sweep_here", fake_run)
     monkeypatch.setattr(Study, "check", lambda self: None)
     target = tmp_path / "outcome.jsonl"
     monkeypatch.setenv(OUTCOME_FILE_ENV, str(target))

@@ -11,7 +11,7 @@ from specnb.analysis import paired_speedups, thresholds
 from specnb.analysis.estimator import LOSES, PAYS
 from specnb.analysis.thresholds import Threshold, fixed_sequence
 from specnb.ledger import load_ledgers, write_ledger
-from specnb.sweep.search import DEFAULT_CAP, next_level, next_round, search_cap, search_lines
+from specnb.sweep.search import DEFAULT_CAP, next_level, next_search_round, search_cap, search_lines
 from specnb.sweep.spec import SweepSpec
 from tests.unit.factories import ledger
 
@@ -116,23 +116,23 @@ def test_a_round_is_decided_once_written_and_replayed(tmp_path):
     for i, led in enumerate(df_rows):
         write_ledger(tmp_path / "points" / f"{i:03d}.json", led)
     said = []
-    levels = next_round(_spec(), tmp_path, 1, elapsed_s=10, echo=said.append)
+    levels = next_search_round(_spec(), tmp_path, 1, elapsed_s=10, echo=said.append)
     # one repeat: no level is decided, so nothing is known to lose and the search looks higher
     assert levels == {"copy": [(16.0, "ngram-k4: no level is known to lose up to c=8: extend to c=16")]}
     record = json.loads((tmp_path / "search" / "round-01.json").read_text())
     assert record["curves"][0]["cap_from"] and said
     # the record is what a resumed run follows, even if the data would now say otherwise
     write_ledger(tmp_path / "points" / "late.json", ledger("ngram-k4", c=16, tok_s=10.0, mal=3))
-    assert next_round(_spec(), tmp_path, 1, elapsed_s=999) == levels
+    assert next_search_round(_spec(), tmp_path, 1, elapsed_s=999) == levels
     # rounds and the time budget bound it
-    assert next_round(_spec(search={"max_rounds": 1}), tmp_path, 2, elapsed_s=0) == {}
+    assert next_search_round(_spec(search={"max_rounds": 1}), tmp_path, 2, elapsed_s=0) == {}
     assert "max_rounds" in json.loads((tmp_path / "search" / "round-02.json").read_text())["stopped"]
     # the factory's servers took 20 s to start and its points record no duration (30 s assumed):
     # a round of one new level costs 2 blocks x (20 + 30) s
-    assert next_round(_spec(search={"budget_s": 60}), tmp_path, 3, elapsed_s=50) == {}
+    assert next_search_round(_spec(search={"budget_s": 60}), tmp_path, 3, elapsed_s=50) == {}
     rec = json.loads((tmp_path / "search" / "round-03.json").read_text())
     assert "time budget" in rec["stopped"] and rec["estimated_s"] == pytest.approx(100.0)
-    assert next_round(_spec(search={"budget_s": 200}), tmp_path, 4, elapsed_s=50) != {}
+    assert next_search_round(_spec(search={"budget_s": 200}), tmp_path, 4, elapsed_s=50) != {}
 
 
 def test_the_report_says_why_each_search_stopped_and_what_it_left_unmeasured(tmp_path):
@@ -142,11 +142,11 @@ def test_the_report_says_why_each_search_stopped_and_what_it_left_unmeasured(tmp
         for i, led in enumerate([ledger("baseline", c=c, tok_s=100.0), ledger("ngram-k4", c=c, tok_s=100 * sp, mal=3)]):
             write_ledger(sweep / "points" / f"{c}-{i}.json", led)
     assert search_lines(run) == []  # no search: no lines
-    next_round(_spec(), sweep, 1, elapsed_s=10, echo=lambda _: None)
+    next_search_round(_spec(), sweep, 1, elapsed_s=10, echo=lambda _: None)
     lines = search_lines(run)
     assert "ended during round 1" in lines[0] and "cut short" in lines[0]  # no stop decision yet
     assert "extend to c=16" in lines[1] and "not measured" not in lines[1]
-    next_round(_spec(search={"budget_s": 60}), sweep, 2, elapsed_s=50, echo=lambda _: None)
+    next_search_round(_spec(search={"budget_s": 60}), sweep, 2, elapsed_s=50, echo=lambda _: None)
     lines = search_lines(run)
     assert lines[0].startswith("search (default): 2 round(s) decided, stopped before round 2: time budget")
     assert "c=16 not measured: the search stopped" in lines[1]

@@ -23,7 +23,7 @@ from specnb.analysis.design import Design
 from specnb.analysis.speedups import paired_speedups
 from specnb.ledger import load_ledgers
 from specnb.ledger.runs import sequential_lines
-from specnb.sweep.sequential import next_round, rule_of
+from specnb.sweep.sequential import next_sequential_round, rule_of
 from specnb.sweep.spec import SweepSpec
 
 FIXED = paths.LEDGERS / "concurrency" / "cpu-demo-fixed" / "20261204T174738Z" / "default"
@@ -83,7 +83,7 @@ def test_the_demo_runs_rounds_are_what_the_rule_says_of_its_ledgers(tmp_path, ru
         for earlier in records[: k - 1]:  # the rounds before it (their panels are the record's)
             (folder / "sequential").mkdir(exist_ok=True)
             shutil.copy2(earlier, folder / "sequential" / earlier.name)
-        levels = next_round(spec, folder, k, elapsed_s=doc["elapsed_s"], echo=lambda _: None)
+        levels = next_sequential_round(spec, folder, k, elapsed_s=doc["elapsed_s"], echo=lambda _: None)
         again = json.loads((folder / "sequential" / f.name).read_text())
         assert levels == {wl: [(float(c), why) for c, why in lv] for wl, lv in doc["levels"].items()}
         # the looks as recorded (what a projection of the noise would leave may be said differently later)

@@ -12,7 +12,7 @@ from specnb.analysis.estimator import per_look_alpha
 from specnb.ledger import write_ledger
 from specnb.ledger.runs import sequential_lines
 from specnb.sweep.plan import round_blocks, round_repeats
-from specnb.sweep.sequential import next_round
+from specnb.sweep.sequential import next_sequential_round
 from specnb.sweep.spec import SweepError, SweepSpec
 from tests.unit.factories import ledger
 
@@ -42,7 +42,7 @@ def _write(folder, ratios, duration_s=30.0):
 def test_only_the_open_level_gets_the_next_repeat_and_the_record_is_replayed(tmp_path):
     _write(tmp_path, RATIOS)
     said: list[str] = []
-    levels = next_round(_spec(), tmp_path, 1, elapsed_s=100, echo=said.append)
+    levels = next_sequential_round(_spec(), tmp_path, 1, elapsed_s=100, echo=said.append)
     assert list(levels) == ["copy"] and [c for c, _ in levels["copy"]] == [8.0]
     assert "open" in levels["copy"][0][1] and "repeat 5 of at most 6" in levels["copy"][0][1]
     rec = json.loads((tmp_path / "sequential" / "round-01.json").read_text())
@@ -54,7 +54,7 @@ def test_only_the_open_level_gets_the_next_repeat_and_the_record_is_replayed(tmp
     assert rec["looks"][0]["look"]["scope"] == "panel" and rec["spend"]
     # a resumed run follows the record, whatever the ledgers say now
     _write(tmp_path / "late", {8: [5.0, 5.0, 5.0, 5.0]})
-    assert next_round(_spec(), tmp_path, 1, elapsed_s=999) == levels
+    assert next_sequential_round(_spec(), tmp_path, 1, elapsed_s=999) == levels
     # the round's blocks are that one repeat (index 4), both arms, in the repeat's A B order
     blocks = round_blocks(_spec(), {"copy": _Wl()}, levels, 1)
     assert [(b[0].repeat, b[0].arm.name) for b in blocks] == [(4, "baseline"), (4, "ngram-k4")]
@@ -65,7 +65,7 @@ def test_a_level_between_two_looks_stays_open_for_its_balancing_repeat(tmp_path)
     # five repeats at c=1, all paying: 5 is no look (3 A B, 2 B A), so the level is still read at
     # its look after 4 repeats, and the round after it measures the sixth
     _write(tmp_path, {8: [1.30, 0.90, 1.10, 1.00, 1.2]})
-    levels = next_round(_spec(concurrency=[8]), tmp_path, 2, elapsed_s=0)
+    levels = next_sequential_round(_spec(concurrency=[8]), tmp_path, 2, elapsed_s=0)
     assert [c for c, _ in levels["copy"]] == [8.0] and "repeat 6 of at most 6" in levels["copy"][0][1]
     rec = json.loads((tmp_path / "sequential" / "round-02.json").read_text())
     assert rec["looks"][0]["look"]["n"] == 4 and rec["looks"][0]["state"] == "open"
@@ -77,7 +77,7 @@ class _Wl:
 
 def test_the_last_look_ends_the_rounds(tmp_path):
     _write(tmp_path, {8: [1.30, 0.90, 1.10, 1.2, 0.95, 1.05]})
-    assert next_round(_spec(concurrency=[8]), tmp_path, 3, elapsed_s=0) == {}
+    assert next_sequential_round(_spec(concurrency=[8]), tmp_path, 3, elapsed_s=0) == {}
     rec = json.loads((tmp_path / "sequential" / "round-03.json").read_text())
     assert "last look" in rec["stopped"] and rec["looks"][0]["state"] == "open at the last look"
     lines = sequential_lines(tmp_path)
@@ -89,11 +89,11 @@ def test_the_budget_keeps_the_levels_nearest_a_decision_and_stops_when_none_fits
     _write(tmp_path, ratios, duration_s=30.0)
     # one repeat of one level: one start per arm at the factory's 20 s plus 30 s per arm's point =
     # 100 s, and a level at its first look needs two repeats to reach the next: 200 s
-    levels = next_round(_spec(budget_s=350), tmp_path, 1, elapsed_s=100)
+    levels = next_sequential_round(_spec(budget_s=350), tmp_path, 1, elapsed_s=100)
     assert [c for c, _ in levels["copy"]] == [4.0]  # the nearest to a decision; two levels would need 320 s
     rec = json.loads((tmp_path / "sequential" / "round-01.json").read_text())
     assert {d["level"] for d in rec["left_out"]} == {1.0, 8.0} and rec["estimated_s"] == pytest.approx(220.0)
-    assert next_round(_spec(budget_s=350), tmp_path, 2, elapsed_s=300) == {}
+    assert next_sequential_round(_spec(budget_s=350), tmp_path, 2, elapsed_s=300) == {}
     stopped = json.loads((tmp_path / "sequential" / "round-02.json").read_text())["stopped"]
     assert "time budget" in stopped and "needs 2 more repeat(s) to its next look" in stopped
     lines = sequential_lines(tmp_path)
@@ -102,7 +102,7 @@ def test_the_budget_keeps_the_levels_nearest_a_decision_and_stops_when_none_fits
 
 def test_the_report_says_which_levels_stopped_early(tmp_path):
     _write(tmp_path, RATIOS)
-    next_round(_spec(), tmp_path, 1, elapsed_s=0)
+    next_sequential_round(_spec(), tmp_path, 1, elapsed_s=0)
     (tmp_path / "sequential" / "round-02.json").write_text(json.dumps({
         **json.loads((tmp_path / "sequential" / "round-01.json").read_text()), "round": 2, "levels": {},
         "stopped": "every level decided or at its last look"}))
@@ -201,7 +201,7 @@ def _write_arms(folder, ratios_by_arm, c=1, duration_s=30.0, start=0):
 def test_a_drafter_without_a_pair_keeps_its_level_open(tmp_path):
     # b's points at c=1 all failed: a alone is decided there, but the level is not
     _write_arms(tmp_path, {"a": [1.80, 1.75, 1.85, 1.78], "b": []})
-    levels = next_round(_two_drafters(concurrency=[1]), tmp_path, 1, elapsed_s=0)
+    levels = next_sequential_round(_two_drafters(concurrency=[1]), tmp_path, 1, elapsed_s=0)
     assert [c for c, _ in levels["copy"]] == [1.0]
     rec = json.loads((tmp_path / "sequential" / "round-01.json").read_text())
     assert {lk["arm"]: lk["state"] for lk in rec["looks"]} == {"a": "decided: pays", "b": "open: no paired repeat yet"}
@@ -211,7 +211,7 @@ def test_a_decision_stands_once_made_and_the_report_says_the_level_went_on(tmp_p
     # a is decided at the first look (4 repeats); b keeps the level open to the sixth, where a's
     # look would widen
     _write_arms(tmp_path, {"a": [1.80, 1.75, 1.85, 1.78, 0.9, 3.0], "b": [1.3, 0.9, 1.1, 1.0, 1.2, 0.95]})
-    assert next_round(_two_drafters(concurrency=[1]), tmp_path, 3, elapsed_s=0) == {}
+    assert next_sequential_round(_two_drafters(concurrency=[1]), tmp_path, 3, elapsed_s=0) == {}
     rec = json.loads((tmp_path / "sequential" / "round-03.json").read_text())
     states = {lk["arm"]: (lk["state"], lk["look"]["n"]) for lk in rec["looks"]}
     assert states == {"a": ("decided: pays", 4), "b": ("open at the last look", 6)}
@@ -229,20 +229,20 @@ def test_refused_drafters_and_a_missing_baseline_stop_the_rounds_with_a_reason(t
     write_ledger(tmp_path / "points" / "0.json", led)
     base = ledger("baseline", c=1, r=0)
     write_ledger(tmp_path / "points" / "1.json", base)
-    assert next_round(_spec(concurrency=[1]), tmp_path, 1, elapsed_s=0) == {}
+    assert next_sequential_round(_spec(concurrency=[1]), tmp_path, 1, elapsed_s=0) == {}
     assert "no drafter arm" in json.loads((tmp_path / "sequential" / "round-01.json").read_text())["stopped"]
     only = tmp_path / "nobase"
     write_ledger(only / "points" / "0.json", ledger("ngram-k4", c=1, r=0, mal=3))
-    assert next_round(_spec(concurrency=[1]), only, 1, elapsed_s=0) == {}
+    assert next_sequential_round(_spec(concurrency=[1]), only, 1, elapsed_s=0) == {}
     assert "nothing to pair" in json.loads((only / "sequential" / "round-01.json").read_text())["stopped"]
 
 
 def test_a_resume_under_another_rule_is_refused_in_one_line(tmp_path):
     _write(tmp_path, RATIOS)
-    next_round(_spec(), tmp_path, 1, elapsed_s=0)
+    next_sequential_round(_spec(), tmp_path, 1, elapsed_s=0)
     for changed in (dict(repeats=2), dict(sequential={"max_repeats": 8})):
         with pytest.raises(SweepError) as e:
-            next_round(_spec(**changed), tmp_path, 1, elapsed_s=0)
+            next_sequential_round(_spec(**changed), tmp_path, 1, elapsed_s=0)
         assert "measure into a new folder" in str(e.value) and "\n" not in str(e.value)
 
 
@@ -250,7 +250,7 @@ def test_a_level_without_a_measured_point_is_costed_at_the_runs_mean_point(tmp_p
     _write(tmp_path, {1: [1.3, 0.9, 1.1, 1.0]}, duration_s=30.0)
     # c=4 has no point at all: one start per arm (2 x 20 s) + the mean point (30 s) per arm for each
     # level; c=1 needs two repeats to its next look (200 s), c=4 needs its first four
-    levels = next_round(_spec(concurrency=[1, 4], budget_s=100 + 200), tmp_path, 1, elapsed_s=100)
+    levels = next_sequential_round(_spec(concurrency=[1, 4], budget_s=100 + 200), tmp_path, 1, elapsed_s=100)
     rec = json.loads((tmp_path / "sequential" / "round-01.json").read_text())
     assert rec["estimated_s"] == pytest.approx(40 + 60 + 60) and len(levels["copy"]) == 1 and rec["left_out"]
 
