@@ -108,14 +108,25 @@ def test_the_model_holds_the_weights_its_plan_counts(shape):
 
 
 def test_the_experts_grouped_kernel_and_the_loop_agree():
+    """Each kernel torch offers here (the grouped matmul where it runs on CPU, the per-expert loop
+    always) gives every token the weighted sum of its top-k experts, computed token by token."""
+    import torch.nn.functional as F
+
     shape = tiny(num_experts=5, num_experts_per_tok=2, moe_intermediate_size=24)
     model = ProbeModel(shape, torch.device("cpu"), torch.float32)
-    if model.moe_kernel != "grouped_mm":
-        pytest.skip(f"torch {torch.__version__} has no grouped matrix multiply on CPU")
+    lay = model.layers[0]
     x = torch.randn(7, shape.hidden_size)
-    grouped = model._moe(model.layers[0], x)
-    model.moe_kernel = "loop"
-    torch.testing.assert_close(grouped, model._moe(model.layers[0], x), rtol=1e-4, atol=1e-4)
+    probs = torch.softmax(F.linear(x, lay.router), dim=-1)
+    want = torch.zeros_like(x)
+    for t in range(x.shape[0]):
+        w, e = torch.topk(probs[t], shape.num_experts_per_tok)
+        for wi, ei in zip(w / w.sum(), e.tolist(), strict=True):
+            gate, up = (x[t] @ lay.e_gate_up[ei]).chunk(2)
+            want[t] += wi * ((F.silu(gate) * up) @ lay.e_down[ei])
+    kernels = [model.moe_kernel, "loop"] if model.moe_kernel != "loop" else ["loop"]
+    for kernel in kernels:
+        model.moe_kernel = kernel
+        torch.testing.assert_close(model._moe(lay, x), want, rtol=1e-4, atol=1e-4, msg=kernel)
 
 
 def test_a_model_too_large_shares_big_layers_and_refuses_small_ones():
