@@ -10,7 +10,6 @@ beside a profiled vLLM's (:mod:`specnb.analysis.probe`).
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,17 +17,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from specnb.figures.save import PALETTE, apply_style, save_figure
+from specnb.probe.run import probe_ledgers
 
-__all__ = ["load_probe", "cost_ratios", "probe_figure", "draw_run"]
+__all__ = ["cost_ratios", "probe_figure", "draw_run"]
 
 VERIFY_K = (3, 4, 7)
-
-
-def load_probe(path: Path | str) -> dict:
-    doc = json.loads(Path(path).read_text())
-    if doc.get("kind") != "probe":
-        raise ValueError(f"{path}: not a probe ledger")
-    return doc
 
 
 def _cell(doc: dict) -> dict[tuple[int, int, int], dict]:
@@ -98,11 +91,7 @@ def draw_run(folder: Path | str, out_dir: Path | str | None = None) -> list[Path
     """Each probe ledger of a run folder drawn beside it (or in ``out_dir``)."""
     folder = Path(folder)
     written = []
-    for path in sorted(folder.glob("*.json")):
-        try:
-            doc = load_probe(path)
-        except (ValueError, KeyError):
-            continue
+    for path, doc in probe_ledgers(folder):
         if not doc["cells"]:
             continue
         fig = probe_figure(doc)
@@ -137,11 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         anatomy = load_anatomy(a.beside)
         if not anatomy:
             p.error(f"{a.beside}: no step anatomy records under it")
-        for path in sorted(Path(a.run).glob("*.json")):
-            try:
-                doc = load_probe(path)
-            except (ValueError, KeyError):
-                continue
+        for path, doc in probe_ledgers(a.run):
             rows = beside_engine(doc, anatomy, a.length)
             print(f"\n{doc['shape']['name']} ({doc['dtype']}), L = {rows[0]['L'] if rows else '-'}: probe {path} "
                   f"beside {a.beside}")

@@ -30,6 +30,7 @@ import numpy as np
 
 from specnb.models.hardware import Hardware, StepCostError
 from specnb.models.optimize import fit_least_squares, uncertainty_factors
+from specnb.probe.run import KIND, probe_ledgers
 
 __all__ = ["ProbeFit", "read_probe", "probe_arrays", "probe_step_s", "fit_probe", "answer_basis", "TERMS"]
 
@@ -41,23 +42,17 @@ def read_probe(path: Path | str) -> tuple[dict[str, Any], Path]:
     """A probe ledger from its file, or the one ledger of a probe run's folder; one line if not."""
     path = Path(path)
     if path.is_dir():
-        found = []
-        for p in sorted(path.glob("*.json")):
-            try:
-                if json.loads(p.read_text()).get("kind") == "probe":
-                    found.append(p)
-            except (OSError, ValueError):
-                continue
+        found = probe_ledgers(path)
         if len(found) != 1:
             raise StepCostError(f"{path}: {len(found)} probe ledgers in the folder; name one file")
-        path = found[0]
+        return found[0][1], found[0][0]
     try:
         doc = json.loads(path.read_text())
     except OSError as exc:
         raise StepCostError(f"{path}: {exc.strerror}") from None
     except ValueError:
         raise StepCostError(f"{path}: not JSON") from None
-    if not isinstance(doc, dict) or doc.get("kind") != "probe":
+    if not isinstance(doc, dict) or doc.get("kind") != KIND:
         raise StepCostError(f"{path}: not a step-time probe ledger (specnb probe writes them)")
     return doc, path
 

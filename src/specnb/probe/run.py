@@ -39,6 +39,7 @@ from specnb.probe.shapes import ProbeError, Shape, load_shape, shape_names
 __all__ = ["Cell", "plan", "main", "probe_shape", "SCHEMA", "DEFAULT_BUDGET_S"]
 
 SCHEMA = "specnb.probe.v1"
+KIND = "probe"
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DEFAULT_QUERIES = (1, 2, 3, 4, 5, 6, 7, 8)
 DEFAULT_LENGTHS = (1024, 8192)
@@ -227,6 +228,20 @@ class _Ledger:
         tmp.replace(self.path)
 
 
+def probe_ledgers(folder: Path | str) -> list[tuple[Path, dict]]:
+    """The probe ledgers of a run's folder (its other JSON files, such as figures' sidecars, left
+    out), by file name."""
+    found = []
+    for path in sorted(Path(folder).glob("*.json")):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and doc.get("kind") == KIND:
+            found.append((path, doc))
+    return found
+
+
 def weights_plan(shape: Shape, nbytes: int, free: int) -> bool:
     """Whether the layers must share one layer's weights to fit in ``free`` bytes (a probe ledger
     says so); a ProbeError where even that does not fit, or where the layers are too small to share
@@ -254,7 +269,7 @@ def _probe_doc(torch, model, device, dtype_name: str, nbytes: int, *, backend_na
 
     shape = model.shape
     return {
-        "schema": SCHEMA, "kind": "probe", "shape": shape.to_dict(), "params": shape.params(),
+        "schema": SCHEMA, "kind": KIND, "shape": shape.to_dict(), "params": shape.params(),
         "device": device_info(torch, device), "dtype": DTYPES[dtype_name], "attention": f"sdpa:{backend_name}",
         "moe_kernel": model.moe_kernel, "graphs": use_graphs, "weights_shared": model.shared_layers,
         "weights_bytes": ProbeModel.nbytes(shape, nbytes, model.shared_layers), "budget_s": budget_s,

@@ -242,10 +242,11 @@ def test_the_budget_skips_what_is_left_and_says_so(tmp_path):
 
 
 def test_the_figure_draws_the_steps_and_the_verify_cost(tmp_path):
-    from specnb.figures.probe import cost_ratios, draw_run, load_probe
+    from specnb.figures.probe import cost_ratios, draw_run
+    from specnb.probe.run import probe_ledgers
 
     _run(tmp_path, "--batches", "1,2", "--queries", "1,4,5", "--lengths", "8")
-    doc = load_probe(tmp_path / "run" / "tiny.json")
+    ((_, doc),) = probe_ledgers(tmp_path / "run")
     ratios = cost_ratios(doc)
     assert {(r["k"], r["b"]) for r in ratios} == {(3, 1), (3, 2), (4, 1), (4, 2)}
     (png,) = draw_run(tmp_path / "run")
