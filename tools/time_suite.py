@@ -30,13 +30,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from specnb.ledger.suite import FAMILIES, current_table, describe, parse_log, read_runs, suite_dir, write_run  # noqa: E402
-
-
-def _family() -> str:
-    from specnb.ledger.provenance import cpu_isa
-
-    return "avx2" if cpu_isa(env={})[0] in ("avx2", "none") else "avx512"
+from specnb.ledger.suite import (  # noqa: E402
+    FAMILIES,
+    cpu_family,
+    current_table,
+    describe,
+    parse_log,
+    read_runs,
+    suite_dir,
+    write_run,
+)
 
 
 def _cpu() -> str:
@@ -72,7 +75,7 @@ def measure(repo: Path, commit: str, workdir: Path, log_path: Path) -> dict:
             proc.wait()
             raise
     parsed = parse_log(timed)
-    return {"family": _family(), "cpu": _cpu(), "commit": sha, "started_at": started.isoformat(timespec="seconds"),
+    return {"family": cpu_family(), "cpu": _cpu(), "commit": sha, "started_at": started.isoformat(timespec="seconds"),
             "how": f"clean clone of {sha}, CI=true bash .ci/run (tools/time_suite.py)", "clean_clone": True,
             "rc": rc, "total_s": round(time.monotonic() - t0, 1), **parsed}
 

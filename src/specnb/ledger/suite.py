@@ -19,7 +19,7 @@ from typing import Any
 
 from specnb import paths
 
-__all__ = ["KIND", "TRANSCRIBED_KIND", "FAMILIES", "suite_dir", "read_runs", "latest", "describe", "current_table",
+__all__ = ["KIND", "TRANSCRIBED_KIND", "FAMILIES", "cpu_family", "suite_dir", "read_runs", "latest", "describe", "current_table",
            "parse_log", "write_run"]
 
 KIND = "suite_timing"
@@ -31,6 +31,16 @@ _SUMMARY = re.compile(r"^=*\s*(?:(\d+) failed, )?(\d+) passed.*? in ([\d.]+)s")
 _FAILED_ONLY = re.compile(r"^=*\s*(\d+) failed.*? in ([\d.]+)s")
 _REAL = re.compile(r"real-server tests: (\d+) s over (\d+) tests(?:, ([\d.]+) times the shared sweep's ([\d.]+) s start)?")
 PASS_MARKS = ("--durations=10 -n", "--durations=40 -m")  # the two pass commands make test echoes
+
+
+def cpu_family(isa: str | None = None) -> str:
+    """``avx2`` for a CPU below AVX-512 (the engine's AVX2 build), else ``avx512``; ``isa``: this
+    machine's real level where not given (an emulated level is not a family)."""
+    if isa is None:
+        from specnb.ledger.provenance import cpu_isa
+
+        isa = cpu_isa(env={})[0]
+    return "avx2" if isa in ("avx2", "none") else "avx512"
 
 
 def suite_dir() -> Path:
