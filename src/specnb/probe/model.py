@@ -185,7 +185,7 @@ class ProbeModel:
         mask = None
         if q > 1:
             from torch.nn.attention.bias import causal_lower_right
-        band = {}  # a local layer's mask: each new token reads its own last sliding_window tokens
+        band = None  # a local layer's mask (the same for every local layer): each new token reads its own window
 
         for i in range(s.num_hidden_layers):
             lay = self.layers[0 if self.shared_layers else i]
@@ -199,11 +199,11 @@ class ProbeModel:
             lo = max(0, cached + 1 - s.sliding_window) if local else 0
             keys, values = kc[:, :, lo:total], vc[:, :, lo:total]
             if q > 1 and local and self.exact_window:
-                if "m" not in band:
+                if band is None:
                     qp = pos[:, None]
                     kp = torch.arange(lo, total, device=self.device)[None, :]
-                    band["m"] = (kp <= qp) & (kp > qp - s.sliding_window)
-                mask = band["m"]
+                    band = (kp <= qp) & (kp > qp - s.sliding_window)
+                mask = band
             elif q > 1:
                 mask = causal_lower_right(q, total - lo)
             att = F.scaled_dot_product_attention(qh, keys, values, attn_mask=mask,
