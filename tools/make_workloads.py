@@ -19,6 +19,14 @@ of a set mixes its categories:
     python tools/make_workloads.py            # rewrite the two files
     python tools/make_workloads.py --check    # exit 1 if the committed files differ
     python tools/make_workloads.py --tokenizer models/SmolLM2-135M-Instruct   # print token lengths
+    python tools/make_workloads.py --train drafters/train-prompts.jsonl     # the drafter's training prompts
+
+``--train`` writes the prompts ``make drafter`` trains an EAGLE-3 head on: the same generators
+with another seed (``<SEED>:train:<category>``) and more prompts per category, every prompt
+that is in an evaluation set (``copy``, ``freeform``, ``json``) dropped, plus questions
+about Python's own standard library (its modules' docstrings: text every machine has).
+The drafter's training data and the panels it is measured on share templates, never a prompt:
+a head trained on traffic like the user's own, as self-distillation recipes do.
 
 Prompts stay well inside ``max_model_len`` 2048 with 256 output tokens on SmolLM2
 (``--tokenizer`` prints the longest; the unit tests bound their length).
@@ -45,9 +53,12 @@ COPY_CATEGORIES = ["edit-code", "fix-json", "quote-summary", "extract-fields", "
 FREE_CATEGORIES = ["chat", "creative", "explanation", "reasoning", "math"]
 
 
+_SPLIT = ""  # "" for the evaluation sets; "train:" while --train builds the drafter's prompts
+
+
 def _rng(category: str) -> random.Random:
     # one stream per category: editing one generator never reshuffles another's prompts
-    return random.Random(f"{SEED}:{category}")
+    return random.Random(f"{SEED}:{_SPLIT}{category}")
 
 
 def _person(rng: random.Random) -> tuple[str, str]:
@@ -975,6 +986,65 @@ def build(set_name: str) -> list[dict[str, str]]:
     return rows
 
 
+TRAIN_PER_CATEGORY = 160
+STDLIB_FORMS = [
+    "Here is the documentation of Python's `{m}` module:\n\n{doc}\n\nSummarise what it is for in three sentences.",
+    "What is Python's `{m}` module for? Its documentation begins:\n\n{doc}\n\nGive one short example of using it.",
+    "Explain to a beginner when they would reach for Python's `{m}` module. The module says of itself: {doc}",
+]
+
+
+def _stdlib_prompts(rng: random.Random, n: int) -> list[str]:
+    """Questions about the standard library's modules, from their docstrings' first paragraph."""
+    import importlib
+    import warnings
+
+    names = sorted(m for m in sys.stdlib_module_names if not m.startswith("_") and m not in ("antigravity", "this"))
+    out = []
+    for m in names:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                doc = (importlib.import_module(m).__doc__ or "").strip()
+        except Exception:  # noqa: BLE001 - a module this platform lacks (winreg, msvcrt, ...)
+            continue
+        para = " ".join(doc.split("\n\n")[0].split())
+        if 40 <= len(para) <= 1200:
+            out.append(rng.choice(STDLIB_FORMS).format(m=m, doc=para))
+    rng.shuffle(out)
+    return out[:n]
+
+
+def evaluation_prompts(folder: Path = OUT) -> set[str]:
+    """Every prompt of the bundled evaluation sets."""
+    return {json.loads(line)["prompt"] for name in ("copy", "freeform", "json")
+            for line in (folder / f"{name}.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()}
+
+
+def build_train(per: int = TRAIN_PER_CATEGORY) -> list[dict[str, str]]:
+    """The drafter's training prompts: every category's generator on the train seed, asked for
+    ``per`` prompts (the categories drawn from fixed lists give what they have), minus every
+    evaluation prompt; then the standard-library questions."""
+    global PER_CATEGORY, _SPLIT
+    evaluation = evaluation_prompts()
+    saved = PER_CATEGORY, _SPLIT
+    rows: list[dict[str, str]] = []
+    try:
+        _SPLIT = "train:"
+        for c in COPY_CATEGORIES + FREE_CATEGORIES:
+            try:
+                PER_CATEGORY = per
+                ps = GENERATORS[c](_rng(c))
+            except RuntimeError:  # fewer distinct prompts than asked: take what 64 gives
+                PER_CATEGORY = saved[0]
+                ps = GENERATORS[c](_rng(c))
+            rows += [{"category": c, "prompt": p} for p in dict.fromkeys(ps) if p not in evaluation]
+    finally:
+        PER_CATEGORY, _SPLIT = saved
+    rows += [{"category": "stdlib", "prompt": p} for p in _stdlib_prompts(random.Random(f"{SEED}:train:stdlib"), per)]
+    return [{"id": f"train-{i + 1:04d}", **r} for i, r in enumerate(rows)]
+
+
 def render(rows: list[dict[str, str]]) -> str:
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
 
@@ -984,7 +1054,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="compare with the committed files; exit 1 if they differ")
     ap.add_argument("--tokenizer", help="a local model folder: print prompt lengths in its tokens")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--train", type=Path, help="write the drafter's training prompts to this file instead")
     a = ap.parse_args(argv)
+    if a.train:
+        rows = build_train()
+        a.train.parent.mkdir(parents=True, exist_ok=True)
+        a.train.write_text(render(rows), encoding="utf-8")
+        from collections import Counter
+
+        print(f"{a.train}: {len(rows)} training prompts, none in an evaluation set "
+              f"({dict(Counter(r['category'] for r in rows))})")
+        return 0
     status = 0
     for name in ("copy", "freeform"):
         rows = build(name)

@@ -129,7 +129,7 @@ def test_the_top_folder_holds_only_the_entry_points():
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert top == ["__init__.py", "cli.py", "errors.py", "paths.py"]
     for sub in ("engine", "sweep", "ledger", "prompts", "analysis", "models", "figures", "notebooks", "setup",
-                "commands"):
+                "commands", "drafter"):
         doc = ast.get_docstring(ast.parse((PACKAGE / sub / "__init__.py").read_text()))
         assert doc and len(doc) > 80, f"{sub}/__init__.py needs a docstring that says what the folder is"
 
@@ -148,7 +148,7 @@ def test_every_module_says_what_it_is():
 # one above; ``specnb`` itself (its lazy top-level names) and ``cli`` sit on top. The folders are
 # named here; the modules and their imports are read from the source.
 LAYERS = (("paths", "errors"), ("probe",), ("ledger",), ("prompts",), ("models",), ("analysis",), ("figures",),
-          ("engine", "setup"), ("sweep",), ("notebooks",), ("commands",), ("cli", "__init__"))
+          ("engine", "setup"), ("sweep",), ("drafter", "notebooks"), ("commands",), ("cli", "__init__"))
 
 
 def _module_graph(package: Path) -> dict[str, set[str]]:

@@ -350,6 +350,32 @@ def _compare_tokenizers(arm: Arm, draft_dir: Path, target_dir: Path) -> list[str
     return []
 
 
+def _check_eagle_head(arm: Arm, head_dir: Path, h_cfg: dict[str, Any], t_cfg: dict[str, Any]) -> list[str]:
+    """An EAGLE / EAGLE-3 head reads the target's hidden states and emits its tokens: one trained for
+    another target (another hidden size, vocabulary or depth) cannot draft for this one, and vLLM would
+    fail at load or accept nothing. Checked from the head's config (speculators' format keeps the
+    layer shape in ``transformer_layer_config``; EAGLE's own format at the top level)."""
+    layer = h_cfg.get("transformer_layer_config") or h_cfg
+    if not any(head_dir.glob("*.safetensors")) and not any(head_dir.glob("*.bin")):
+        raise ArmError(f"arm {arm.name!r}: EAGLE head folder {str(head_dir)!r} holds no weights (*.safetensors)")
+    problems = []
+    hidden = h_cfg.get("target_hidden_size") or layer.get("hidden_size")
+    if None not in (hidden, t_cfg.get("hidden_size")) and hidden != t_cfg["hidden_size"]:
+        problems.append(f"it reads hidden states of size {hidden}, the target's are {t_cfg['hidden_size']}")
+    if None not in (layer.get("vocab_size"), t_cfg.get("vocab_size")) and layer["vocab_size"] != t_cfg["vocab_size"]:
+        problems.append(f"its vocabulary has {layer['vocab_size']} tokens, the target's {t_cfg['vocab_size']}")
+    aux = h_cfg.get("eagle_aux_hidden_state_layer_ids") or (h_cfg.get("eagle_config") or {}).get(
+        "eagle_aux_hidden_state_layer_ids") or []
+    depth = t_cfg.get("num_hidden_layers")
+    if depth is not None and aux and max(aux) > depth:
+        problems.append(f"it reads target layers {aux}, the target has {depth}")
+    if problems:
+        raise ArmError(f"arm {arm.name!r}: EAGLE head {str(head_dir)!r} was trained for another target: "
+                       + "; ".join(problems))
+    verifier = ((h_cfg.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
+    return [f"EAGLE head trained for {verifier!r}"] if verifier else []
+
+
 def check_drafter(arm: Arm, target_model: str | None) -> list[str]:
     """Refuse a draft model whose vocabulary differs from the target's.
 
@@ -370,6 +396,8 @@ def check_drafter(arm: Arm, target_model: str | None) -> list[str]:
         notes.append(f"target {target_model!r} is not a local folder: draft vocabulary not checked")
         return notes
     d_cfg, t_cfg = _read_config(draft_dir), _read_config(target_dir)
+    if spec.get("method") in ("eagle", "eagle3"):
+        return _check_eagle_head(arm, draft_dir, d_cfg, t_cfg)
     dv, tv = d_cfg.get("vocab_size"), t_cfg.get("vocab_size")
     if spec.get("method") in (None, "draft_model"):
         if dv is None or tv is None:

@@ -76,13 +76,51 @@ def test_without_tokenizer_files_the_note_says_what_was_not_checked(tmp_path):
     assert len(notes) == 1 and "vocabulary contents not checked" in notes[0]
 
 
-def test_ngram_and_trained_heads_are_not_compared(tmp_path):
-    # an n-gram arm has no draft model; EAGLE heads use the target's tokenizer by construction
+def test_ngram_has_no_draft_to_compare(tmp_path):
     assert check_drafter(Arm(name="n", speculative_config={"method": "ngram", "num_speculative_tokens": 4}),
                          str(model(tmp_path, "t"))) == []
-    other = model(tmp_path, "head", vocab={"x": 0})
-    eagle = Arm(name="e", speculative_config={"method": "eagle3", "model": str(other), "num_speculative_tokens": 3})
-    assert check_drafter(eagle, str(model(tmp_path, "t2"))) == []
+
+
+TARGET = {"hidden_size": 576, "num_hidden_layers": 30}
+
+
+def head(tmp_path, name="head", weights=True, **layer):
+    """An EAGLE-3 head in speculators' format (its layer shape nested), trained for ``layer``'s target."""
+    d = tmp_path / name
+    d.mkdir()
+    shape = {"hidden_size": 576, "vocab_size": len(VOCAB), **layer}
+    (d / "config.json").write_text(json.dumps({
+        "speculators_model_type": "eagle3", "draft_vocab_size": 4, "transformer_layer_config": shape,
+        "eagle_aux_hidden_state_layer_ids": layer.pop("aux", [2, 15, 27]),
+        "speculators_config": {"verifier": {"name_or_path": "models/SmolLM2-135M-Instruct"}}}))
+    if weights:
+        (d / "model.safetensors").write_bytes(b"")
+    return d
+
+
+def eagle(d) -> Arm:
+    return Arm(name="e", speculative_config={"method": "eagle3", "model": str(d), "num_speculative_tokens": 3})
+
+
+def test_an_eagle_head_for_this_target_passes_with_its_verifier_noted(tmp_path):
+    notes = check_drafter(eagle(head(tmp_path)), str(model(tmp_path, "t", config=TARGET)))
+    assert notes == ["EAGLE head trained for 'models/SmolLM2-135M-Instruct'"]
+
+
+@pytest.mark.parametrize("layer, needle", [
+    ({"hidden_size": 4096}, "hidden states of size 4096, the target's are 576"),
+    ({"vocab_size": 128256}, "vocabulary has 128256 tokens"),
+    ({"aux": [2, 16, 61]}, "reads target layers [2, 16, 61], the target has 30"),
+])
+def test_an_eagle_head_trained_for_another_target_is_refused(tmp_path, layer, needle):
+    with pytest.raises(ArmError, match="trained for another target") as e:
+        check_drafter(eagle(head(tmp_path, **layer)), str(model(tmp_path, "t", config=TARGET)))
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_eagle_head_without_weights_is_refused(tmp_path):
+    with pytest.raises(ArmError, match="holds no weights"):
+        check_drafter(eagle(head(tmp_path, weights=False)), str(model(tmp_path, "t", config=TARGET)))
 
 
 def test_the_real_default_model_against_its_own_tokenizer(tmp_path):

@@ -1,0 +1,81 @@
+"""The EAGLE-3 head's training curve, from its ledger (``make drafter``, :mod:`specnb.drafter`):
+the KL loss (training batches and held-out conversations) against tokens seen, and the held-out
+per-position accuracy (position k conditional on positions before it being right) with the
+acceptance length those accuracies imply at K = 3.
+
+``python -m specnb.figures.drafter_training <run folder>`` draws ``training.png``/``.svg`` beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+from specnb.figures.save import PALETTE, apply_style, save_figure
+
+__all__ = ["training_figure", "draw_run"]
+
+
+def training_figure(doc: dict) -> plt.Figure:
+    apply_style()
+    fig, (ax, vx) = plt.subplots(1, 2, figsize=(10.4, 3.6))
+    train = [r for r in doc["curve"] if r["split"] == "train"]
+    val = [r for r in doc["curve"] if r["split"] == "val"]
+    ax.plot([r["tokens"] for r in train], [r["loss"] for r in train], color=PALETTE[0], lw=0.8, alpha=0.7,
+            label="training batches")
+    ax.plot([r["tokens"] for r in val], [r["loss"] for r in val], color=PALETTE[1], marker="o", ms=4, lw=1.2,
+            label="held-out (response positions)")
+    ax.set_yscale("log")
+    ax.set_xlabel("tokens trained on")
+    ax.set_ylabel("KL loss, summed over drafting steps")
+    ax.legend(fontsize=7)
+    steps = doc["settings"]["ttt_steps"]
+    for k in range(steps):
+        vx.plot([r["tokens"] for r in val], [r[f"cond_acc_{k}"] for r in val], color=PALETTE[k % len(PALETTE)],
+                marker="o", ms=4, lw=1.2, label=f"position {k + 1}")
+    vx.set_ylim(0, 1)
+    vx.set_xlabel("tokens trained on")
+    vx.set_ylabel("held-out accuracy (given the earlier positions right)")
+    last = val[-1] if val else {}
+    vx.set_title(f"implied acceptance length at K = {steps}: {last.get('expected_acceptance_length', float('nan')):.2f}",
+                 fontsize=9)
+    vx.legend(fontsize=7)
+    d = doc["data"]
+    fig.suptitle(f"EAGLE-3 head for {doc['target']}: {d['conversations']} self-distilled conversations "
+                 f"({d['response_tokens']:,} response tokens), draft vocabulary {doc['settings']['draft_vocab']} "
+                 f"({100 * d['draft_vocab_coverage']:.1f} % of response tokens), seed {doc['settings']['seed']}",
+                 fontsize=8.5)
+    fig.tight_layout()
+    return fig
+
+
+def draw_run(folder: Path | str, out_dir: Path | str | None = None) -> Path:
+    folder = Path(folder)
+    path = folder / "training.json"
+    doc = json.loads(path.read_text())
+    fig = training_figure(doc)
+    files = save_figure(fig, "training", [path], out_dir=out_dir or folder,
+                        caption=f"Training curve of the EAGLE-3 head for {doc['target']} (loss, held-out "
+                                "per-position accuracy, implied acceptance length).")
+    plt.close(fig)
+    return files["png"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m specnb.figures.drafter_training", description=__doc__.split("\n\n")[0])
+    p.add_argument("run", help="a drafter-training run's folder (holding training.json)")
+    a = p.parse_args(argv)
+    if not (Path(a.run) / "training.json").is_file():
+        p.error(f"{a.run}: no training.json in it")
+    print(draw_run(a.run))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
