@@ -25,10 +25,14 @@
 # Rows are drafters, columns are workloads and their prompt categories. Every cell is a pair
 # (same prompts, same server build, same sampling).
 #
-# On the CPU build: n-gram and a draft model run. The draft model is the target with seeded
-# Gaussian noise (sigma 0.05 of each weight's std; `make setup` builds it): a drafter whose
-# acceptance is set by construction, as large as the target, so it is slow; EAGLE, MTP and
-# DFlash need GPU checkpoints (see the GPU parameter file).
+# On the CPU build three drafters run. **n-gram**; an **EAGLE-3 head trained here** for the
+# target (`make drafter`: speculators' model, one decoder layer and a 4,096-token draft vocabulary,
+# trained on the target's own responses to prompts that are not the evaluation panels; committed
+# in `drafters/`, its training curve in `ledgers/drafter-training/`): the kind of drafter people
+# deploy on vLLM; and the **noise draft model**, the target with seeded Gaussian noise (sigma 0.05
+# of each weight's std; `make setup` builds it), kept as the reference whose acceptance is set by
+# construction: as large as the target, so it can only lose. MTP and DFlash need GPU checkpoints
+# (see the GPU parameter file, which keeps the published EAGLE-3 heads).
 
 # %% tags=["parameters"]
 measure = False  # True: start vLLM and measure a new run before the analysis (minutes)
@@ -43,7 +47,7 @@ executor = "local"  # where the pairing blocks run: "local" (here, one after ano
 start_together = False  # True: launch a repeat's servers side by side, then measure them one at a time (about one start per repeat, not one per arm; every arm's server in memory at once)
 server_args = ["--enforce-eager", "--dtype", "machine", "--max-model-len", "2048"]  # every launch (--dtype machine: bf16 where this CPU has a oneDNN bf16 kernel, fp32 where it has none, as on AVX2-only CPUs: docs/cpu.md)
 env = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # environment for every launch (CPU KV pool in GiB)
-drafters = {"ngram-k4": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}, "draft-noise0.05": {"model": "models/SmolLM2-135M-Instruct-noise0.05", "num_speculative_tokens": 3}}  # arm -> --speculative-config
+drafters = {"ngram-k4": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}, "eagle3-k3": {"method": "eagle3", "model": "drafters/SmolLM2-135M-Instruct-eagle3", "num_speculative_tokens": 3}, "draft-noise0.05": {"model": "models/SmolLM2-135M-Instruct-noise0.05", "num_speculative_tokens": 3}}  # arm -> --speculative-config
 conditions = {}  # condition name -> what it changes; empty: one condition
 workloads = ["copy", "freeform"]  # bundled prompt sets (categories inside) or JSONL files
 concurrency = [1, 4]  # concurrency levels (requests in flight)
@@ -147,6 +151,39 @@ front[front.pareto][["workload", "arm", "concurrency", "per_user_tok_s", "output
 # with the share of output it supplied. The noise-perturbed draft model shows what a trained
 # drafter's acceptance buys when drafting costs as much as the target's own step: on this CPU
 # that cost usually outweighs the gain, which is the point of measuring instead of assuming.
+
+# %% [markdown]
+# ## The trained head: how it was made
+#
+# Each EAGLE-3 arm's head carries its provenance (`specnb-provenance.json`, written by
+# `make drafter`: the command, the seed, the hashes of the prompts and responses it was trained
+# on) and names its training ledger: the loss and the held-out per-position accuracy by tokens
+# trained on, and the acceptance length those accuracies imply. The held-out conversations come
+# from the training prompts' distribution, not the panels above: the arm's measured acceptance
+# on the panels is the figure that counts (docs/drafter.md).
+
+# %%
+import json
+
+from specnb import paths
+from specnb.figures.drafter_training import training_figure
+
+heads = {name: cfg["model"] for name, cfg in drafters.items() if (cfg or {}).get("method") == "eagle3"}
+for name, head in heads.items():
+    prov = paths.resolve(head) / "specnb-provenance.json"
+    if not prov.exists():
+        display(Markdown(f"`{name}`: {head} has no provenance file (not made by `make drafter`): not shown."))
+        continue
+    made = json.loads(prov.read_text())
+    ledger = paths.resolve(made["training_ledger"])
+    doc = json.loads(ledger.read_text())
+    fig = training_figure(doc)
+    nb.save(fig, f"drafter-training-{name}", sources=[ledger],
+            caption=f"How the {name} head was trained: loss and held-out per-position accuracy by tokens trained on "
+                    f"({doc['data']['conversations']} self-distilled conversations, seed {made['seed']}).")
+    display(Markdown(f"`{name}`: `{made['command']}`, {doc['timings']['total_s'] / 60:.0f} min on this kind of machine "
+                     f"({doc['threads']} threads); held-out implied acceptance length "
+                     f"{doc['expected_acceptance_length']:.2f} at K = {doc['settings']['ttt_steps']}."))
 
 # %% [markdown]
 # ## Does the drafter change the answer? Numerics, with the baseline's own logits

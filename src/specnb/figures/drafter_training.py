@@ -3,7 +3,8 @@ the KL loss (training batches and held-out conversations) against tokens seen, a
 per-position accuracy (position k conditional on positions before it being right) with the
 acceptance length those accuracies imply at K = 3.
 
-``python -m specnb.figures.drafter_training <run folder>`` draws ``training.png``/``.svg`` beside it.
+``python -m specnb.figures.drafter_training <run folder>`` draws ``training-curve.png``/``.svg`` (and
+its sidecar ``training-curve.json``) beside the ledger.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def draw_run(folder: Path | str, out_dir: Path | str | None = None) -> Path:
     path = folder / "training.json"
     doc = json.loads(path.read_text())
     fig = training_figure(doc)
-    files = save_figure(fig, "training", [path], out_dir=out_dir or folder,
+    files = save_figure(fig, "training-curve", [path], out_dir=out_dir or folder,
                         caption=f"Training curve of the EAGLE-3 head for {doc['target']} (loss, held-out "
                                 "per-position accuracy, implied acceptance length).")
     plt.close(fig)

@@ -94,6 +94,21 @@ def _rel(p: Path | str) -> str:
         return str(p)
 
 
+def _refuse_to_replace_a_ledger(path: Path) -> None:
+    """A figure drawn beside its ledger must not take the ledger's name: ``<fig_id>.json`` is the
+    sidecar, and a JSON file already there that is not a sidecar (a ledger, a record) is never
+    overwritten. (A training curve drawn as ``training`` beside ``training.json`` once replaced the
+    ledger it was drawn from.)"""
+    if not path.exists():
+        return
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        old = None
+    if not (isinstance(old, dict) and {"id", "files", "sources"} <= set(old)):
+        raise FileExistsError(f"{path} exists and is not a figure's sidecar: give the figure another id")
+
+
 def save_figure(
     fig: plt.Figure,
     fig_id: str,
@@ -117,6 +132,7 @@ def save_figure(
     named = Path(out_dir) if out_dir is not None else FIGURES  # returned as the caller named it
     out = paths.resolve(named)
     out.mkdir(parents=True, exist_ok=True)
+    _refuse_to_replace_a_ledger(out / f"{fig_id}.json")
     written: dict[str, Path] = {}
     for fmt in formats:
         meta = {"Date": None} if fmt == "svg" else ({"Software": None} if fmt == "png" else None)
