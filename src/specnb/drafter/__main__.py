@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import os
 import sys
@@ -69,6 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", help="where the target's states and the head are computed (default: cuda when "
+                    "torch sees a GPU, else cpu)")
     ap.add_argument("--server-arg", action="append", default=None, help="a vLLM argument (repeat; default: "
                     + " ".join(DEFAULT_SERVER_ARGS) + ")")
     return ap
@@ -150,7 +153,8 @@ def _record(a: argparse.Namespace, model: Path, run: str, convs: list[dict], val
                  "responses_sha256": data_hash(convs, ("id", "output_ids")),
                  "draft_vocab_coverage": round(covered, 4)},
         "trainable_parameters": sum(p.numel() for p in head.parameters() if p.requires_grad),
-        "torch": torch.__version__, "threads": torch.get_num_threads(), "timings": {}, "curve": [],
+        "torch": torch.__version__, "threads": torch.get_num_threads(), "device": a.device, "timings": {},
+        "curve": [],
         "status": "running",
     }
 
@@ -163,7 +167,7 @@ def _train(a: argparse.Namespace, model: Path, cfg: dict, convs: list[dict], led
     layers = tr.aux_layer_ids(cfg["num_hidden_layers"])
     t0 = time.monotonic()
     bar = _bar(len(convs), desc="target states", unit="conv")
-    samples = tr.target_states(str(model), convs, layers, progress=bar)
+    samples = tr.target_states(str(model), convs, layers, progress=bar, device=a.device)
     bar.close()
     states_s = round(time.monotonic() - t0, 1)
     settings = tr.TrainSettings(draft_vocab=a.draft_vocab, epochs=a.epochs, lr=a.lr, seed=a.seed)
@@ -173,7 +177,7 @@ def _train(a: argparse.Namespace, model: Path, cfg: dict, convs: list[dict], led
     val_ids = set(sorted(c["id"] for c in convs)[::max(1, len(convs) // n_val)][:n_val])
     train_b = tr.pack([s for s in samples if s["id"] not in val_ids], settings.pack_tokens)
     val_b = tr.pack([s for s in samples if s["id"] in val_ids], settings.pack_tokens)
-    head = tr.build_head(str(model), t2d, d2t, settings)
+    head = tr.build_head(str(model), t2d, d2t, settings).to(a.device)
     ledger = _Ledger(ledger_dir / "training.json",
                      _record(a, model, run, convs, val_ids, settings, layers, covered, head, argv))
     ledger.record["timings"]["states_s"] = states_s
@@ -208,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from specnb.drafter import train as tr
 
+    a.device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(a.seed)
     torch.set_num_threads(os.cpu_count() or 1)
     out = Path(a.out or f"drafters/{model.name}-eagle3")
@@ -228,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "specnb-provenance.json").write_text(json.dumps({
         "kind": "eagle3-head", "target": str(model), "training_ledger": str(ledger.path), "command": rec["command"],
         "seed": a.seed, "data": rec["data"], "settings": rec["settings"],
+        "weights_sha256": hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest(),
         "expected_acceptance_length": rec["expected_acceptance_length"]}, indent=1) + "\n")
     print(f"specnb drafter: {out} (held-out expected acceptance length {rec['expected_acceptance_length']} at "
           f"k={settings.ttt_steps}; {rec['timings']['total_s'] / 60:.1f} min); ledger {ledger.path}")

@@ -51,12 +51,14 @@ def aux_layer_ids(num_layers: int) -> list[int]:
 
 @torch.no_grad()
 def target_states(model_dir: str, conversations: list[dict[str, Any]], layers: list[int],
-                  progress: Any = None) -> list[dict[str, torch.Tensor]]:
+                  progress: Any = None, device: str = "cpu") -> list[dict[str, torch.Tensor]]:
     """Per conversation: token ids, the aux layers' states concatenated, the last layer's state before
-    the final norm (what the target's head reads), and which positions are the response."""
+    the final norm (what the target's head reads), and which positions are the response (kept on the
+    CPU in bf16 whatever ``device`` computes them)."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32 if device == "cpu" else torch.bfloat16)
+    model.to(device)
     model.eval()
     last: list[torch.Tensor] = []
     hook = model.model.norm.register_forward_pre_hook(lambda _m, args: last.append(args[0]))
@@ -65,12 +67,12 @@ def target_states(model_dir: str, conversations: list[dict[str, Any]], layers: l
         for c in conversations:
             ids = torch.tensor(c["prompt_ids"] + c["output_ids"], dtype=torch.long)
             last.clear()
-            hs = model.model(input_ids=ids[None], output_hidden_states=True).hidden_states
-            aux = torch.cat([hs[i][0] for i in layers], dim=-1)
+            hs = model.model(input_ids=ids[None].to(device), output_hidden_states=True).hidden_states
+            aux = torch.cat([hs[i][0] for i in layers], dim=-1).cpu()
             response = torch.zeros(len(ids), dtype=torch.bool)
             response[len(c["prompt_ids"]):] = True
             out.append({"id": c["id"], "input_ids": ids, "hidden_states": aux.to(torch.bfloat16),
-                        "verifier_last_hidden_states": last[0][0].to(torch.bfloat16), "response": response})
+                        "verifier_last_hidden_states": last[0][0].cpu().to(torch.bfloat16), "response": response})
             if progress is not None:
                 progress.update(1)
     finally:
@@ -187,7 +189,9 @@ def evaluate(head: Any, batches: list[dict[str, torch.Tensor]], settings: TrainS
     sums: dict[str, float] = {}
     loss_sum = 0.0
     head.eval()
+    device = next(head.parameters()).device
     for b in batches:
+        b = {k: v.to(device) for k, v in b.items()}
         _, loss, met = head(b["hidden_states"], b["input_ids"], b["document_ids"], loss_mask=b["loss_mask"],
                             position_ids=b["position_ids"], verifier_last_hidden_states=b["verifier_last_hidden_states"],
                             ttt_steps=settings.ttt_steps, loss_config=loss_config)
@@ -209,6 +213,7 @@ def fit(head: Any, train: list[dict[str, torch.Tensor]], val: list[dict[str, tor
     from speculators.losses import resolve_loss_config
 
     loss_config = resolve_loss_config("kl_div", "eager")
+    device = next(head.parameters()).device
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=settings.lr, weight_decay=0.0)
     total = settings.epochs * len(train)
@@ -228,7 +233,7 @@ def fit(head: Any, train: list[dict[str, torch.Tensor]], val: list[dict[str, tor
     head.train()
     for epoch in range(1, settings.epochs + 1):
         for i in torch.randperm(len(train), generator=gen).tolist():
-            b = train[i]
+            b = {k: v.to(device) for k, v in train[i].items()}
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
             everywhere = b["document_ids"] >= 0
@@ -263,7 +268,7 @@ def save_head(head: Any, out: Path) -> list[str]:
 
     out.mkdir(parents=True, exist_ok=True)
     skip = ("embed_tokens.", "verifier_lm_head.", "verifier_norm.", "t2d")
-    state = {k: (v.detach().to(torch.bfloat16) if v.is_floating_point() else v.detach()).contiguous()
+    state = {k: (v.detach().to(torch.bfloat16) if v.is_floating_point() else v.detach()).cpu().contiguous()
              for k, v in head.state_dict().items() if not k.startswith(skip)}
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     cfg = head.config.to_dict()

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import LogLocator
 
 from specnb.figures.save import PALETTE, apply_style, save_figure
 
@@ -31,16 +32,21 @@ def training_figure(doc: dict) -> plt.Figure:
     ax.plot([r["tokens"] for r in val], [r["loss"] for r in val], color=PALETTE[1], marker="o", ms=4, lw=1.2,
             label="held-out (response positions)")
     ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(plt.NullFormatter())
     ax.set_xlabel("tokens trained on")
-    ax.set_ylabel("KL loss, summed over drafting steps")
+    ax.set_ylabel("KL loss (sum over drafting steps)")
     ax.legend(fontsize=7)
     steps = doc["settings"]["ttt_steps"]
     for k in range(steps):
-        vx.plot([r["tokens"] for r in val], [r[f"cond_acc_{k}"] for r in val], color=PALETTE[k % len(PALETTE)],
-                marker="o", ms=4, lw=1.2, label=f"position {k + 1}")
+        # position k's accuracy given the earlier ones right: undefined where almost nothing was right before
+        ys = [r[f"cond_acc_{k}"] if k == 0 or r[f"full_acc_{k - 1}"] >= 0.01 else float("nan") for r in val]
+        vx.plot([r["tokens"] for r in val], ys, color=PALETTE[k % len(PALETTE)], marker="o", ms=4, lw=1.2,
+                label=f"position {k + 1}")
     vx.set_ylim(0, 1)
     vx.set_xlabel("tokens trained on")
-    vx.set_ylabel("held-out accuracy (given the earlier positions right)")
+    vx.set_ylabel("held-out accuracy\n(earlier positions right)")
     last = val[-1] if val else {}
     vx.set_title(f"implied acceptance length at K = {steps}: {last.get('expected_acceptance_length', float('nan')):.2f}",
                  fontsize=9)
@@ -50,7 +56,7 @@ def training_figure(doc: dict) -> plt.Figure:
                  f"({d['response_tokens']:,} response tokens), draft vocabulary {doc['settings']['draft_vocab']} "
                  f"({100 * d['draft_vocab_coverage']:.1f} % of response tokens), seed {doc['settings']['seed']}",
                  fontsize=8.5)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     return fig
 
 
