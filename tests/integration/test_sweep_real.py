@@ -168,28 +168,44 @@ def test_the_lossless_check_compares_every_request_of_each_pair(swept):
     assert "ngram-k4 / " in lossless_summary(table)
 
 
-def test_at_fp32_the_baseline_matches_its_own_restart(tmp_path):
+EAGLE3_HEAD = paths.ROOT / "drafters" / "SmolLM2-135M-Instruct-eagle3"
+
+
+def test_at_fp32_the_baseline_matches_its_own_restart_and_the_eagle3_head_drafts(tmp_path):
     """The lossless check's reference row: at fp32, one request at a time, a restarted baseline
     server gives every request the same token ids (the committed fp32 evidence,
     ledgers/drafter/lossless/20261201T153432Z/fp32: 100 % at c = 1 and 4). A baseline that differs
-    from itself would make every drafter's comparison meaningless; the drafter's own share is
-    measured, printed, never asserted. Two repeats of a baseline and an n-gram arm, each repeat's
-    two servers started side by side."""
+    from itself would make every drafter's comparison meaningless; each drafter's own share is
+    measured, printed, never asserted. Two repeats of a baseline, an n-gram arm and the committed
+    EAGLE-3 head (``make drafter``), each repeat's three servers started side by side: vLLM loads
+    the head as speculators saved it, drafts with it and accepts some of its tokens."""
     from specnb.analysis.lossless import lossless, lossless_summary
 
+    assert (EAGLE3_HEAD / "model.safetensors").is_file(), "the committed EAGLE-3 head is missing (make drafter)"
     args = list(SERVER_ARGS)
     args[args.index("--dtype") + 1] = "float32"
+    eagle3 = {"method": "eagle3", "model": str(EAGLE3_HEAD), "num_speculative_tokens": 3}
     spec = _spec(name="fp32", concurrency=[1], repeats=2, panel_size=4, server_args=args, start_together=True,
                  env={"VLLM_CPU_KVCACHE_SPACE": "1"}, sampling={"max_tokens": 24},
-                 arms=[{"name": "baseline"}, {"name": "ngram-k4", "speculative_config": NGRAM}])
+                 arms=[{"name": "baseline"}, {"name": "ngram-k4", "speculative_config": NGRAM},
+                       {"name": "eagle3", "speculative_config": eagle3}])
     outcome = run_sweep(spec, tmp_path / "out", progress=False)
-    assert outcome.ok and len(outcome.written) == 4, outcome.summary()
-    table = lossless(load_ledgers(tmp_path / "out"))
+    assert outcome.ok and len(outcome.written) == 6, outcome.summary()
+    df = load_ledgers(tmp_path / "out")
+    table = lossless(df)
     ref = table[table["reference"]]
     assert len(ref) == 1 and ref.iloc[0]["repeat"] == 1, table
     assert ref.iloc[0]["requests"] == 4 and ref.iloc[0]["identical"] == 4, ref.to_dict("records")
-    assert sorted(table[~table["reference"]]["repeat"]) == [0, 1]  # each written drafter point was compared
+    drafters = table[~table["reference"]]
+    # each written drafter point was compared, request by request
+    assert sorted(zip(drafters["arm"], drafters["repeat"], strict=True)) == [("eagle3", 0), ("eagle3", 1), ("ngram-k4", 0),
+                                                                ("ngram-k4", 1)]
+    assert (drafters["requests"] == 4).all(), drafters.to_dict("records")
+    head = df[df.arm == "eagle3"]
+    assert (head["num_drafts"] > 0).all() and (head["mean_acceptance_length"] > 1).all(), \
+        head[["num_drafts", "mean_acceptance_length"]].to_dict("records")
     print(lossless_summary(table))
+    print("eagle3 acceptance length:", head["mean_acceptance_length"].round(2).tolist())
 
 
 def test_rerun_skips_every_finished_point(swept, real_sweep):

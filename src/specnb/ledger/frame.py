@@ -54,10 +54,10 @@ def _read_all(files: list[Path], skip_bad: bool, each: Callable[[PointLedger, Pa
 # JSON files that live among ledgers but are not measurements: a published table, a policy
 # derived from a run (``specnb policy``), a sweep's sizing, search and timing records, a
 # step-time probe's cells (``specnb probe``: engine steps timed without a server), the test
-# suite's own timings (``specnb.ledger.suite``).
+# suite's own timings (``specnb.ledger.suite``), a drafter's training curve (``make drafter``).
 NOT_MEASURED = ("published", "policy", "sizing", "search", "sequential", "timing", "tune_round", "tune_result", "predicted_acceptance",
                 "lossless_margins", "step_anatomy", "anatomy_run", "watch_phases", "figure", "probe",
-                "suite_timing", "suite_timing_transcribed")
+                "suite_timing", "suite_timing_transcribed", "drafter-training")
 
 
 def _kind(path: Path) -> str | None:

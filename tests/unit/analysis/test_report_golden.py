@@ -35,10 +35,11 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 def committed_runs() -> list[str]:
     """Every committed run folder (ledgers/<axis>/<name>/<run>), the published tables, the watch
-    logs (specnb watch-plot draws them) and the step-time probes (python -m specnb.figures.probe
-    draws them) left out: they hold no points."""
+    logs (specnb watch-plot draws them), the step-time probes (python -m specnb.figures.probe
+    draws them) and the drafters' training curves (make drafter) left out: they hold no points."""
     return sorted(str(p.relative_to(paths.ROOT)) for p in paths.LEDGERS.glob("*/*/*")
-                  if p.is_dir() and p.parts[-3] not in ("published", "watch", "probe", "suite"))
+                  if p.is_dir() and p.parts[-3] not in ("published", "watch", "probe", "suite",
+                                                                            "drafter-training"))
 
 
 def stored_name(run: str) -> str:

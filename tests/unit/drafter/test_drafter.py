@@ -16,6 +16,7 @@ from specnb import paths
 from specnb.drafter import train as tr
 from specnb.drafter.generate import data_hash, read_prompts
 from specnb.prompts.workload import bundled
+from tests.hang import guard
 
 TRAIN_PROMPTS = paths.ROOT / "drafters" / "train-prompts.jsonl"
 
@@ -112,7 +113,8 @@ def test_data_hash_ignores_completion_order():
 ])
 def test_bad_input_is_one_line_before_any_server(tmp_path, args, needle):
     r = subprocess.run([sys.executable, "-m", "specnb.drafter", "--ledger-root", str(tmp_path), *args],
-                       capture_output=True, text=True, cwd=paths.ROOT, timeout=120)
+                       capture_output=True, text=True, cwd=paths.ROOT,
+                       timeout=guard("child_start"))
     assert r.returncode == 2, r.stderr[-2000:]
     assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not list(tmp_path.rglob("*.log"))  # no server was started
