@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specnb import paths
 from specnb.errors import SpecnbError
 from specnb.ledger import json_cell, utcnow
 from specnb.ledger.names import BASELINE, Status
@@ -486,7 +487,8 @@ def format_policy(config: dict[str, Any], chosen: pd.DataFrame, rule: str) -> st
         return "\n".join(lines)
     if claim:
         lines.append(claim)
-    lines.append("--speculative-config '" + json.dumps(config, separators=(", ", ": ")) + "'")
+    # a draft model's folder as the sweep resolved it, made portable: the same text in every checkout
+    lines.append("--speculative-config '" + paths.portable(json.dumps(config, separators=(", ", ": "))) + "'")
     return "\n".join(lines)
 
 

@@ -220,7 +220,7 @@ def tune_lines(rec: TuneRecords | None) -> list[str]:
         return []
     lines = [f"tune run {paths.portable(str(rec.folder))}:"]
     for r in rec.rounds:
-        lines.append(f"  round {r['round']}: --speculative-config '{json.dumps(r['speculative_config'])}' "
+        lines.append(f"  round {r['round']}: --speculative-config '{paths.portable(json.dumps(r['speculative_config']))}' "
                      f"({'verified' if r['verified'] else 'short'})")
         lines.append(f"    {r['claim']}")
         batch = [f"c={int(c['concurrency'])}: {c['running_mean']:.1f}" for c in r.get("check") or []
@@ -236,7 +236,7 @@ def tune_lines(rec: TuneRecords | None) -> list[str]:
         how = ("not verified everywhere" if not r["verified"] else
                "verified against the baseline" if r["deploy"] == "static" else "verified against the envelope")
         lines.append(f"deploy ({r['deploy']}, {how} in {r.get('verified_in')}): "
-                     f"--speculative-config '{json.dumps(r['speculative_config'])}'")
+                     f"--speculative-config '{paths.portable(json.dumps(r['speculative_config']))}'")
         lines.append(f"  claim: {r['claim']}")
     else:
         lines.append("no tune/result.json yet: the tune has not finished (rerun with the same --out to resume)")
