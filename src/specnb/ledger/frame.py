@@ -172,6 +172,22 @@ def _measured_columns(led: PointLedger) -> dict[str, Any]:
     return row
 
 
+def _portable_config(led: PointLedger) -> dict[str, Any] | None:
+    """The arm's speculative config with its draft model's folder as the server's recorded argv names
+    it (made portable when it was written: ``drafters/...``, not the measuring checkout's absolute
+    path), so what a report prints is the same in every checkout."""
+    cfg = led.arm.speculative_config
+    argv = (led.server.argv if led.server else None) or []
+    if not cfg or not isinstance(cfg.get("model"), str) or "--speculative-config" not in argv[:-1]:
+        return cfg
+    try:
+        served = json.loads(argv[argv.index("--speculative-config") + 1])
+    except ValueError:
+        return cfg
+    model = served.get("model") if isinstance(served, dict) else None
+    return {**cfg, "model": model} if isinstance(model, str) else cfg
+
+
 def _row(led: PointLedger, path: Path) -> dict[str, Any]:
     params = led.parameters or {}
     row: dict[str, Any] = {
@@ -212,7 +228,7 @@ def _row(led: PointLedger, path: Path) -> dict[str, Any]:
         "started_at": led.started_at,
         # what an analysis needs of the arm and its server, so none opens a ledger file (JSON text:
         # a frame cell stays hashable for grouping and de-duplication; :func:`json_cell` reads it)
-        "speculative_config": _json_or_none(led.arm.speculative_config),
+        "speculative_config": _json_or_none(_portable_config(led)),
         "server_env": _json_or_none(led.server.env if led.server else None),
         "server_argv": _json_or_none(led.server.argv if led.server else None),
         # a failure's engine log tail, else its whole message (error_message is cut at 500 characters)

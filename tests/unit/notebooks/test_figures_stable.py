@@ -29,7 +29,7 @@ from specnb import paths
 from tests.hang import guard
 from tests.notebook_outputs import axis, errors, ledger_folders, ledger_map
 
-COPIED = ("Makefile", "pyproject.toml", "notebooks", "figures", "ledgers", "src")
+COPIED = ("Makefile", "pyproject.toml", "notebooks", "figures", "ledgers", "src", "drafters")  # drafters: the trained heads the drafter notebook reads
 
 
 def _with_committed_ledgers() -> tuple[list[str], list[str]]:
