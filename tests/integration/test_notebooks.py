@@ -81,8 +81,12 @@ def test_drafter_notebook_measures_ngram_and_a_draft_model(tmp_path, baseline_se
     nb = next(n for n in NOTEBOOKS if _axis(n) == "drafter")
     default_args = notebook_parameters(Path(nb))["server_args"]
     assert "machine" in default_args  # the notebook's own default: this CPU's dtype, resolved at launch
+    drafters = notebook_parameters(Path(nb))["drafters"]
+    # the EAGLE-3 head's server is started (and checked) by test_sweep_real's fp32 test: here the two that
+    # attach and the one draft model the notebook launches
+    drafters = {k: v for k, v in drafters.items() if k in ("ngram-k4", "draft-noise0.05")}
     root, df = _measure(nb, tmp_path, concurrency=[1], panel_size=4, workloads=["copy"], server_args=default_args,
-                        **_shared(baseline_server, ngram_server))
+                        drafters=drafters, **_shared(baseline_server, ngram_server))
     assert (df.status == "ok").all(), df[["point_id", "status", "flags"]]
     assert set(df.arm) == {"baseline", "ngram-k4", "draft-noise0.05"}
     draft = df[df.arm == "draft-noise0.05"]
