@@ -235,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         "seed": a.seed, "data": rec["data"], "settings": rec["settings"],
         "weights_sha256": hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest(),
         "expected_acceptance_length": rec["expected_acceptance_length"]}, indent=1) + "\n")
+    sums = {name: hashlib.sha256((out / name).read_bytes()).hexdigest() for name in ("model.safetensors", "config.json")}
+    (out / "SHA256SUMS").write_text("".join(f"{d}  {n}\n" for n, d in sums.items()))  # sha256sum -c reads it
     print(f"specnb drafter: {out} (held-out expected acceptance length {rec['expected_acceptance_length']} at "
           f"k={settings.ttt_steps}; {rec['timings']['total_s'] / 60:.1f} min); ledger {ledger.path}")
     return 0

@@ -130,3 +130,18 @@ def test_a_prompt_file_that_is_not_prompts_is_refused(tmp_path):
     bad.write_text('{"text": "x"}\n')
     with pytest.raises(SpecnbError, match='non-empty "prompt"'):
         read_prompts(bad)
+
+
+def test_the_committed_head_is_the_one_its_hashes_and_provenance_name():
+    """The head in git (drafters/<model>-eagle3) is what `make drafter` built: its weights match the
+    SHA256SUMS beside them, and its provenance names a committed training ledger of the same data."""
+    import hashlib
+
+    head = paths.ROOT / "drafters" / "SmolLM2-135M-Instruct-eagle3"
+    for line in (head / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split()
+        assert hashlib.sha256((head / name).read_bytes()).hexdigest() == digest, name
+    made = json.loads((head / "specnb-provenance.json").read_text())
+    ledger = json.loads((paths.ROOT / made["training_ledger"]).read_text())
+    assert ledger["kind"] == "drafter-training" and ledger["status"] == "done"
+    assert ledger["data"] == made["data"] and ledger["settings"] == made["settings"]
