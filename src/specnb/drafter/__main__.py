@@ -24,36 +24,12 @@ from specnb.errors import SpecnbError
 DEFAULT_SERVER_ARGS = ["--enforce-eager", "--dtype", "machine", "--max-model-len", "2048"]
 
 
-class _Lines:
-    """Progress as plain lines (a log, CI, a notebook's relayed output): one every tenth of the
-    way, with the time spent and the time left at the rate so far."""
-
-    def __init__(self, total: int, desc: str, unit: str):
-        self.total, self.desc, self.unit, self.n, self.t0, self.next = total, desc, unit, 0, time.monotonic(), 0.1
-
-    def update(self, n: int = 1) -> None:
-        self.n += n
-        if self.total and (self.n / self.total >= self.next or self.n == self.total):
-            el = time.monotonic() - self.t0
-            left = el / self.n * (self.total - self.n) if self.n else float("nan")
-            print(f"{self.desc}: {self.n}/{self.total} {self.unit}, {el / 60:.1f} min, about {left / 60:.1f} min left",
-                  file=sys.stderr, flush=True)
-            while self.next <= self.n / self.total:
-                self.next += 0.1
-
-    def close(self) -> None:
-        pass
-
-
 def _bar(total: int, desc: str, unit: str):
-    """tqdm (with its ETA) in a terminal, :class:`_Lines` anywhere else."""
-    from specnb.sweep.progress import progress_mode
+    """The project's progress (tqdm with its ETA in a terminal; elsewhere a line every tenth of the way
+    with the time left)."""
+    from specnb.sweep.progress import progress_bar
 
-    if progress_mode() == "bar":
-        from tqdm import tqdm
-
-        return tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True)
-    return _Lines(total, desc, unit) if progress_mode() != "off" else _Lines(0, desc, unit)
+    return progress_bar(total, desc=desc, unit=unit, tenths=True)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -56,11 +56,14 @@ class LineProgress:
     """One plain line per finished point: ``[done/total req, elapsed] what: result``."""
 
     def __init__(self, total: int, desc: str = "", unit: str = "req", file: TextIO | None = None,
-                 disable: bool = False):
+                 disable: bool = False, tenths: bool = False):
         self.total, self.n, self.desc, self.unit = total, 0, desc, unit
         self.file = file or sys.stderr
         self.disable = disable
         self.t0 = time.monotonic()
+        # tenths: also a line every tenth of the way with the time left at the rate so far (a long loop
+        # of small steps, such as training, where no step is a point)
+        self.tenths, self._next = tenths, 1  # the next tenth to report
 
     def _say(self, text: str) -> None:
         if self.disable:
@@ -70,6 +73,11 @@ class LineProgress:
 
     def update(self, n: int = 1) -> None:
         self.n += n
+        if self.tenths and self.total and 10 * self.n >= self._next * self.total:
+            left = (time.monotonic() - self.t0) / self.n * (self.total - self.n)
+            self._say(f"{self.desc}: about {left / 60:.1f} min left")
+            while 10 * self.n >= self._next * self.total:
+                self._next += 1
 
     def set_description(self, desc: str, refresh: bool = True) -> None:  # noqa: ARG002 - tqdm's signature
         self.desc = desc
@@ -89,12 +97,12 @@ class LineProgress:
 
 
 def progress_bar(total: int, *, desc: str, enabled: bool = True, unit: str = "req", file: TextIO | None = None,
-                 **tqdm_kwargs: Any) -> Any:
+                 tenths: bool = False, **tqdm_kwargs: Any) -> Any:
     """A tqdm bar, a widget or a :class:`LineProgress`, whichever can be seen (see module doc)."""
     file = file or sys.stderr
     mode = progress_mode(file) if enabled else "off"
     if mode == "lines" or mode == "off":
-        return LineProgress(total, desc=desc, unit=unit, file=file, disable=mode == "off")
+        return LineProgress(total, desc=desc, unit=unit, file=file, disable=mode == "off", tenths=tenths)
     if mode == "widget":
         from tqdm.auto import tqdm
     else:
