@@ -96,6 +96,15 @@ table[["arm", "workload", "concurrency", "n_repeats", "base_tok_s", "spec_tok_s"
        "acceptance_length", "acceptance_rate", "accepted_output_share"]].round(3)
 
 # %% [markdown]
+# ## Which drafter to attach
+#
+# Per workload and level, from each arm's own decision there (the table's interval): the drafter
+# that pays, or none. Where two pay, the one ahead is said only where their paired contrast (their
+# ratio per server start, both against the same baseline) excludes 1.0. The same lines are in the
+# report at the end.
+# %%
+nb.section("drafters")
+# %% [markdown]
 # ## Per prompt category: the benchmark column is not your column
 #
 # Categories share every batch, so a per-category *aggregate* speedup would need one workload

@@ -20,7 +20,8 @@ the data flows through them:
 - :mod:`~specnb.analysis.lossless`: whether the drafter changed the outputs at temperature 0;
 - :mod:`~specnb.analysis.mix`: the speedup to expect on a traffic mix;
 - :mod:`~specnb.analysis.tables`: the tables notebooks draw from;
-- :mod:`~specnb.analysis.text`: what ``specnb report`` prints.
+- :mod:`~specnb.analysis.text`: the formatters, and :mod:`~specnb.analysis.report`: what
+  ``specnb report`` prints, section by section.
 """
 
 from __future__ import annotations
@@ -55,7 +56,6 @@ from specnb.analysis.text import (
     format_decision,
     format_decisions,
     format_kv_capacity,
-    format_report,
     format_speedup_table,
     format_threshold,
     format_thresholds,
@@ -92,7 +92,6 @@ __all__ = [
     "format_decision",
     "format_decisions",
     "format_kv_capacity",
-    "format_report",
     "format_speedup_table",
     "format_threshold",
     "format_thresholds",

@@ -25,8 +25,33 @@ import pandas as pd
 
 from specnb import paths
 from specnb.analysis.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED
-from specnb.analysis.estimator import Scope
-from specnb.analysis.text import format_category_acceptance, format_report
+from specnb.analysis.decisions import decide
+from specnb.analysis.estimator import DEFAULT_CONFIDENCE, Scope
+from specnb.analysis.kv import kv_capacity
+from specnb.analysis.latency import (
+    best_goodput,
+    format_goodput,
+    format_latency_threshold,
+    goodput,
+    latency_by_rate,
+    latency_threshold,
+)
+from specnb.analysis.lossless import lossless, lossless_summary
+from specnb.analysis.pairing import pairing_notes
+from specnb.analysis.speedups import Speedups, paired_speedups
+from specnb.analysis.text import (
+    format_category_acceptance,
+    format_decision_differences,
+    format_decisions,
+    format_kv_capacity,
+    format_latency_table,
+    format_machine,
+    format_refused,
+    format_schedules,
+    format_speedup_table,
+    format_thresholds,
+)
+from specnb.analysis.thresholds import thresholds
 from specnb.ledger import Flag, json_cell
 from specnb.ledger.names import TWO_PROCESSES, Status
 from specnb.ledger.records import RunRecords
@@ -49,11 +74,115 @@ class ReportOptions:
 Section = Callable[[RunRecords, ReportOptions], list[str]]
 
 
+def _split(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The closed-loop points and the open-loop (arrivals at a rate) ones."""
+    is_rate = (df["load_mode"] == "rate") if "load_mode" in df.columns else pd.Series(False, index=df.index)
+    return df[~is_rate], df[is_rate]
+
+
+def _closed_speedups(run: RunRecords, opts: ReportOptions) -> Speedups | None:
+    """The closed-loop points' paired table, made once per run and scope (every section that reads
+    it shares it); None without closed-loop points."""
+    key = ("closed", opts.scope)
+    if key not in run.cache:
+        closed, _ = _split(run.df)
+        run.cache[key] = paired_speedups(closed, confidence=DEFAULT_CONFIDENCE, scope=opts.scope) if len(closed) else None
+    return run.cache[key]
+
+
+def machine(run: RunRecords, opts: ReportOptions) -> list[str]:
+    """Where the run was measured, and what the pairing had to say about its points."""
+    return [format_machine(run.df), *pairing_notes(run.df, None)]
+
+
 def paired(run: RunRecords, opts: ReportOptions) -> list[str]:
-    """The machine, the paired table, thresholds, decisions, KV cost, open loop, goodput, the
-    schedule to deploy, start-up differences, refusals and the lossless check."""
-    return [format_report(run.df, n_boot=opts.n_boot, seed=opts.seed, context_tokens=opts.context_tokens,
-                          slos=opts.slos, margins=run.margins, scope=opts.scope)]
+    """The closed-loop table (one interval per row), the answer across levels and the decisions."""
+    sp = _closed_speedups(run, opts)
+    if sp is None:
+        return []
+    out = ["", format_speedup_table(sp.table, DEFAULT_CONFIDENCE)]
+    if len(sp.table):
+        out += ["", f"across levels (a fixed sequence: pays tested from the lowest level up, loses from the "
+                    f"highest down; family-wise {DEFAULT_CONFIDENCE:.0%}):", format_thresholds(thresholds(sp)),
+                "", "decision:", format_decisions(decide(sp))]
+    return out
+
+
+def drafters(run: RunRecords, opts: ReportOptions) -> list[str]:
+    """Which drafter to attach per workload and level, where drafters of several kinds were
+    measured on the same prompts (:mod:`specnb.analysis.choice`)."""
+    from specnb.analysis.choice import choice_lines, drafter_choice
+    from specnb.ledger import arm_configs
+
+    if "method" not in run.df.columns or run.df["method"].dropna().nunique() < 2:
+        return []
+    sp = _closed_speedups(run, opts)
+    return choice_lines(drafter_choice(sp, arm_configs(run.df)), sp.confidence) if sp is not None else []
+
+
+def kv(run: RunRecords, opts: ReportOptions) -> list[str]:
+    """The KV pool each drafter arm's server had against the baseline's (seed 000)."""
+    closed, _ = _split(run.df)
+    if not len(closed):
+        return []
+    cap = kv_capacity(closed, context_tokens=opts.context_tokens)
+    return ["", "KV capacity:", format_kv_capacity(cap)] if not cap.empty and cap["speculative"].any() else []
+
+
+def open_loop(run: RunRecords, opts: ReportOptions) -> list[str]:
+    """Open-loop points: the table over offered rate, latency against rate and its threshold."""
+    _, rated = _split(run.df)
+    if not len(rated):
+        return []
+    rsp = paired_speedups(rated, confidence=DEFAULT_CONFIDENCE, scope=opts.scope)
+    out = ["", "open loop (arrivals at a rate):", format_speedup_table(rsp.table, DEFAULT_CONFIDENCE)]
+    rates = latency_by_rate(rated)
+    if not rates.empty:
+        out += ["", "latency against offered rate (means over repeats):", format_latency_table(rates)]
+    ths = latency_threshold(rated, confidence=DEFAULT_CONFIDENCE)
+    if ths:
+        out += ["", "per-token latency across offered rates (the per-user speedup's interval, a fixed sequence "
+                    "over the rates):", *[format_latency_threshold(t) for t in ths]]
+    return out
+
+
+def goodput_under_slos(run: RunRecords, opts: ReportOptions) -> list[str]:
+    """Goodput under the reader's SLOs (``--slo``), bootstrap over starts and prompts."""
+    if not opts.slos:
+        return []
+    _, rated = _split(run.df)
+    best = best_goodput(goodput(run.df, opts.slos, n_boot=opts.n_boot, seed=opts.seed, confidence=DEFAULT_CONFIDENCE))
+    return ["", "goodput under SLOs (output tok/s of requests that met every SLO; bootstrap over starts and "
+                "prompts):", format_goodput(best, "rate" if len(rated) else "c")]
+
+
+def schedule(run: RunRecords, opts: ReportOptions) -> list[str]:
+    """The K schedule to deploy per workload and drafter (``specnb policy`` writes it)."""
+    closed, _ = _split(run.df)
+    sched = format_schedules(closed) if len(closed) else ""
+    return ["", "the schedule to deploy (vLLM dynamic speculation; `specnb policy` writes it):", sched] if sched else []
+
+
+def startup(run: RunRecords, opts: ReportOptions) -> list[str]:
+    """Start-up decisions of vLLM's that differ between the two servers of a pair."""
+    closed, _ = _split(run.df)
+    decided = format_decision_differences(closed if len(closed) else run.df)
+    return ["", "start-up decisions that differ within a pair (vLLM's log; the speedup includes them):",
+            decided] if decided else []
+
+
+def refused(run: RunRecords, opts: ReportOptions) -> list[str]:
+    """Points refused before any server started (the build cannot serve them on this machine)."""
+    text = format_refused(run.df)
+    return ["", "refused before any server started (this engine build cannot serve it on that machine):",
+            text] if text else []
+
+
+def lossless_check(run: RunRecords, opts: ReportOptions) -> list[str]:
+    """Greedy outputs compared request by request, with the baseline's margins where they part."""
+    same = lossless(run.df)
+    return ["", "lossless check (temperature 0; outputs compared request by request):",
+            lossless_summary(same, margins=run.margins)] if not same.empty else []
 
 
 def categories(run: RunRecords, opts: ReportOptions) -> list[str]:
@@ -182,8 +311,9 @@ def conditions(run: RunRecords, opts: ReportOptions) -> list[str]:
 
 
 # the report's sections, in the order it prints them
-SECTIONS: tuple[Section, ...] = (paired, categories, failures, flags, structured, conversation, layout, search, timing,
-                                 predicted, conditions)
+SECTIONS: tuple[Section, ...] = (machine, paired, drafters, kv, open_loop, goodput_under_slos, schedule, startup,
+                                 refused, lossless_check, categories, failures, flags, structured, conversation, layout,
+                                 search, timing, predicted, conditions)
 
 
 def report_blocks(run: RunRecords, opts: ReportOptions | None = None) -> Iterator[str]:

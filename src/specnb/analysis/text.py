@@ -13,31 +13,18 @@ from typing import Any
 
 import pandas as pd
 
-from specnb.analysis.bootstrap import DEFAULT_N_BOOT, DEFAULT_SEED
-from specnb.analysis.decisions import Decision, decide
-from specnb.analysis.estimator import DEFAULT_CONFIDENCE, LOSES, PAYS, Scope
-from specnb.analysis.kv import kv_capacity
-from specnb.analysis.latency import (
-    best_goodput,
-    format_goodput,
-    format_latency_threshold,
-    goodput,
-    latency_by_rate,
-    latency_threshold,
-)
-from specnb.analysis.lossless import lossless, lossless_summary
+from specnb.analysis.decisions import Decision
+from specnb.analysis.estimator import DEFAULT_CONFIDENCE, LOSES, PAYS
 from specnb.analysis.pairing import (
     AnalysisError,
     condition_column,
     curve_label,
     isna,
     paired,
-    pairing_notes,
     redundant_keys,
     usable,
 )
-from specnb.analysis.speedups import paired_speedups
-from specnb.analysis.thresholds import UNDECIDED, Threshold, thresholds
+from specnb.analysis.thresholds import UNDECIDED, Threshold
 from specnb.ledger import PLAIN_CONDITION, REFUSED_ERROR, arm_configs
 from specnb.ledger.names import Status
 
@@ -51,7 +38,7 @@ __all__ = [
     "format_decisions",
     "format_kv_capacity",
     "format_category_acceptance",
-    "format_report",
+    "format_schedules",
     "format_machine",
 ]
 
@@ -334,7 +321,7 @@ def format_latency_table(t: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def _schedules(df: pd.DataFrame) -> str:
+def format_schedules(df: pd.DataFrame) -> str:
     """The K schedule per workload of a closed-loop run with drafter arms; empty otherwise."""
     from specnb.analysis.schedule import (
         ScheduleError,
@@ -443,65 +430,3 @@ def format_refused(df: pd.DataFrame) -> str:
         n = int(same["point_id"].nunique()) if "point_id" in same.columns else len(same)
         lines.append(f"{label}: {n} point(s) not measured: {r.get('error_message') or 'refused'}")
     return "\n".join(lines)
-
-
-def format_report(
-    df: pd.DataFrame,
-    baseline: str | None = None,
-    *,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = DEFAULT_SEED,
-    confidence: float = DEFAULT_CONFIDENCE,
-    context_tokens: float | None = None,
-    serving_concurrency: float | None = None,
-    slos: dict[str, float] | None = None,
-    margins: pd.DataFrame | None = None,
-    scope: Scope | str = Scope.PROMPTS,
-) -> str:
-    """What ``specnb report`` prints: the machine; for closed-loop points the table (one interval
-    per row), the answer across levels, the decisions, the KV cost and the schedule to deploy; for
-    open-loop points the table over rate and latency against offered rate; goodput under SLOs
-    (``n_boot`` and ``seed``: its bootstrap); the lossless check (with ``margins``,
-    :func:`specnb.analysis.lossless.load_margins`: how close to a tie the first differing tokens
-    were)."""
-    is_rate = (df["load_mode"] == "rate") if "load_mode" in df.columns else pd.Series(False, index=df.index)
-    closed, open_loop = df[~is_rate], df[is_rate]
-    parts = [format_machine(df), *pairing_notes(df, baseline)]
-    if len(closed):
-        sp = paired_speedups(closed, baseline, confidence=confidence, scope=scope)
-        parts += ["", format_speedup_table(sp.table, confidence)]
-        if len(sp.table):
-            parts += ["", f"across levels (a fixed sequence: pays tested from the lowest level up, loses from the "
-                          f"highest down; family-wise {_pct(confidence)}):",
-                      format_thresholds(thresholds(sp)),
-                      "", "decision:", format_decisions(decide(sp, serving_concurrency=serving_concurrency))]
-        kv = kv_capacity(closed, context_tokens=context_tokens, baseline=baseline)
-        if not kv.empty and kv["speculative"].any():
-            parts += ["", "KV capacity:", format_kv_capacity(kv)]
-    rates = latency_by_rate(open_loop) if len(open_loop) else pd.DataFrame()
-    if len(open_loop):
-        rsp = paired_speedups(open_loop, baseline, confidence=confidence, scope=scope)
-        parts += ["", "open loop (arrivals at a rate):", format_speedup_table(rsp.table, confidence)]
-        if not rates.empty:
-            parts += ["", "latency against offered rate (means over repeats):", format_latency_table(rates)]
-        ths = latency_threshold(open_loop, confidence=confidence)
-        if ths:
-            parts += ["", "per-token latency across offered rates (the per-user speedup's interval, a fixed sequence "
-                          "over the rates):", *[format_latency_threshold(t) for t in ths]]
-    if slos:
-        best = best_goodput(goodput(df, slos, n_boot=n_boot, seed=seed, confidence=confidence))
-        parts += ["", "goodput under SLOs (output tok/s of requests that met every SLO; bootstrap over starts and "
-                      "prompts):", format_goodput(best, "rate" if len(open_loop) else "c")]
-    sched = _schedules(closed) if len(closed) else ""
-    if sched:
-        parts += ["", "the schedule to deploy (vLLM dynamic speculation; `specnb policy` writes it):", sched]
-    decided = format_decision_differences(closed if len(closed) else df, baseline)
-    if decided:
-        parts += ["", "start-up decisions that differ within a pair (vLLM's log; the speedup includes them):", decided]
-    refused = format_refused(df)
-    if refused:
-        parts += ["", "refused before any server started (this engine build cannot serve it on that machine):", refused]
-    same = lossless(df)
-    if not same.empty:
-        parts += ["", "lossless check (temperature 0; outputs compared request by request):", lossless_summary(same, margins=margins)]
-    return "\n".join(parts)

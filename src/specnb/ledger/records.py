@@ -83,6 +83,7 @@ class RunRecords:
     timing: list[str] = field(default_factory=list)
     tune: TuneRecords | None = None
     last_round: RunRecords | None = None
+    cache: dict = field(default_factory=dict, repr=False, compare=False)  # what the report's sections share
 
 
 def load_run(folder: Path | str, *, skip_bad: bool = False) -> RunRecords:

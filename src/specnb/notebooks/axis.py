@@ -86,6 +86,18 @@ class AxisRun:
         text = format_run_report(load_run(self.folder), opts)
         print(f"$ specnb report {paths.portable(str(self.folder))}\n{text}")
 
+    def section(self, name: str, opts: Any = None) -> None:
+        """One section of the run's report (:data:`specnb.analysis.report.SECTIONS`, by its function's
+        name), the same lines ``specnb report`` prints there."""
+        from specnb.analysis.report import SECTIONS, ReportOptions
+        from specnb.ledger.records import load_run
+
+        by_name = {s.__name__: s for s in SECTIONS}
+        if name not in by_name:
+            raise ValueError(f"no report section {name!r}; the sections are {', '.join(by_name)}")
+        lines = "\n".join(by_name[name](load_run(self.folder), opts or ReportOptions())).strip("\n")
+        show(f"```\n{lines}\n```" if lines else f"This run has nothing for the report's {name} section.")
+
     def condition_frontier(self, fig_id: str, what: str) -> pd.DataFrame:
         """Per-user decode tok/s against aggregate output tok/s for every condition (``what``: a
         checkpoint, a layout) and arm across concurrency, a panel per workload, rings on the Pareto

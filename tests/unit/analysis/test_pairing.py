@@ -118,7 +118,8 @@ def test_a_pair_measured_on_two_kinds_of_machine_is_left_out_and_named(tmp_path)
     no ratio of arms. It is left out with a line naming it, and the rest of the run is reported
     (it used to raise PairingError for the whole report; issue 46 item 4)."""
     from specnb.analysis import pairing_notes
-    from specnb.analysis.text import format_report
+    from specnb.analysis.report import format_run_report
+    from specnb.ledger.records import RunRecords
 
     def on(led, gpu=None, node=None):
         hw = {**led.provenance.hardware, **({"gpus": [{"name": gpu, "driver": "550.54"}]} if gpu else {})}
@@ -137,5 +138,5 @@ def test_a_pair_measured_on_two_kinds_of_machine_is_left_out_and_named(tmp_path)
     assert notes[0].startswith("left out: 1 pair(s) measured on two kinds of machine") and "r=1" in notes[0]
     assert "A100" in notes[0] and "H100" in notes[0]
     assert notes[1].startswith("1 pair(s) ran on two nodes of the same kind of machine") and "r=2" in notes[1]
-    text = format_report(df)
+    text = format_run_report(RunRecords(tmp_path, df))
     assert notes[0] in text and notes[1] in text and "1.50x" in text

@@ -123,9 +123,11 @@ def test_two_drafter_methods_give_one_schedule_each_never_one_methods_k_on_anoth
     assert "num_speculative_tokens_per_batch_size" not in e3  # it pays everywhere: deployed as it is, static K=3
     with pytest.raises(ScheduleError, match="no drafter arm with method 'mtp'"):
         derive_policy(df, method="mtp")
-    from specnb.analysis.text import format_report
+    from specnb import paths
+    from specnb.analysis.report import ReportOptions, format_run_report
+    from specnb.ledger.records import RunRecords
 
-    text = format_report(df, n_boot=200)  # the report derives one schedule per method
+    text = format_run_report(RunRecords(paths.ROOT, df), ReportOptions(n_boot=200))  # the report derives one schedule per method
     assert "(eagle3):" in text and "(ngram):" in text and '"method": "eagle3"' in text
 
 

@@ -16,7 +16,6 @@ from specnb.analysis import (
     decide,
     format_decision,
     format_kv_capacity,
-    format_report,
     format_speedup_table,
     format_threshold,
     kv_capacity,
@@ -433,7 +432,11 @@ def test_a_committed_run_of_two_starts_decides_little_and_says_why(demo):
 
 
 def test_report_text_on_the_demo(demo):
-    text = format_report(demo, context_tokens=2048)
+    from specnb import paths
+    from specnb.analysis.report import ReportOptions, format_run_report
+    from specnb.ledger.records import RunRecords
+
+    text = format_run_report(RunRecords(paths.ROOT, demo), ReportOptions(context_tokens=2048))
     assert text.startswith("measured on: AMD EPYC, 2 CPUs, no GPU; engine vLLM 0.32.0")
     assert "speedup [95% CI]" in text and "across levels (a fixed sequence" in text
     decision = text[text.index("decision:"):]

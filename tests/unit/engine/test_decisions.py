@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specnb.analysis.text import format_decision_differences, format_report
+from specnb.analysis.report import format_run_report
+from specnb.analysis.text import format_decision_differences
 from specnb.engine.decisions import startup_decisions
 from specnb.ledger import load_ledgers, write_ledger
+from specnb.ledger.records import RunRecords
 from tests.unit.factories import ledger
 
 REAL = (Path(__file__).parent / "data" / "engine-death-cpu.log").read_text()
@@ -45,7 +47,7 @@ def test_the_report_names_what_differs_within_a_pair(tmp_path):
         write_ledger(tmp_path / f"{i}.json", led)
     df = load_ledgers(tmp_path)
     assert format_decision_differences(df) == "ngram-k4 vs baseline: async_scheduling off vs on"
-    assert "start-up decisions that differ within a pair" in format_report(df)
+    assert "start-up decisions that differ within a pair" in format_run_report(RunRecords(tmp_path, df))
 
 
 def test_pairs_that_decided_alike_say_nothing(tmp_path):

@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from specnb import paths
-from specnb.analysis.text import format_report
+from specnb.analysis.report import format_run_report
 from specnb.engine import kernels
 from specnb.ledger import Flag, load_ledgers, read_ledger
 from specnb.ledger.names import REFUSED_ERROR
+from specnb.ledger.records import RunRecords
 from specnb.notebooks.runner import notebook_parameters
 from specnb.sweep import SweepSpec, run_sweep
 from specnb.sweep.study import Study
@@ -83,7 +84,7 @@ def test_a_condition_the_build_cannot_serve_is_recorded_refused_and_the_study_go
     assert all(Flag.ENGINE_FALLBACK in f.split(",") for f in ok["flags"])
     led = read_ledger(ok["path"].iloc[0])
     assert any("torch's fallback" in n and "float32" in n for n in led.parameters["notes"])
-    text = format_report(df)
+    text = format_run_report(RunRecords(tmp_path, df))
     assert "refused before any server started" in text
     assert "w4a16 / baseline: 1 point(s) not measured" in text and "cpu_gemm_wna16" in text
 
@@ -136,7 +137,7 @@ def test_a_refusal_is_recorded_once_however_many_repeats_or_resumes(fake_vllm, a
     assert len(list((folder / "w4a16").rglob("*.failed-*.json"))) == 4  # 2 arms x 2 repeats, once each
     st.run(root=tmp_path / "ledgers", run=folder.name, progress=False)  # resume: nothing new to say
     assert len(list((folder / "w4a16").rglob("*.failed-*.json"))) == 4
-    assert "w4a16 / baseline: 2 point(s) not measured" in format_report(load_ledgers(folder))
+    assert "w4a16 / baseline: 2 point(s) not measured" in format_run_report(RunRecords(folder, load_ledgers(folder)))
 
 
 def test_an_engine_that_dies_while_the_panel_is_sized_says_why(fake_vllm, tmp_path):
