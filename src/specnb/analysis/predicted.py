@@ -38,7 +38,7 @@ from specnb.ledger.names import PLAIN_CONDITION
 from specnb.ledger.records import PREDICTED_DIR, PREDICTED_KIND, load_predicted  # noqa: F401 - re-exported
 
 __all__ = ["PREDICTED_DIR", "PREDICTED_KIND", "PredictError", "load_predicted", "Step", "expected_accepted", "flag_disagreement", "ngram_propose", "predicted_lines", "predicted_table",
-           "summarize_steps", "tempered", "walk"]
+           "summarize_steps", "summarize_path_steps", "tempered", "walk", "eagle_walk", "head_of"]
 
 # how far measured acceptance may sit outside the predicted interval (absolute rate) before the
 # report flags the arm: the replayed estimate's own sampling spread on a 10-prompt panel is a
@@ -129,6 +129,37 @@ def walk(prompt_ids: Sequence[int], output_ids: Sequence[int], *, min_n: int, ma
     return steps
 
 
+def eagle_walk(prompt_ids: Sequence[int], output_ids: Sequence[int], drafts: list[list[int]], k: int) -> list[Step]:
+    """The engine's drafting steps on this output with a head that drafts ``k`` tokens a step
+    (``drafts`` from :meth:`specnb.drafter.replay.HeadDrafter.drafts` over prompt + output). The first output token comes
+    from the prefill; after emitting output token ``i - 1`` the head drafts from the state of the
+    token before it, so the step's drafts for output positions ``i ..`` are ``drafts[m][P + i - 2]``.
+    A step's drafts past its first mismatch are recorded as drafted (the engine drafts ``k``) with
+    token -1: never compared, never asked. Drafts past the output's end are cut (as
+    :func:`specnb.analysis.predicted.walk` cuts them)."""
+    p, out = len(prompt_ids), list(output_ids)
+    steps: list[Step] = []
+    i = 1
+    while i < len(out):
+        j = p + i - 2
+        d = [drafts[m][j] for m in range(min(k, len(out) - i))]
+        m = 0
+        while m < len(d) and d[m] == out[i + m]:
+            m += 1
+        d = d[: m + 1] + [-1] * (len(d) - m - 1)
+        steps.append(Step(position=i, drafts=d, matched=m))
+        i += m + 1
+    return steps
+
+
+def head_of(config: dict[str, Any] | None) -> tuple[str, int] | None:
+    """(head folder, K) of an EAGLE-3 arm's speculative config; None for any other."""
+    cfg = config or {}
+    if cfg.get("method") != "eagle3" or not cfg.get("model"):
+        return None
+    return str(cfg["model"]), int(cfg.get("num_speculative_tokens", 1))
+
+
 def tempered(token: int, logprob: float, top: Mapping[int, float], temperature: float) -> tuple[float, float]:
     """p_T(token) from the engine's raw log-probabilities (temperature 1): the token's own
     ``logprob`` and the ``top`` logprobs at that position (token id -> logprob, any size).
@@ -184,6 +215,28 @@ def summarize_steps(steps: Sequence[Step]) -> dict[str, Any]:
             "expected_accepted_lo": lo if have else None, "expected_accepted_hi": hi if have else None,
             "replayed_rate": rate(replayed), "expected_rate_lo": rate(lo) if have else None,
             "expected_rate_hi": rate(hi) if have else None}
+
+
+def summarize_path_steps(steps: Sequence[Step]) -> dict[str, Any]:
+    """:func:`summarize_steps` for a drafter whose drafts are known only up to each step's first
+    mismatch (an EAGLE head replayed by teacher forcing, :mod:`specnb.drafter.replay`). Its
+    expected count is the path form, sum over j <= matched + 1 of p_T(d_j): the draft at j is
+    accepted with probability p_T(d_j) given the ones before it accepted, and whether they were is
+    read from the text (its token equals the draft exactly when the engine accepted it), so each
+    term is the conditional expectation of the replayed count's and the sum is unbiased for the
+    same mean, with a smaller spread. No probability past a mismatch is needed."""
+    drafted = sum(len(s.drafts) for s in steps)
+    replayed = sum(s.matched for s in steps)
+    have = all(len(s.probs_lo) > min(s.matched, len(s.drafts) - 1) for s in steps)
+    lo = sum(sum(s.probs_lo[: s.matched + 1]) for s in steps) if have else None
+    hi = sum(sum(s.probs_hi[: s.matched + 1]) for s in steps) if have else None
+
+    def rate(x: float | None) -> float | None:
+        return x / drafted if drafted and x is not None else None
+
+    return {"steps": len(steps), "drafted_tokens": drafted, "replayed_accepted": replayed,
+            "expected_accepted_lo": lo, "expected_accepted_hi": hi, "replayed_rate": rate(replayed),
+            "expected_rate_lo": rate(lo), "expected_rate_hi": rate(hi)}
 
 
 def _prompt_interval(per_request: list[dict[str, Any]], key: str, n_boot: int = 2000, seed: int = 0

@@ -1,5 +1,5 @@
-"""``specnb predict FOLDER``: each n-gram arm's acceptance predicted from the target's own
-probabilities, printed beside the measured acceptance."""
+"""``specnb predict FOLDER``: each n-gram and EAGLE-3 arm's acceptance predicted from the target's
+own probabilities, printed beside the measured acceptance."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from specnb.commands.common import Command, echo
 
 class Predict(Command):
     name = "predict"
-    help = ("predict each n-gram arm's acceptance from the target's own probabilities (the baseline's text replayed "
-            "through vLLM's n-gram rule; a baseline server is started after the measurement) and print it beside the "
-            "measured acceptance")
+    help = ("predict each n-gram and EAGLE-3 arm's acceptance from the target's own probabilities (the baseline's "
+            "text replayed through vLLM's n-gram rule or the head; a baseline server is started after the measurement) "
+            "and print it beside the measured acceptance")
 
     @staticmethod
     def add_cli_args(p: argparse.ArgumentParser) -> None:
@@ -26,11 +26,13 @@ class Predict(Command):
     @staticmethod
     def run(a: argparse.Namespace) -> int:
         from specnb.analysis.report import ReportOptions, predicted
+        from specnb.drafter.replay import HeadDrafter
         from specnb.ledger.records import load_run
         from specnb.sweep.predict import predict_run  # the engine side, only here
 
-        outcome = predict_run(a.folder, endpoint=a.endpoint, top=a.top, progress=not a.no_progress, echo=echo)
+        outcome = predict_run(a.folder, endpoint=a.endpoint, top=a.top, progress=not a.no_progress, echo=echo,
+                              head_loader=HeadDrafter)
         print(outcome.summary(), file=sys.stderr)
         lines = predicted(load_run(a.folder), ReportOptions())
-        print("\n".join(lines) if lines else "no n-gram arm to predict in this run")
+        print("\n".join(lines) if lines else "no n-gram or EAGLE-3 arm to predict in this run")
         return 0

@@ -1,7 +1,9 @@
-"""``specnb predict``: the acceptance an n-gram arm must show, from the target's own probabilities.
+"""``specnb predict``: the acceptance an n-gram or EAGLE-3 arm must show, from the target's own probabilities.
 
 For a measured run (one sweep folder, or a study's run of condition folders), every ok
-baseline point is replayed through each n-gram arm's proposer (:mod:`specnb.analysis.predicted`):
+baseline point is replayed through each n-gram arm's proposer (:mod:`specnb.analysis.predicted`)
+and each EAGLE-3 arm's head (:mod:`specnb.drafter.replay`: the head and its target in
+``transformers``, which needs speculators: ``make drafter`` installs it):
 its requests' prompts are tokenized by the engine (``/tokenize``), the drafts the proposer
 would make along the baseline's output are reconstructed, and the target's probability of each
 drafted token is read from the engine (prompt logprobs of the context followed by the drafts,
@@ -30,7 +32,17 @@ import numpy as np
 
 from specnb import paths
 from specnb.analysis.lossless import MARGINS_DIR, MARGINS_KIND, divergence_margin, lossless, top_gaps
-from specnb.analysis.predicted import PREDICTED_DIR, PREDICTED_KIND, Step, summarize_steps, tempered, walk
+from specnb.analysis.predicted import (
+    PREDICTED_DIR,
+    PREDICTED_KIND,
+    Step,
+    eagle_walk,
+    head_of,
+    summarize_path_steps,
+    summarize_steps,
+    tempered,
+    walk,
+)
 from specnb.engine import logprobs as lp
 from specnb.engine.server import Endpoint, VllmServer, attach
 from specnb.errors import SpecnbError
@@ -71,14 +83,23 @@ def ngram_settings(arm: Arm) -> dict[str, int] | None:
     return {"prompt_lookup_min": lo, "prompt_lookup_max": hi, "num_speculative_tokens": int(cfg.get("num_speculative_tokens", 1))}
 
 
+def _eagle_settings(arm: Arm) -> dict[str, Any] | None:
+    """An EAGLE-3 arm with a fixed K: its head and K (None for a schedule or a ceiling)."""
+    got = head_of(arm.speculative_config)
+    if got is None or arm.schedule or arm.ceiling:
+        return None
+    return {"method": "eagle3", "model": got[0], "num_speculative_tokens": got[1]}
+
+
 @dataclass
 class _Job:
     cond_dir: Path
     spec: SweepSpec
     arm: Arm
-    ngram: dict[str, int]
+    ngram: dict[str, Any]  # the proposer: n-gram settings, or {"method": "eagle3", "model": head, ...}
     ledger: Path
     out: Path
+    head_loader: Any = None  # an EAGLE-3 arm's: see predict_run
 
 
 @dataclass
@@ -151,7 +172,7 @@ def _jobs(folder: Path, outcome: PredictOutcome) -> tuple[list[_Job], list[_Marg
                                    "prediction models no grammar")
             continue
         margins += _margin_jobs(cond, spec, outcome)
-        arms = [(a, ngram_settings(a)) for a in spec.arms]
+        arms = [(a, ngram_settings(a) or _eagle_settings(a)) for a in spec.arms]
         arms = [(a, s) for a, s in arms if s]
         if not arms:
             continue
@@ -268,6 +289,56 @@ def _ids(row: Any, where: Any) -> list[int]:
     return [int(x) for x in ids]
 
 
+_HEADS: dict[tuple[str, str], Any] = {}
+# (target folder, head folder) -> an object whose drafts(ids, k) gives the head's drafts along a text
+HeadLoader = Callable[[Path, Path], Any]
+
+
+def _head(job: _Job) -> Any:
+    """The arm's head and its target, loaded once per process."""
+    loader = job.head_loader
+    key = (job.spec.model, job.ngram["model"])
+    if key not in _HEADS:
+        if loader is None:
+            raise PredictError(f"{job.arm.name}: no way to run an EAGLE-3 head here (specnb predict passes one)")
+        try:
+            _HEADS[key] = loader(paths.resolve(job.spec.model), paths.resolve(job.ngram["model"]))
+        except ImportError as exc:
+            raise PredictError(f"{job.arm.name}: an EAGLE-3 head is replayed with speculators ({exc}): make drafter "
+                               "installs it") from None
+        except (OSError, ValueError, KeyError) as exc:
+            raise PredictError(f"{job.arm.name}: head {job.ngram['model']} not loaded: {exc}") from None
+    return _HEADS[key]
+
+
+def _sequences(job: _Job, ep: Endpoint, req: Any, wl_name: str, prompts: dict[str, Any], max_len: int,
+               tokenized: dict[tuple[str, str], list[int]]) -> list[tuple[list[int], list[int], list[Step], Any]]:
+    """Per request: the engine's prompt tokens, the baseline's output and the arm's drafting steps
+    along it (vLLM's n-gram rule, or the head's drafts)."""
+    s = job.ngram
+    eagle = s.get("method") == "eagle3"
+    seqs: list[tuple[list[int], list[int], list[Step], Any]] = []
+    for row in req.to_dict("records"):
+        key = (wl_name, row["prompt_id"])
+        if key not in tokenized:
+            tokenized[key] = lp.tokenize_chat(ep.base_url, ep.model, _prompt(prompts, row, job.ledger).messages,
+                                              headers=ep.headers)
+        ids = tokenized[key]
+        measured = row.get("prompt_tokens")
+        if measured is not None and not (isinstance(measured, float) and math.isnan(measured)) and int(measured) != len(ids):
+            raise PredictError(f"{job.ledger}: prompt {row['prompt_id']} is {len(ids)} tokens through /tokenize but "
+                               f"{int(row['prompt_tokens'])} in the measured request: not the same prompt")
+        out = _ids(row, job.ledger)
+        if eagle:
+            k = s["num_speculative_tokens"]
+            steps = eagle_walk(ids, out, _head(job).drafts(ids + out, k), k)
+        else:
+            steps = walk(ids, out, min_n=s["prompt_lookup_min"], max_n=s["prompt_lookup_max"],
+                         k=s["num_speculative_tokens"], max_model_len=max_len)
+        seqs.append((ids, out, steps, row))
+    return seqs
+
+
 def _predict_point(job: _Job, ep: Endpoint, max_len: int, top: int, parallel: int,
                    tokenized: dict[tuple[str, str], list[int]]) -> dict[str, Any]:
     led = read_ledger(job.ledger)
@@ -282,21 +353,8 @@ def _predict_point(job: _Job, ep: Endpoint, max_len: int, top: int, parallel: in
     prompts = {p.id: p for p in wl.prompts}
     t = float(led.sampling.temperature)
     s = job.ngram
-    seqs: list[tuple[list[int], list[int], list[Step], Any]] = []
-    for row in req.to_dict("records"):
-        key = (wl_name, row["prompt_id"])
-        if key not in tokenized:
-            tokenized[key] = lp.tokenize_chat(ep.base_url, ep.model, _prompt(prompts, row, job.ledger).messages,
-                                              headers=ep.headers)
-        ids = tokenized[key]
-        measured = row.get("prompt_tokens")
-        if measured is not None and not (isinstance(measured, float) and math.isnan(measured)) and int(measured) != len(ids):
-            raise PredictError(f"{job.ledger}: prompt {row['prompt_id']} is {len(ids)} tokens through /tokenize but "
-                               f"{int(row['prompt_tokens'])} in the measured request: not the same prompt")
-        out = _ids(row, job.ledger)
-        steps = walk(ids, out, min_n=s["prompt_lookup_min"], max_n=s["prompt_lookup_max"],
-                     k=s["num_speculative_tokens"], max_model_len=max_len)
-        seqs.append((ids, out, steps, row))
+    eagle = s.get("method") == "eagle3"
+    seqs = _sequences(job, ep, req, wl_name, prompts, max_len, tokenized)
     # one request per distinct sequence gives every on-path probability; a step whose drafts go
     # on past its first mismatch with a fair chance of getting there gets a request of its own
     uniq = {tuple(ids + out): None for ids, out, _, _ in seqs}
@@ -310,24 +368,27 @@ def _predict_point(job: _Job, ep: Endpoint, max_len: int, top: int, parallel: in
         for st in steps:
             fill_step(st, full, None, len(ids) + st.position, t, top)
             reach = float(np.prod(st.probs_hi[: st.matched + 1]))
-            if st.matched + 1 < len(st.drafts) and reach > OFF_PATH_CHANCE:
+            if not eagle and st.matched + 1 < len(st.drafts) and reach > OFF_PATH_CHANCE:
                 off_keys[tuple(ids + out[: st.position] + st.drafts)] = None
     off_list = list(off_keys)
     got = lp.prompt_logprobs(ep.base_url, ep.model, [list(k) for k in off_list], top=top, headers=ep.headers,
                              parallel=parallel) if off_list else []
     off_lp = dict(zip(off_list, got, strict=True))
     per_request, all_steps = [], []
+    summarize = summarize_path_steps if eagle else summarize_steps
     for ids, out, steps, row in seqs:
         full = path_lp[tuple(ids + out)]
         for st in steps:
             fill_step(st, full, off_lp.get(tuple(ids + out[: st.position] + st.drafts)), len(ids) + st.position, t, top)
         all_steps += steps
         per_request.append({"index": int(row["index"]), "prompt_id": row["prompt_id"], "output_tokens": len(out),
-                            **summarize_steps(steps)})
+                            **summarize(steps)})
     return {
         "kind": PREDICTED_KIND,
         "arm": job.arm.name,
-        "proposer": {"method": "ngram", **job.ngram},
+        "proposer": job.ngram if eagle else {"method": "ngram", **job.ngram},
+        "estimator": "path: p_T of each draft up to the step's first mismatch" if eagle else
+                     "proposal: the product of p_T over each step's drafts",
         "baseline_point": led.point_id,
         "baseline_ledger": paths.portable(str(job.ledger)),
         "baseline_started_at": led.started_at,  # which measurement of that point was replayed
@@ -340,7 +401,7 @@ def _predict_point(job: _Job, ep: Endpoint, max_len: int, top: int, parallel: in
         "requests": len(seqs),
         "engine_requests": {"path": len(path_keys), "off_path": len(off_list)},
         "off_path_chance": OFF_PATH_CHANCE,
-        "results": summarize_steps(all_steps),
+        "results": summarize(all_steps),
         "per_request": per_request,
         "server": {"base_url": ep.base_url, "model": ep.model, "engine_version": led.server.engine_version,
                    "argv": [paths.portable(a) for a in (led.server.argv or [])]},
@@ -401,10 +462,13 @@ def _pct(x: float | None) -> str:
 
 
 def predict_run(folder: Path | str, *, endpoint: str | None = None, top: int = 20, parallel: int = 4,
-                progress: bool = True, echo: Callable[[str], None] = print) -> PredictOutcome:
-    """Predict the n-gram arms' acceptance for every ok baseline point of ``folder`` that has no
-    prediction yet (see the module doc). Failed baseline points are left out (named in
-    ``skipped``); the server is stopped by its id on any exit."""
+                progress: bool = True, echo: Callable[[str], None] = print,
+                head_loader: HeadLoader | None = None) -> PredictOutcome:
+    """Predict the n-gram and EAGLE-3 arms' acceptance for every ok baseline point of ``folder`` that
+    has no prediction yet (see the module doc). ``head_loader(target, head)`` loads an EAGLE-3 arm's
+    head (:class:`specnb.drafter.replay.HeadDrafter`; without one those arms are skipped, said).
+    Failed baseline points are left out (named in ``skipped``); the server is stopped by its id on
+    any exit."""
     folder = Path(folder)
     if not folder.is_dir():
         raise PredictError(f"{folder} is not a folder")
@@ -414,6 +478,7 @@ def predict_run(folder: Path | str, *, endpoint: str | None = None, top: int = 2
     jobs, margin_jobs = _jobs(folder, outcome)
     ok_jobs = []
     for j in jobs:
+        j.head_loader = head_loader
         led = read_ledger(j.ledger)
         if led.status != Status.OK:
             outcome.skipped.append(f"{j.ledger.name}: baseline point {led.status}")
