@@ -14,6 +14,7 @@ import argparse
 import datetime as dt
 import hashlib
 import json
+import math
 import os
 import sys
 import time
@@ -46,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--spread-seeds", default="", help="comma-separated seeds of further heads trained on the same "
+                    "states and held-out set to state the seed-to-seed spread of the held-out acceptance length "
+                    "(not saved; about the training time once more each)")
     ap.add_argument("--device", help="where the target's states and the head are computed (default: cuda when "
                     "torch sees a GPU, else cpu)")
     ap.add_argument("--server-arg", action="append", default=None, help="a vLLM argument (repeat; default: "
@@ -61,6 +65,12 @@ def _check(a: argparse.Namespace) -> tuple[Path, dict]:
     if cfg.get("model_type") not in ("llama", "qwen3"):
         raise SpecnbError(f"--model {a.model}: EAGLE-3 heads are built for llama and qwen3 targets here, not "
                           f"{cfg.get('model_type')!r}")
+    try:
+        a.spread_seeds = [int(x) for x in a.spread_seeds.split(",") if x.strip()]
+    except ValueError:
+        raise SpecnbError(f"--spread-seeds {a.spread_seeds!r}: comma-separated integers (1,2)") from None
+    if a.seed in a.spread_seeds or len(set(a.spread_seeds)) != len(a.spread_seeds):
+        raise SpecnbError(f"--spread-seeds {a.spread_seeds}: each seed once, and not --seed ({a.seed}) again")
     for name, v in (("--max-tokens", a.max_tokens), ("--concurrency", a.concurrency), ("--draft-vocab", a.draft_vocab),
                     ("--epochs", a.epochs)):
         if v < 1:
@@ -135,8 +145,41 @@ def _record(a: argparse.Namespace, model: Path, run: str, convs: list[dict], val
     }
 
 
+def _spread(a: argparse.Namespace, model: Path, ledger: _Ledger, parts: dict, settings) -> None:
+    """Further heads on the same states, vocabulary and held-out conversations, one per ``--spread-seeds``
+    seed (its initialisation and batch order): the held-out figures each ends with, and their range, go
+    into the ledger as the spread a rebuild is judged against."""
+    import dataclasses
+
+    import torch
+
+    from specnb.drafter import train as tr
+
+    spread = ledger.record.setdefault("seed_spread", {"seeds": [], "runs": []})
+    main_val = [r for r in ledger.record["curve"] if r["split"] == "val"][-1]
+    spread["seeds"] = [settings.seed, *a.spread_seeds]
+    spread["runs"] = [{"seed": settings.seed, **{k: main_val[k] for k in main_val if k not in ("split",)}}]
+    for seed in a.spread_seeds:
+        torch.manual_seed(seed)
+        s = dataclasses.replace(settings, seed=seed)
+        head = tr.build_head(str(model), parts["t2d"], parts["d2t"], s).to(a.device)
+        bar = _bar(s.epochs * len(parts["train"]), desc=f"training (seed {seed})", unit="batch")
+        try:
+            rows = tr.fit(head, parts["train"], parts["val"], s, lambda _row: None, progress=bar)
+        finally:
+            bar.close()
+        last = [r for r in rows if r["split"] == "val"][-1]
+        spread["runs"].append({"seed": seed, **{k: last[k] for k in last if k not in ("split",)}})
+        ledger.write()
+    als = [r["expected_acceptance_length"] for r in spread["runs"]]
+    lo, hi = spread_interval(als, 0.95)
+    spread.update(min=round(min(als), 3), max=round(max(als), 3), level=0.95, interval=[round(lo, 3), round(hi, 3)],
+                  rule="normal prediction interval for one further seed: mean +- t(n-1) s sqrt(1 + 1/n)")
+    ledger.write()
+
+
 def _train(a: argparse.Namespace, model: Path, cfg: dict, convs: list[dict], ledger_dir: Path, run: str,
-           argv: list[str] | None) -> tuple[_Ledger, object, object]:
+           argv: list[str] | None) -> tuple[_Ledger, object, object, dict]:
     """Steps 2-4: the target's states, the draft vocabulary, the head trained, its ledger written as it goes."""
     from specnb.drafter import train as tr
 
@@ -168,7 +211,55 @@ def _train(a: argparse.Namespace, model: Path, cfg: dict, convs: list[dict], led
     finally:
         bar.close()
     ledger.record["timings"]["train_s"] = round(time.monotonic() - t0, 1)
-    return ledger, head, settings
+    return ledger, head, settings, {"train": train_b, "val": val_b, "t2d": t2d, "d2t": d2t}
+
+
+def _provenance(a: argparse.Namespace, model: Path, out: Path, ledger: _Ledger) -> None:
+    rec = ledger.record
+    (out / "specnb-provenance.json").write_text(json.dumps({
+        "kind": "eagle3-head", "target": str(model), "training_ledger": str(ledger.path), "command": rec["command"],
+        "seed": a.seed, "data": rec["data"], "settings": rec["settings"],
+        "weights_sha256": hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest(),
+        "expected_acceptance_length": rec["expected_acceptance_length"]}, indent=1) + "\n")
+    sums = {name: hashlib.sha256((out / name).read_bytes()).hexdigest() for name in ("model.safetensors", "config.json")}
+    (out / "SHA256SUMS").write_text("".join(f"{d}  {n}\n" for n, d in sums.items()))  # sha256sum -c reads it
+
+
+def spread_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Where a further seed's held-out acceptance length falls with probability ``level``: the normal
+    prediction interval mean +- t(n-1) s sqrt(1 + 1/n) over the seeds' values (the range of three seeds
+    would hold a fourth only half the time)."""
+    from specnb.analysis.estimator import t_quantile
+
+    n = len(values)
+    if n < 2:
+        raise ValueError("a spread needs two seeds or more")
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = t_quantile(0.5 + level / 2, n - 1) * sd * math.sqrt(1 + 1 / n)
+    return mean - half, mean + half
+
+
+def judge_rebuild(record: dict, runs_dir: Path) -> str | None:
+    """The newest other training run of this target with a seed spread under the same data and settings
+    (seed aside): is this head's held-out acceptance length inside that spread's prediction interval?"""
+    def same(d: dict) -> bool:
+        keep = lambda s: {k: v for k, v in s.items() if k != "seed"}  # noqa: E731
+        return d.get("data") == record["data"] and keep(d.get("settings", {})) == keep(record["settings"])
+
+    for path in sorted(runs_dir.glob("*/training.json"), reverse=True):
+        if path.parent.name == record["run"]:
+            continue
+        doc = json.loads(path.read_text())
+        spread = doc.get("seed_spread") or {}
+        if doc.get("status") != "done" or "interval" not in spread or not same(doc):
+            continue
+        lo, hi = spread["interval"]
+        al = record["expected_acceptance_length"]
+        where = "inside" if lo <= al <= hi else "OUTSIDE"
+        return (f"held-out acceptance length {al:.3f} is {where} the {spread['level']:.0%} seed spread "
+                f"[{lo:.3f}, {hi:.3f}] of {path.parent} (seeds {spread['seeds']})")
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,22 +290,30 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     convs = _responses(a, model, prompts, data, ledger_dir / "logs")
     generate_s = round(time.monotonic() - t_start, 1)
-    ledger, head, settings = _train(a, model, cfg, convs, ledger_dir, run, argv)
+    ledger, head, settings, parts = _train(a, model, cfg, convs, ledger_dir, run, argv)
     rec = ledger.record
     rec["timings"]["generate_s"] = generate_s
-    rec.update(status="done", head=str(out), saved_tensors=tr.save_head(head, out),
+    rec.update(head=str(out), saved_tensors=tr.save_head(head, out),
                expected_acceptance_length=round(rec["curve"][-1]["expected_acceptance_length"], 3))
+    _provenance(a, model, out, ledger)
+    ledger.write()  # the head and its provenance are saved before any spread head: Ctrl-C there loses only the spread
+    if a.spread_seeds:
+        t0 = time.monotonic()
+        try:
+            _spread(a, model, ledger, parts, settings)
+        except BaseException as e:
+            rec["status"] = f"failed in the seed spread: {type(e).__name__}: {e}"
+            ledger.write()
+            raise
+        rec["timings"]["spread_s"] = round(time.monotonic() - t0, 1)
+    rec["status"] = "done"
     rec["timings"]["total_s"] = round(time.monotonic() - t_start, 1)
     ledger.write()
-    (out / "specnb-provenance.json").write_text(json.dumps({
-        "kind": "eagle3-head", "target": str(model), "training_ledger": str(ledger.path), "command": rec["command"],
-        "seed": a.seed, "data": rec["data"], "settings": rec["settings"],
-        "weights_sha256": hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest(),
-        "expected_acceptance_length": rec["expected_acceptance_length"]}, indent=1) + "\n")
-    sums = {name: hashlib.sha256((out / name).read_bytes()).hexdigest() for name in ("model.safetensors", "config.json")}
-    (out / "SHA256SUMS").write_text("".join(f"{d}  {n}\n" for n, d in sums.items()))  # sha256sum -c reads it
     print(f"specnb drafter: {out} (held-out expected acceptance length {rec['expected_acceptance_length']} at "
           f"k={settings.ttt_steps}; {rec['timings']['total_s'] / 60:.1f} min); ledger {ledger.path}")
+    verdict = judge_rebuild(rec, Path(a.ledger_root) / "drafter-training" / model.name)
+    if verdict:
+        print(f"specnb drafter: {verdict}")
     return 0
 
 
