@@ -145,3 +145,26 @@ def test_the_committed_head_is_the_one_its_hashes_and_provenance_name():
     ledger = json.loads((paths.ROOT / made["training_ledger"]).read_text())
     assert ledger["kind"] == "drafter-training" and ledger["status"] == "done"
     assert ledger["data"] == made["data"] and ledger["settings"] == made["settings"]
+
+
+def test_the_seed_spread_is_a_prediction_interval_and_a_rebuild_is_judged_against_the_newest_of_its_kind(tmp_path):
+    from specnb.drafter.__main__ import judge_rebuild, spread_interval
+
+    lo, hi = spread_interval([1.80, 1.78, 1.83])
+    # mean 1.8033, s 0.0252, t(0.975, 2) 4.303, sqrt(4/3): +- 0.125
+    assert lo == pytest.approx(1.678, abs=2e-3) and hi == pytest.approx(1.928, abs=2e-3)
+    with pytest.raises(ValueError):
+        spread_interval([1.8])
+    data, settings = {"responses_sha256": "x"}, {"seed": 0, "epochs": 2}
+    for run, spread, status, d in (("20260101T000000Z", [1.0, 1.1], "done", data),  # older
+                                   ("20260102T000000Z", [1.7, 1.9], "done", data),  # the newest of its kind
+                                   ("20260103T000000Z", [1.0, 1.1], "done", {"responses_sha256": "y"}),  # other data
+                                   ("20260104T000000Z", [1.0, 1.1], "running", data)):  # not finished
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "training.json").write_text(json.dumps({
+            "status": status, "data": d, "settings": {**settings, "seed": 5},
+            "seed_spread": {"seeds": [0, 1], "level": 0.95, "interval": spread}}))
+    rec = {"run": "20260105T000000Z", "data": data, "settings": settings, "expected_acceptance_length": 1.8}
+    assert "1.800 is inside the 95% seed spread [1.700, 1.900]" in judge_rebuild(rec, tmp_path)
+    assert "OUTSIDE" in judge_rebuild({**rec, "expected_acceptance_length": 1.5}, tmp_path)
+    assert judge_rebuild({**rec, "settings": {"seed": 0, "epochs": 3}}, tmp_path) is None  # nothing of its kind
