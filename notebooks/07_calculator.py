@@ -65,6 +65,8 @@ draft_fraction = 0.26  # share of steps that carry a draft (n-gram drafts only o
 drafter_step_overhead_ms = 5.7  # drafting cost per step independent of the batch, ms (fitted to the demo's n-gram arm: models/data/cpu-demo-calibration.json)
 drafter_per_request_ms = 0.0  # drafting cost per request per step, ms
 drafter_per_token_ms = 4.2  # cost per proposed draft token beyond its compute (rejection sampling, bookkeeping), ms (likewise fitted)
+drafter_method = "ngram"  # the drafter's kind as vLLM names it (ngram, eagle3, draft_model): which arms of drafter_costs_from to read
+drafter_costs_from = None  # an anatomy run (specnb anatomy) with arms of drafter_method's kind: drafter_step_overhead_ms and drafter_per_token_ms refitted to their profiled steps over the baseline's (everything the drafter adds, its own passes included: set drafter_params_b to 0); None: the values above
 gpu_costs = None  # where a GPU preset's speculative costs come from: "published-fit" (fitted to ledgers/published, section 7) or a sentence naming the measurement behind drafter_*_ms; None: drafter_*_ms as they are
 fit_resamples = 100  # bootstrap resamples of the published GPU fit (whole curves drawn with replacement)
 prompt_tokens = 184  # prompt tokens per request (demo copy prompts, mean)
@@ -229,6 +231,16 @@ drafter = sc.Drafter(drafter_name, params=drafter_params_b * 1e9,
                      kv_bytes_per_token=drafter_kv_bytes_per_token, parallel=drafter_parallel,
                      per_request_s=drafter_per_request_ms / 1e3, step_overhead_s=drafter_step_overhead_ms / 1e3,
                      per_token_s=drafter_per_token_ms / 1e3, draft_fraction=draft_fraction)
+if drafter_costs_from is not None:  # the drafter's costs learned from the engine's own profile of it
+    from specnb.analysis.anatomy import anatomy_frame, load_anatomy
+
+    learned = calibration.drafter_terms_from_anatomy(anatomy_frame(load_anatomy(paths.resolve(drafter_costs_from))),
+                                                     hw, target, drafter_method)
+    drafter = dataclasses.replace(drafter, step_overhead_s=learned["step_overhead_ms"] / 1e3,
+                                  per_token_s=learned["per_token_ms"] / 1e3)
+    print(f"{drafter_name}: {learned['step_overhead_ms']:.1f} ms a step + {learned['per_token_ms']:.2f} ms per proposed "
+          f"token beyond the target's verification, refitted to {learned['windows']} profiled windows of "
+          f"{', '.join(learned['arms'])} in {drafter_costs_from} (rms {learned['rms_error_ms']:.1f} ms)")
 points = published_curves()  # the published GPU curves (ledgers/published), for the fit here and in section 7
 presets = hardware.hardware_presets()
 held_out = None

@@ -336,3 +336,19 @@ def refit_drafter_terms(check: pd.DataFrame) -> dict[str, Any]:
     return {"step_overhead_ms": float(a), "per_token_ms": float(b), "windows": int(len(s)),
             "rms_error_ms": float(np.sqrt(np.mean(resid**2))),
             "proposed_tokens_per_step": [float(x.min()), float(x.max())]}
+
+
+def drafter_terms_from_anatomy(frame: pd.DataFrame, hw: Hardware, target: TargetModel, method: str,
+                               *, baseline: str = "baseline") -> dict[str, Any]:
+    """What a drafter of kind ``method`` (``eagle3``, ``draft_model``, ``ngram``) costs a step on the
+    profiled engine beyond the target's verification: :func:`refit_drafter_terms` over the arms of that
+    kind in ``frame`` (:func:`specnb.analysis.anatomy.anatomy_frame` of a run with unprofiled twins),
+    with a drafter that has no terms of its own, so the fixed and per-proposed-token terms hold
+    everything the drafter adds (its own passes included): use them with a drafter of no size.
+    Raises :class:`StepCostError` when the run has no such arm or too few windows."""
+    if "method" not in frame.columns or not (frame["method"] == method).any():
+        arms = sorted(frame["arm"].unique()) if "arm" in frame.columns else []
+        raise StepCostError(f"no {method} arm in this anatomy run (arms: {', '.join(map(str, arms))})")
+    check = check_against_anatomy(frame, hw, target, Drafter(method), baseline=baseline, methods=(method,))
+    return {**refit_drafter_terms(check), "method": method,
+            "arms": sorted(check.loc[check["arm"] != baseline, "arm"].unique().tolist())}

@@ -209,15 +209,17 @@ def test_device_time_goes_to_the_part_that_launched_it():
     assert parse_trace(read_trace(TRACE))[0].gpu_ms is None  # the CPU trace has no device lanes
 
 
-@pytest.mark.parametrize("name", ["cpu-anatomy.toml", "gpu-anatomy.toml"])
-def test_the_anatomy_configs_parse_and_pass_the_anatomy_checks(name):
+@pytest.mark.parametrize("name, arms", [("cpu-anatomy.toml", {"ngram-k4", "ngram-k0-schedule"}),
+                                        ("gpu-anatomy.toml", {"ngram-k4", "ngram-k0-schedule"}),
+                                        ("cpu-anatomy-eagle3.toml", {"eagle3-k3"})])
+def test_the_anatomy_configs_parse_and_pass_the_anatomy_checks(name, arms):
     from specnb import paths
     from specnb.sweep.anatomy import check
     from specnb.sweep.spec import SweepSpec
 
     spec = SweepSpec.from_toml(paths.CONFIGS / name)
     check(spec, None)
-    assert {a.name for a in spec.arms} >= {"baseline", "ngram-k4", "ngram-k0-schedule"}
+    assert {a.name for a in spec.arms} >= {"baseline", *arms}
 
 
 def test_against_baseline_reads_the_step_and_the_seed_004_rule():

@@ -75,3 +75,17 @@ def test_frames_the_check_cannot_use_are_refused_in_words():
     chk = check_against_anatomy(f[f["concurrency"] != 8], HW, TARGET, TERMS)
     with pytest.raises(StepCostError, match="cannot refit"):
         refit_drafter_terms(chk[(chk["arm"] == "baseline") | (chk["repeat"] == 0) & (chk["concurrency"] == 1)])
+
+
+def test_a_drafters_terms_are_learned_from_its_kinds_profiled_windows():
+    """The calculator's ``drafter_costs_from``: the terms of the arms of one kind, refitted whatever
+    terms the drafter was given, and a run without that kind refused in words."""
+    from specnb.models.calibration import drafter_terms_from_anatomy
+
+    heavier = Drafter("eagle3", step_overhead_s=0.020, per_token_s=0.010)
+    frame = _frame(heavier).assign(method=lambda f: f["method"].map({"ngram": "eagle3"}))
+    got = drafter_terms_from_anatomy(frame, HW, TARGET, "eagle3")
+    assert got["step_overhead_ms"] == pytest.approx(20.0, rel=1e-6) and got["per_token_ms"] == pytest.approx(10.0, rel=1e-6)
+    assert got["arms"] == ["ngram-k0", "ngram-k4"] and got["method"] == "eagle3" and got["windows"] == 12
+    with pytest.raises(StepCostError, match="no draft_model arm in this anatomy run"):
+        drafter_terms_from_anatomy(frame, HW, TARGET, "draft_model")
