@@ -66,7 +66,7 @@ drafter_step_overhead_ms = 5.7  # drafting cost per step independent of the batc
 drafter_per_request_ms = 0.0  # drafting cost per request per step, ms
 drafter_per_token_ms = 4.2  # cost per proposed draft token beyond its compute (rejection sampling, bookkeeping), ms (likewise fitted)
 drafter_method = "ngram"  # the drafter's kind as vLLM names it (ngram, eagle3, draft_model): which arms of drafter_costs_from to read
-drafter_costs_from = None  # an anatomy run (specnb anatomy) with arms of drafter_method's kind: drafter_step_overhead_ms and drafter_per_token_ms refitted to their profiled steps over the baseline's (everything the drafter adds, its own passes included: set drafter_params_b to 0); None: the values above
+drafter_costs_from = None  # an anatomy run (specnb anatomy) on the preset's machine with arms of drafter_method's kind: the drafter becomes its refitted terms (a fixed and a per-proposed-token cost over the baseline's steps, everything it adds, its own passes included) and its profiled draft share, replacing drafter_params_b .. drafter_per_token_ms and draft_fraction; None: those values
 gpu_costs = None  # where a GPU preset's speculative costs come from: "published-fit" (fitted to ledgers/published, section 7) or a sentence naming the measurement behind drafter_*_ms; None: drafter_*_ms as they are
 fit_resamples = 100  # bootstrap resamples of the published GPU fit (whole curves drawn with replacement)
 prompt_tokens = 184  # prompt tokens per request (demo copy prompts, mean)
@@ -234,13 +234,17 @@ drafter = sc.Drafter(drafter_name, params=drafter_params_b * 1e9,
 if drafter_costs_from is not None:  # the drafter's costs learned from the engine's own profile of it
     from specnb.analysis.anatomy import anatomy_frame, load_anatomy
 
+    if gpu_costs == "published-fit":
+        raise ValueError("drafter_costs_from and gpu_costs = 'published-fit' both set the drafter's costs: choose one")
     learned = calibration.drafter_terms_from_anatomy(anatomy_frame(load_anatomy(paths.resolve(drafter_costs_from))),
                                                      hw, target, drafter_method)
-    drafter = dataclasses.replace(drafter, step_overhead_s=learned["step_overhead_ms"] / 1e3,
-                                  per_token_s=learned["per_token_ms"] / 1e3)
+    # the learned terms hold everything the drafter adds: a drafter of no size, drafting as often as profiled
+    drafter = sc.Drafter(drafter_name, step_overhead_s=learned["step_overhead_ms"] / 1e3,
+                         per_token_s=learned["per_token_ms"] / 1e3, draft_fraction=learned["draft_fraction"])
     print(f"{drafter_name}: {learned['step_overhead_ms']:.1f} ms a step + {learned['per_token_ms']:.2f} ms per proposed "
-          f"token beyond the target's verification, refitted to {learned['windows']} profiled windows of "
-          f"{', '.join(learned['arms'])} in {drafter_costs_from} (rms {learned['rms_error_ms']:.1f} ms)")
+          f"token beyond the target's verification on {preset}, drafting on {100 * learned['draft_fraction']:.0f} % of "
+          f"a request's steps, refitted to {learned['windows']} profiled windows of {', '.join(learned['arms'])} in "
+          f"{drafter_costs_from} (rms {learned['rms_error_ms']:.1f} ms)")
 points = published_curves()  # the published GPU curves (ledgers/published), for the fit here and in section 7
 presets = hardware.hardware_presets()
 held_out = None

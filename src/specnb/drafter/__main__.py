@@ -155,7 +155,7 @@ def _spread(a: argparse.Namespace, model: Path, ledger: _Ledger, parts: dict, se
 
     from specnb.drafter import train as tr
 
-    spread = ledger.record.setdefault("seed_spread", {"seeds": [], "runs": []})
+    spread = ledger.record.setdefault("seed_spread", {"seeds": [], "runs": [], "status": "running"})
     main_val = [r for r in ledger.record["curve"] if r["split"] == "val"][-1]
     spread["seeds"] = [settings.seed, *a.spread_seeds]
     spread["runs"] = [{"seed": settings.seed, **{k: main_val[k] for k in main_val if k not in ("split",)}}]
@@ -250,9 +250,13 @@ def judge_rebuild(record: dict, runs_dir: Path) -> str | None:
     for path in sorted(runs_dir.glob("*/training.json"), reverse=True):
         if path.parent.name == record["run"]:
             continue
-        doc = json.loads(path.read_text())
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # an unreadable ledger judges nothing
         spread = doc.get("seed_spread") or {}
-        if doc.get("status") != "done" or "interval" not in spread or not same(doc):
+        if doc.get("status") != "done" or spread.get("status", "done") != "done" or "interval" not in spread \
+                or not same(doc):
             continue
         lo, hi = spread["interval"]
         al = record["expected_acceptance_length"]
@@ -296,19 +300,20 @@ def main(argv: list[str] | None = None) -> int:
     rec.update(head=str(out), saved_tensors=tr.save_head(head, out),
                expected_acceptance_length=round(rec["curve"][-1]["expected_acceptance_length"], 3))
     _provenance(a, model, out, ledger)
-    ledger.write()  # the head and its provenance are saved before any spread head: Ctrl-C there loses only the spread
+    rec["status"] = "done"  # the head is whole: the seed spread below only adds to what its ledger says
+    rec["timings"]["total_s"] = round(time.monotonic() - t_start, 1)
+    ledger.write()
     if a.spread_seeds:
         t0 = time.monotonic()
         try:
             _spread(a, model, ledger, parts, settings)
         except BaseException as e:
-            rec["status"] = f"failed in the seed spread: {type(e).__name__}: {e}"
+            rec["seed_spread"]["status"] = f"failed: {type(e).__name__}: {e}"
             ledger.write()
             raise
+        rec["seed_spread"]["status"] = "done"
         rec["timings"]["spread_s"] = round(time.monotonic() - t0, 1)
-    rec["status"] = "done"
-    rec["timings"]["total_s"] = round(time.monotonic() - t_start, 1)
-    ledger.write()
+        ledger.write()
     print(f"specnb drafter: {out} (held-out expected acceptance length {rec['expected_acceptance_length']} at "
           f"k={settings.ttt_steps}; {rec['timings']['total_s'] / 60:.1f} min); ledger {ledger.path}")
     verdict = judge_rebuild(rec, Path(a.ledger_root) / "drafter-training" / model.name)

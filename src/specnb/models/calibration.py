@@ -344,11 +344,17 @@ def drafter_terms_from_anatomy(frame: pd.DataFrame, hw: Hardware, target: Target
     profiled engine beyond the target's verification: :func:`refit_drafter_terms` over the arms of that
     kind in ``frame`` (:func:`specnb.analysis.anatomy.anatomy_frame` of a run with unprofiled twins),
     with a drafter that has no terms of its own, so the fixed and per-proposed-token terms hold
-    everything the drafter adds (its own passes included): use them with a drafter of no size.
+    everything the drafter adds (its own passes included): use them with a drafter of no size, and
+    the windows' ``draft_fraction`` (the share of a request's steps that carried drafts). ``hw`` is
+    the profiled machine's preset (its roofline is what the verification's compute is taken at).
     Raises :class:`StepCostError` when the run has no such arm or too few windows."""
     if "method" not in frame.columns or not (frame["method"] == method).any():
         arms = sorted(frame["arm"].unique()) if "arm" in frame.columns else []
         raise StepCostError(f"no {method} arm in this anatomy run (arms: {', '.join(map(str, arms))})")
     check = check_against_anatomy(frame, hw, target, Drafter(method), baseline=baseline, methods=(method,))
-    return {**refit_drafter_terms(check), "method": method,
+    spec = frame[(frame["method"] == method) & frame["unprofiled_cycle_ms"].notna()]
+    k = spec["k"].clip(lower=1).astype(float)
+    # the share of a decoding request's steps that carried drafts: q in the model's B * q * K
+    q = (spec["drafted_tokens_per_step"] / spec["decode_requests_per_step"].clip(lower=1e-9) / k).clip(0.0, 1.0)
+    return {**refit_drafter_terms(check), "method": method, "draft_fraction": float(q.mean()),
             "arms": sorted(check.loc[check["arm"] != baseline, "arm"].unique().tolist())}

@@ -95,7 +95,8 @@ class AxisRun:
         by_name = {s.__name__: s for s in SECTIONS}
         if name not in by_name:
             raise ValueError(f"no report section {name!r}; the sections are {', '.join(by_name)}")
-        lines = "\n".join(by_name[name](load_run(self.folder), opts or ReportOptions())).strip("\n")
+        run = load_run(self.folder)
+        lines = "" if run.df.empty else "\n".join(by_name[name](run, opts or ReportOptions())).strip("\n")
         show(f"```\n{lines}\n```" if lines else f"This run has nothing for the report's {name} section.")
 
     def condition_frontier(self, fig_id: str, what: str) -> pd.DataFrame:

@@ -306,8 +306,10 @@ def _head(job: _Job) -> Any:
         except ImportError as exc:
             raise PredictError(f"{job.arm.name}: an EAGLE-3 head is replayed with speculators ({exc}): make drafter "
                                "installs it") from None
-        except (OSError, ValueError, KeyError) as exc:
-            raise PredictError(f"{job.arm.name}: head {job.ngram['model']} not loaded: {exc}") from None
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:  # RuntimeError: weights of another shape
+            _HEADS[key] = PredictError(f"{job.arm.name}: head {job.ngram['model']} not loaded: {exc}")
+    if isinstance(_HEADS[key], PredictError):  # said once per point, loaded once
+        raise _HEADS[key]
     return _HEADS[key]
 
 

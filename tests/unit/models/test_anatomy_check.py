@@ -87,5 +87,8 @@ def test_a_drafters_terms_are_learned_from_its_kinds_profiled_windows():
     got = drafter_terms_from_anatomy(frame, HW, TARGET, "eagle3")
     assert got["step_overhead_ms"] == pytest.approx(20.0, rel=1e-6) and got["per_token_ms"] == pytest.approx(10.0, rel=1e-6)
     assert got["arms"] == ["ngram-k0", "ngram-k4"] and got["method"] == "eagle3" and got["windows"] == 12
+    # drafts on (0.8/1 + 1.9/2.7 + 4.1/4.8) / 3 / 4 of a request's steps in ngram-k4, none in ngram-k0
+    want = (0.8 / 1 + 1.9 / 2.7 + 4.1 / 4.8) / 3 / 4 / 2
+    assert got["draft_fraction"] == pytest.approx(want, rel=1e-6)
     with pytest.raises(StepCostError, match="no draft_model arm in this anatomy run"):
         drafter_terms_from_anatomy(frame, HW, TARGET, "draft_model")
