@@ -137,6 +137,49 @@ else:
 cc.round(2)
 
 # %% [markdown]
+# ## Acceptance per draft position
+#
+# vLLM counts, per position of a draft, how often the drafts were accepted up to there (position
+# k only when the k - 1 before it were). Per arm and workload at the lowest level, the mean over
+# starts; for a trained head its training ledger's held-out figure beside it (the share of
+# held-out positions whose first k drafts were all right: what it accepts on the training prompts'
+# distribution at temperature 0). n-gram counts only the steps where it found a match.
+# %%
+import json as _json
+from specnb import paths as _paths
+ok = nb.df[(nb.df["status"] == "ok") & nb.df["speculative"].astype(bool) & (nb.df["concurrency"] == c0)]
+ok = ok[ok["per_position_acceptance"].map(lambda v: isinstance(v, (list, tuple)) and len(v) > 0)]
+if ok.empty:
+    display(Markdown("No per-position acceptance in this run's ledgers."))
+else:
+    wls = sorted(ok["workload"].unique())
+    fig, axes = panels.new_figure(ncols=len(wls), width=3.6, height=2.8, sharey=True)
+    arms_seen = sorted(ok["arm"].unique())
+    held = {}
+    for name, cfg in drafters.items():
+        prov = _paths.resolve((cfg or {}).get("model") or "") / "specnb-provenance.json"
+        if (cfg or {}).get("method") == "eagle3" and prov.is_file():
+            doc = _json.loads(_paths.resolve(_json.loads(prov.read_text())["training_ledger"]).read_text())
+            last = [r for r in doc["curve"] if r["split"] == "val"][-1]
+            held[name] = [last[f"full_acc_{k}"] for k in range(doc["settings"]["ttt_steps"])]
+    for ax, wl in zip(axes[0], wls):
+        for i, arm in enumerate(arms_seen):
+            rows = ok[(ok["workload"] == wl) & (ok["arm"] == arm)]["per_position_acceptance"].tolist()
+            if not rows:
+                continue
+            k = min(len(r) for r in rows)
+            mean = [sum(r[j] for r in rows) / len(rows) for j in range(k)]
+            ax.plot(range(1, k + 1), [100 * v for v in mean], "o-", color=f"C{i}", label=arm)
+            if arm in held:
+                ax.plot(range(1, len(held[arm]) + 1), [100 * v for v in held[arm]], "x--", color=f"C{i}",
+                        label=f"{arm}: held out in training")
+        ax.set(xlabel="draft position", ylabel="accepted, %", title=f"{wl}, c={c0:g}", ylim=(0, 100))
+        ax.set_xticks(range(1, 1 + max(len(v) for v in ok["per_position_acceptance"])))
+    axes[0][0].legend(fontsize=7)
+    nb.save(fig, "drafter-acceptance-by-position",
+            caption="Acceptance per draft position per drafter (vLLM's per-position counts, mean over starts), "
+                    "and the trained head's held-out figure from its training ledger.")
+# %% [markdown]
 # ## Throughput against interactivity, across drafters
 #
 # Each point is one drafter and arm at one concurrency: per-user decode speed against aggregate
