@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from specnb import paths
-from specnb.commands.common import MeasuringCommand, echo, executor_from_args, finished, overrides
+from specnb.commands.common import MeasureArgs, MeasuringCommand, echo, finished
 from specnb.ledger.runs import new_run_name
 
 
@@ -38,21 +38,21 @@ class Anatomy(MeasuringCommand):
         return paths.LEDGERS / "anatomy" / spec.name / new_run_name()
 
     @staticmethod
-    def measure(spec: Any, out: Path, a: argparse.Namespace, executor: Any) -> Any:
+    def measure(spec: Any, out: Path, args: MeasureArgs) -> Any:
         from specnb.sweep.anatomy import run_anatomy  # the engine side
 
-        return run_anatomy(spec, out, window_requests=a.window_requests, progress=not a.no_progress, echo=echo,
-                           executor=executor)
+        return run_anatomy(spec, out, window_requests=args.window_requests, progress=args.progress, echo=echo,
+                           executor=args.executor)
 
     @classmethod
     def run(cls, a: argparse.Namespace) -> int:
         """Its records' table instead of a paired report."""
         from specnb.sweep.anatomy import format_anatomy, load_anatomy
 
-        spec = cls.read(a.config, overrides(a.set))
-        executor = executor_from_args(a)
-        out = a.out or cls.default_out(spec)
-        outcome = cls.measure(spec, out, a, executor)
+        args = MeasureArgs.from_cli_args(a, cls.on_ray)
+        spec = cls.read(args.config, args.overrides)
+        out = args.out or cls.default_out(spec)
+        outcome = cls.measure(spec, out, args)
         print(outcome.summary(), file=sys.stderr)
         print(format_anatomy(load_anatomy(out)))
         return finished(out, outcome.failed, 0)

@@ -9,6 +9,7 @@ import sys
 import tomllib
 import warnings
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -17,7 +18,7 @@ from specnb.errors import EXIT_BAD_INPUT, EXIT_FAILED_POINTS, SpecnbError
 from specnb.ledger import load_ledgers
 from specnb.ledger.frame import SkippedLedgersWarning
 
-__all__ = ["Command", "Parser", "overrides", "load_announced", "print_report", "MeasuringCommand", "add_executor_args",
+__all__ = ["Command", "Parser", "MeasureArgs", "overrides", "load_announced", "print_report", "MeasuringCommand", "add_executor_args",
            "executor_from_args", "echo", "finished"]
 
 
@@ -37,6 +38,26 @@ class Command(ABC):
     @abstractmethod
     def run(a: argparse.Namespace) -> int:
         """Do the command; its exit status."""
+
+
+@dataclass(frozen=True)
+class MeasureArgs:
+    """A measuring command's arguments, made once from the parsed namespace (:meth:`from_cli_args`):
+    what the rest of the command reads instead of the namespace."""
+
+    config: Path
+    out: Path | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+    progress: bool = True
+    executor: Any = None  # an ExecutorSpec (checked), or None for a command that runs here only
+    window_requests: int | None = None  # anatomy's requests per profiled window
+
+    @classmethod
+    def from_cli_args(cls, a: argparse.Namespace, on_ray: bool) -> MeasureArgs:
+        """Parsed and checked: ``--set`` items as values, the executor options as one executor."""
+        return cls(config=a.config, out=a.out, overrides=overrides(a.set), progress=not a.no_progress,
+                   executor=executor_from_args(a) if on_ray else None,
+                   window_requests=getattr(a, "window_requests", None))
 
 
 class MeasuringCommand(Command):
@@ -61,10 +82,10 @@ class MeasuringCommand(Command):
     def run(cls, a: argparse.Namespace) -> int:
         """Read the config, measure into ``--out`` (or the default folder), print the summary and
         the run's report; 1 when points failed, 2 when every arm was refused."""
-        spec = cls.read(a.config, overrides(a.set))
-        executor = executor_from_args(a) if cls.on_ray else None
-        out = a.out or cls.default_out(spec)
-        outcome = cls.measure(spec, out, a, executor)
+        args = MeasureArgs.from_cli_args(a, cls.on_ray)
+        spec = cls.read(args.config, args.overrides)
+        out = args.out or cls.default_out(spec)
+        outcome = cls.measure(spec, out, args)
         if getattr(outcome, "refused_all", False):  # measured nothing: the refusal line(s) said why
             return EXIT_BAD_INPUT
         print(outcome.summary(), file=sys.stderr)
@@ -82,7 +103,7 @@ class MeasuringCommand(Command):
 
     @staticmethod
     @abstractmethod
-    def measure(spec: Any, out: Path, a: argparse.Namespace, executor: Any) -> Any:
+    def measure(spec: Any, out: Path, args: MeasureArgs) -> Any:
         """Measure (resuming ``out``); the outcome."""
 
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
 from specnb import paths
-from specnb.commands.common import MeasuringCommand, echo
+from specnb.commands.common import MeasureArgs, MeasuringCommand, echo
 from specnb.ledger.runs import new_run_name
 
 
@@ -29,7 +28,7 @@ class Sweep(MeasuringCommand):
         return paths.LEDGERS / spec.name / new_run_name()
 
     @staticmethod
-    def measure(spec: Any, out: Path, a: argparse.Namespace, executor: Any) -> Any:
+    def measure(spec: Any, out: Path, args: MeasureArgs) -> Any:
         from specnb.sweep.executor import run_sweep  # the engine side (here or on Ray), only for a sweep
 
-        return run_sweep(spec, out, progress=not a.no_progress, echo=echo, executor=executor)
+        return run_sweep(spec, out, progress=args.progress, echo=echo, executor=args.executor)

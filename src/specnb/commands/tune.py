@@ -3,12 +3,11 @@ against the baseline and the best static K, re-derived until it wins (or says wh
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
 from specnb import paths
-from specnb.commands.common import MeasuringCommand, echo
+from specnb.commands.common import MeasureArgs, MeasuringCommand, echo
 from specnb.ledger.runs import new_run_name
 
 
@@ -32,7 +31,7 @@ class Tune(MeasuringCommand):
         return paths.LEDGERS / "tune" / spec.proposal.name / new_run_name()
 
     @staticmethod
-    def measure(spec: Any, out: Path, a: argparse.Namespace, executor: Any) -> Any:
+    def measure(spec: Any, out: Path, args: MeasureArgs) -> Any:
         from specnb.sweep.tune import run_tune
 
-        return run_tune(spec, out, progress=not a.no_progress, echo=echo, executor=executor)
+        return run_tune(spec, out, progress=args.progress, echo=echo, executor=args.executor)
