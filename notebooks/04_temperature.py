@@ -114,19 +114,21 @@ if pred.empty:
 else:
     fig, axes = panels.new_figure(ncols=1, width=4.6)
     ax = axes[0][0]
-    for i, (c, g) in enumerate(pred.groupby("concurrency")):
+    several = pred["arm"].nunique() > 1 or pred["workload"].nunique() > 1
+    for i, ((arm, wl, c), g) in enumerate(pred.groupby(["arm", "workload", "concurrency"])):
         g = g.sort_values("temperature")
         color = f"C{i}"
-        ax.plot(g["temperature"], 100 * g["measured"], "o-", color=color, label=f"measured, c={c:g}")
-        ax.plot(g["temperature"], 100 * g["expected_lo"], "s--", color=color, mfc="white", label=f"expected, c={c:g}")
+        what = f"{arm}, {wl}, c={c:g}" if several else f"c={c:g}"
+        ax.plot(g["temperature"], 100 * g["measured"], "o-", color=color, label=f"measured, {what}")
+        ax.plot(g["temperature"], 100 * g["expected_lo"], "s--", color=color, mfc="white", label=f"expected, {what}")
         ax.fill_between(g["temperature"], 100 * pd.to_numeric(g["expected_ci_lo"]),
                         100 * pd.to_numeric(g["expected_ci_hi"]), color=color, alpha=0.12)
     ax.set(xlabel="temperature", ylabel="draft tokens accepted, %", ylim=(0, 100),
            title=f"{', '.join(sorted(pred['arm'].unique()))}: measured vs predicted")
     ax.legend(loc="lower left", fontsize=7)
     nb.save(fig, "temperature-predicted-acceptance",
-            caption="Measured n-gram acceptance beside the acceptance the target's own probabilities imply "
-                    "(band: 95 % interval over prompts).")
+            caption="Measured acceptance beside the acceptance the target's own probabilities of each arm's drafts "
+                    "imply (band: 95 % interval over prompts).")
 pred.round(3) if len(pred) else pred
 
 # %% [markdown]
