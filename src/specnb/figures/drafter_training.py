@@ -1,7 +1,9 @@
 """The EAGLE-3 head's training curve, from its ledger (``make drafter``, :mod:`specnb.drafter`):
 the KL loss (training batches and held-out conversations) against tokens seen, and the held-out
 per-position accuracy (position k conditional on positions before it being right) with the
-acceptance length those accuracies imply at K = 3.
+acceptance length those accuracies imply at K = 3; where the ledger holds a seed spread
+(``make drafter DRAFTER_ARGS="--spread-seeds 1,2"``), the other seeds' final accuracies as grey
+ticks and the spread in the title.
 
 ``python -m specnb.figures.drafter_training <run folder>`` draws ``training-curve.png``/``.svg`` (and
 its sidecar ``training-curve.json``) beside the ledger.
@@ -48,8 +50,16 @@ def training_figure(doc: dict) -> plt.Figure:
     vx.set_xlabel("tokens trained on")
     vx.set_ylabel("held-out accuracy\n(earlier positions right)")
     last = val[-1] if val else {}
-    vx.set_title(f"implied acceptance length at K = {steps}: {last.get('expected_acceptance_length', float('nan')):.2f}",
-                 fontsize=9)
+    title = f"implied acceptance length at K = {steps}: {last.get('expected_acceptance_length', float('nan')):.2f}"
+    spread = doc.get("seed_spread") or {}
+    if spread.get("interval") and spread.get("status", "done") == "done":
+        lo, hi = spread["interval"]
+        title += (f"\nseeds {', '.join(map(str, spread['seeds']))}: {spread['min']:.2f}-{spread['max']:.2f}; "
+                  f"one more seed: [{lo:.2f}, {hi:.2f}] ({spread['level']:.0%})")
+        for r in spread["runs"][1:]:  # the other seeds' final held-out accuracies, beside this head's
+            vx.scatter([last.get("tokens", 0)] * steps, [r[f"cond_acc_{k}"] for k in range(steps)], marker="_",
+                       s=60, color="0.35", zorder=3)
+    vx.set_title(title, fontsize=9)
     vx.legend(fontsize=7)
     d = doc["data"]
     fig.suptitle(f"EAGLE-3 head for {doc['target']}: {d['conversations']} self-distilled conversations "
