@@ -95,3 +95,21 @@ def test_sliders_only_when_asked_or_in_a_jupyter_server_kernel(monkeypatch):
     assert interactive_mode(True) is True and interactive_mode(False) is False
     monkeypatch.setenv("JPY_SESSION_NAME", "x.ipynb")
     assert interactive_mode(None) is False  # no kernel here (papermill's kernel has no session name either)
+
+
+@pytest.mark.timeout(guard("notebook"))
+def test_the_heads_costs_are_learned_from_its_profile_and_its_crossing_lies_where_the_engine_put_it(tmp_path):
+    """notebooks/params/eagle3/calculator.yaml: the committed head's drafting terms refitted to its
+    committed step anatomy; with its measured free-form acceptance the predicted crossing lies
+    between the levels where the committed drafter run shows it paying (c=1) and losing (c=4)."""
+    import re
+
+    from specnb.notebooks.runner import execute
+
+    out = execute(SOURCE, tmp_path / "out.ipynb", {**read_params(paths.ROOT / "notebooks/params/eagle3/calculator.yaml",
+                                                                 SOURCE), "figures_dir": str(tmp_path),
+                                                   "fit_resamples": 3})
+    text = _outputs(out)
+    assert "refitted to 6 profiled windows of eagle3-k3" in text and "drafting on 100 % of a request's steps" in text
+    at = float(re.search(r"speculation pays below about \*\*c~(\d+(?:\.\d+)?)\*\*", text).group(1))
+    assert 1 < at < 4, at
