@@ -145,8 +145,7 @@ cc.round(2)
 # held-out positions whose first k drafts were all right: what it accepts on the training prompts'
 # distribution at temperature 0). n-gram counts only the steps where it found a match.
 # %%
-import json as _json
-from specnb import paths as _paths
+from specnb.figures.drafter_training import head_training, held_out_accuracy
 ok = nb.df[(nb.df["status"] == "ok") & nb.df["speculative"].astype(bool) & (nb.df["concurrency"] == c0)]
 ok = ok[ok["per_position_acceptance"].map(lambda v: isinstance(v, (list, tuple)) and len(v) > 0)]
 if ok.empty:
@@ -155,13 +154,8 @@ else:
     wls = sorted(ok["workload"].unique())
     fig, axes = panels.new_figure(ncols=len(wls), width=3.6, height=2.8, sharey=True)
     arms_seen = sorted(ok["arm"].unique())
-    held = {}
-    for name, cfg in drafters.items():
-        prov = _paths.resolve((cfg or {}).get("model") or "") / "specnb-provenance.json"
-        if (cfg or {}).get("method") == "eagle3" and prov.is_file():
-            doc = _json.loads(_paths.resolve(_json.loads(prov.read_text())["training_ledger"]).read_text())
-            last = [r for r in doc["curve"] if r["split"] == "val"][-1]
-            held[name] = [last[f"full_acc_{k}"] for k in range(doc["settings"]["ttt_steps"])]
+    trained = {name: head_training(cfg["model"]) for name, cfg in drafters.items() if (cfg or {}).get("method") == "eagle3"}
+    held = {name: held_out_accuracy(got[2]) for name, got in trained.items() if got is not None}
     for ax, wl in zip(axes[0], wls):
         for i, arm in enumerate(arms_seen):
             rows = ok[(ok["workload"] == wl) & (ok["arm"] == arm)]["per_position_acceptance"].tolist()
@@ -215,20 +209,15 @@ front[front.pareto][["workload", "arm", "concurrency", "per_user_tok_s", "output
 # on the panels is the figure that counts (docs/drafter.md).
 
 # %%
-import json
-
-from specnb import paths
-from specnb.figures.drafter_training import training_figure
+from specnb.figures.drafter_training import head_training, training_figure
 
 heads = {name: cfg["model"] for name, cfg in drafters.items() if (cfg or {}).get("method") == "eagle3"}
 for name, head in heads.items():
-    prov = paths.resolve(head) / "specnb-provenance.json"
-    if not prov.exists():
+    got = head_training(head)
+    if got is None:
         display(Markdown(f"`{name}`: {head} has no provenance file (not made by `make drafter`): not shown."))
         continue
-    made = json.loads(prov.read_text())
-    ledger = paths.resolve(made["training_ledger"])
-    doc = json.loads(ledger.read_text())
+    made, ledger, doc = got
     fig = training_figure(doc)
     nb.save(fig, f"drafter-training-{name}", sources=[ledger],
             caption=f"How the {name} head was trained: loss and held-out per-position accuracy by tokens trained on "

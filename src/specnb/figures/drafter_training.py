@@ -21,7 +21,27 @@ from matplotlib.ticker import LogLocator
 
 from specnb.figures.save import PALETTE, apply_style, save_figure
 
-__all__ = ["training_figure", "draw_run"]
+__all__ = ["training_figure", "draw_run", "head_training", "held_out_accuracy"]
+
+
+def head_training(head: str | Path) -> tuple[dict, Path, dict] | None:
+    """A head ``make drafter`` made: its provenance, the path of the training ledger it names and that
+    ledger; None for a folder without ``specnb-provenance.json`` (a head made elsewhere)."""
+    from specnb import paths
+
+    prov = paths.resolve(str(head)) / "specnb-provenance.json"
+    if not prov.is_file():
+        return None
+    made = json.loads(prov.read_text())
+    ledger = paths.resolve(made["training_ledger"])
+    return made, ledger, json.loads(ledger.read_text())
+
+
+def held_out_accuracy(doc: dict) -> list[float]:
+    """The training ledger's last held-out per-position accuracy, each position with the earlier
+    ones right too (what the head accepts per draft position at temperature 0 on that data)."""
+    last = [r for r in doc["curve"] if r["split"] == "val"][-1]
+    return [last[f"full_acc_{k}"] for k in range(doc["settings"]["ttt_steps"])]
 
 
 def training_figure(doc: dict) -> plt.Figure:
