@@ -99,7 +99,7 @@ for r in kv[kv.arm != BASELINE].itertuples():
 # is evicted and recomputed later). A drafter that shares the pool makes that happen sooner.
 
 # %%
-tight = [c for c, spec in nb.study.specs().items() if len(spec.concurrency) > 1]
+tight = [c for c, spec in nb.study.specs().items() if len(spec.levels()) > 1]
 ok = usable(nb.df)[lambda d: d.condition.isin(tight)]
 agg = (ok.groupby(["condition_label", "arm", "concurrency"]).agg(
     output_tok_s=("output_tok_s", "mean"), lo=("output_tok_s", "min"), hi=("output_tok_s", "max"),

@@ -109,7 +109,8 @@ def _known_at(model: type[BaseModel] | None, loc: tuple[str | int, ...]) -> list
         t = _step(t, part)
     for m in _members(t) if t is not None else []:
         if isinstance(m, type) and issubclass(m, BaseModel):
-            return list(m.model_fields)
+            # and the keys a before-validator folds into a field (a sweep's flat load keys)
+            return [*m.model_fields, *sorted(set(getattr(m, "input_keys", ())) - set(m.model_fields))]
     return None
 
 

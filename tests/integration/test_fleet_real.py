@@ -33,6 +33,7 @@ from specnb.ledger import load_ledgers
 from specnb.ledger.timing import read_timings
 from specnb.sweep import run_sweep
 from specnb.sweep.fleet import BLOCK_ENV
+from specnb.sweep.load import ConcurrencyLoad
 
 pytestmark = pytest.mark.integration
 
@@ -130,7 +131,7 @@ def fleet_run(real_sweep, baseline_server, tmp_path_factory):
     # its n-gram server; the baseline attached to the session's shared one
     arms = [a.model_copy(update={"endpoint": baseline_server.endpoint.base_url}) if a.name == "baseline" else a
             for a in real_sweep.spec.arms if a.name != "broken"]
-    spec = real_sweep.spec.model_copy(update={"repeats": 2, "concurrency": [1], "arms": arms})
+    spec = real_sweep.spec.model_copy(update={"repeats": 2, "load": ConcurrencyLoad(concurrency=[1]), "arms": arms})
     killer = Killer(cluster, nodes, out)
     killer.start()
     lines: list[str] = []

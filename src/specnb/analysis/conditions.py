@@ -26,6 +26,7 @@ import pandas as pd
 
 from specnb.analysis.pairing import AnalysisError, usable
 from specnb.analysis.speedups import paired_speedups
+from specnb.ledger.names import LoadMode
 
 _SEP = " \u00b7 "  # condition · arm, as one sideways arm name
 
@@ -34,7 +35,7 @@ __all__ = ["condition_effects", "neutral", "condition_lines", "serving_gains", "
 def _closed_loop(df: pd.DataFrame) -> pd.DataFrame:
     """Usable closed-loop points (an open-loop point's concurrency is its cap, not a level)."""
     ok = usable(df)
-    return ok[ok["load_mode"] != "rate"] if "load_mode" in ok.columns else ok
+    return ok[ok["load_mode"] != LoadMode.RATE.shape] if "load_mode" in ok.columns else ok
 
 
 COLUMNS = ["arm", "condition", "reference", "workload", "concurrency", "n_repeats", "ref_tok_s", "tok_s", "ratio",

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from specnb.analysis.pairing import paired
+from specnb.ledger.names import LoadMode
 
 __all__ = ["turn_table", "conversation_gains", "conversation_lines"]
 
@@ -40,7 +41,7 @@ def conversation_gains(df: pd.DataFrame) -> pd.DataFrame:
     hit rate (the engine's counters)."""
     if df.empty or "load_mode" not in df.columns:
         return pd.DataFrame()
-    conv = df[df["load_mode"] == "conversation"]
+    conv = df[df["load_mode"] == LoadMode.CONVERSATION.shape]
     if conv.empty:
         return pd.DataFrame()
     pairs = paired(conv)
@@ -59,9 +60,9 @@ def conversation_gains(df: pd.DataFrame) -> pd.DataFrame:
 
 def conversation_lines(df: pd.DataFrame, turns: pd.DataFrame) -> list[str]:
     """The report's lines for conversation points (empty when there are none)."""
-    if df.empty or "load_mode" not in df.columns or not (df["load_mode"] == "conversation").any():
+    if df.empty or "load_mode" not in df.columns or not (df["load_mode"] == LoadMode.CONVERSATION.shape).any():
         return []
-    conv = df[(df["load_mode"] == "conversation") & (df["status"] == "ok")]
+    conv = df[(df["load_mode"] == LoadMode.CONVERSATION.shape) & (df["status"] == "ok")]
     hist = ", ".join(sorted({str(h) for h in conv.get("history", pd.Series(dtype=object)).dropna()})) or "?"
     out = [f"conversation replay: {len(conv)} point(s), each user sending whole conversations turn by turn with the "
            f"history ({hist} answers), the prefix cache emptied once per point"]

@@ -53,7 +53,7 @@ from specnb.analysis.text import (
 )
 from specnb.analysis.thresholds import thresholds
 from specnb.ledger import Flag, json_cell
-from specnb.ledger.names import TWO_PROCESSES, Status
+from specnb.ledger.names import TWO_PROCESSES, LoadMode, Status
 from specnb.ledger.records import RunRecords
 
 __all__ = ["ReportOptions", "SECTIONS", "format_run_report", "report_blocks"]
@@ -76,7 +76,7 @@ Section = Callable[[RunRecords, ReportOptions], list[str]]
 
 def _split(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The closed-loop points and the open-loop (arrivals at a rate) ones."""
-    is_rate = (df["load_mode"] == "rate") if "load_mode" in df.columns else pd.Series(False, index=df.index)
+    is_rate = (df["load_mode"] == LoadMode.RATE.shape) if "load_mode" in df.columns else pd.Series(False, index=df.index)
     return df[~is_rate], df[is_rate]
 
 
@@ -235,7 +235,7 @@ def structured(run: RunRecords, opts: ReportOptions) -> list[str]:
 def conversation(run: RunRecords, opts: ReportOptions) -> list[str]:
     """Conversation points: what the prefix cache served turn by turn, and the speedup on total
     and on computed tokens beside the output one (:mod:`specnb.analysis.conversation`)."""
-    if "load_mode" not in run.df.columns or not (run.df["load_mode"] == "conversation").any():
+    if "load_mode" not in run.df.columns or not (run.df["load_mode"] == LoadMode.CONVERSATION.shape).any():
         return []
     from specnb.analysis.conversation import conversation_lines
 

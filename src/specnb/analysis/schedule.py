@@ -41,7 +41,7 @@ import pandas as pd
 from specnb import paths
 from specnb.errors import SpecnbError
 from specnb.ledger import json_cell, utcnow
-from specnb.ledger.names import BASELINE, Status
+from specnb.ledger.names import BASELINE, LoadMode, Status
 
 __all__ = ["ScheduleError", "SCHEDULE_KEY", "SCHEDULE_KEY_NEW", "SCHEDULE_KEYS", "canonical_schedule",
            "with_schedule_key", "Rule", "RULES", "Deploy", "check_schedule", "choose_k", "derive_schedule",
@@ -412,7 +412,7 @@ def derive_policy(df: pd.DataFrame, *, workload: str | None = None, rule: Rule |
     ok = usable(df)
     if ok.empty or not ok["speculative"].astype(bool).any():
         raise ScheduleError("no measured drafter arm to derive a schedule from")
-    if ok["concurrency"].nunique() < 1 or ("load_mode" in ok.columns and (ok["load_mode"] == "rate").any()):
+    if ok["concurrency"].nunique() < 1 or ("load_mode" in ok.columns and (ok["load_mode"] == LoadMode.RATE.shape).any()):
         raise ScheduleError("a schedule is derived from closed-loop levels (concurrency), not from rates")
     workloads = sorted(set(ok["workload"]))
     if workload is None:

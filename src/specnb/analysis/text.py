@@ -26,7 +26,7 @@ from specnb.analysis.pairing import (
 )
 from specnb.analysis.thresholds import UNDECIDED, Threshold
 from specnb.ledger import PLAIN_CONDITION, REFUSED_ERROR, arm_configs
-from specnb.ledger.names import Status
+from specnb.ledger.names import LoadMode, Status
 
 __all__ = [
     "format_refused",
@@ -331,7 +331,7 @@ def format_schedules(df: pd.DataFrame) -> str:
         off_arms,
     )
 
-    if df.empty or not df["speculative"].astype(bool).any() or ("load_mode" in df.columns and (df["load_mode"] == "rate").all()):
+    if df.empty or not df["speculative"].astype(bool).any() or ("load_mode" in df.columns and (df["load_mode"] == LoadMode.RATE.shape).all()):
         return ""
     if "condition" in df.columns and df["condition"].nunique() > 1:
         return ""

@@ -26,7 +26,7 @@ from specnb.analysis.pairing import AnalysisError, usable
 from specnb.analysis.schedule import measured_batch
 from specnb.analysis.speedups import paired_speedups
 from specnb.analysis.thresholds import thresholds
-from specnb.ledger import json_cell, load_requests
+from specnb.ledger import LoadMode, json_cell, load_requests
 
 __all__ = ["ACCEPTANCE_Z", "Expectation", "Level", "Verdict", "WindowStats", "checkpoint_of", "expectation", "judge",
            "per_token_variance", "status_line", "MIN_DRAFT_TOKENS"]
@@ -180,7 +180,7 @@ def expectation(df: pd.DataFrame, run: str, *, arm: str | None = None, workload:
     if ok.empty:
         raise AnalysisError(f"{run}: no measured point")
     if "load_mode" in ok.columns:
-        ok = ok[ok["load_mode"].isin(["closed"])]
+        ok = ok[ok["load_mode"] == LoadMode.CONCURRENCY.shape]
     spec = ok[ok["speculative"].astype(bool)]
     if spec.empty:
         raise AnalysisError(f"{run}: no drafter arm measured in closed loop: nothing to hold an endpoint against")

@@ -31,7 +31,7 @@ from typing import Any
 from specnb.engine import loadgen, wire
 from specnb.engine.records import parse_streams
 
-__all__ = ["run_load_in_processes", "shares"]
+__all__ = ["drive", "run_load_in_processes", "shares"]
 
 READY_TIMEOUT_S = 120.0
 START_DELAY_S = 0.1  # after the last process is ready: time for every one to see the start
@@ -150,6 +150,19 @@ def _drain(q: Any, into: dict[int, tuple]) -> None:
         except queue.Empty:
             return
         into[item[0]] = item[1:]
+
+
+async def drive(target: loadgen.ChatTarget, load: loadgen.Load, items: Sequence[Any], sampling: dict[str, Any],
+                on_done: Callable[[Any], None] | None = None) -> loadgen.PointLoad:
+    """One point of any load shape (:func:`specnb.engine.loadgen.drive`), a closed loop's slots
+    split over its ``processes`` client processes when it asks for more than one."""
+    processes = getattr(load, "processes", 1)
+    if processes > 1:
+        return await run_load_in_processes(
+            target.base_url, target.model, items, load.concurrency, load.num_requests, sampling,
+            processes=processes, request_timeout_s=target.timeout_s, headers=target.headers, on_done=on_done,
+            prompt_offset=load.prompt_offset, return_token_ids=target.return_token_ids)
+    return await loadgen.drive(target, load, items, sampling, on_done)
 
 
 async def run_load_in_processes(

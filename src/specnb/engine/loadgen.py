@@ -190,12 +190,14 @@ class ChatTarget:
 @dataclass(frozen=True)
 class ClosedLoop:
     """A closed loop's point: ``num_requests`` requests, exactly ``concurrency`` in flight;
-    request i uses prompt ``(prompt_offset + i) % len(prompts)``."""
+    request i uses prompt ``(prompt_offset + i) % len(prompts)``; ``processes``: client processes
+    the slots are split over (:func:`specnb.engine.clients.drive`; this module's driver runs one)."""
 
     mode: ClassVar[LoadMode] = LoadMode.CONCURRENCY
     concurrency: int
     num_requests: int
     prompt_offset: int = 0
+    processes: int = 1
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from specnb.ledger.names import PLAIN_CONDITION
+from specnb.ledger.names import PLAIN_CONDITION, LoadMode
 from specnb.ledger.schema import PointLedger, drafter_method, synthetic_rates
 from specnb.ledger.store import LedgerError, read_ledger
 
@@ -134,7 +134,7 @@ def _arm_columns(led: PointLedger) -> dict[str, Any]:
 def _load_columns(led: PointLedger) -> dict[str, Any]:
     return {
         "concurrency": led.in_flight,  # an open loop: its cap on requests in flight
-        "load_mode": led.load.mode if led.load else "closed",
+        "load_mode": led.load.mode if led.load else LoadMode.CONCURRENCY.shape,
         "rate_rps": led.load.rate_rps if led.load else None,
         # conversation replay (load_mode "conversation"): users = concurrency; the set's turns
         "users": led.load.users if led.load else None,
@@ -368,7 +368,7 @@ def load_turns(sources: Iterable[Path | str] | Path | str, *, skip_bad: bool = F
             "sweep": led.sweep, "arm": led.arm.name, "speculative": led.arm.speculative,
             "workload": led.workload.name, "workload_hash": led.workload.content_hash,
             "concurrency": led.in_flight, "repeat": led.repeat, "status": led.status, "flags": ",".join(led.flags),
-            "load_mode": load.mode if load else "closed", "users": load.users if load else None,
+            "load_mode": load.mode if load else LoadMode.CONCURRENCY.shape, "users": load.users if load else None,
             "history": load.history if load else None, "think_time_s": load.think_time_s if load else None,
             **t.model_dump(), "path": str(p),
         } for t in (led.by_turn or [])]

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from specnb.ledger.frame import load_ledgers, load_spec_by_category, load_turns
-from specnb.ledger.names import PLAIN_CONDITION
+from specnb.ledger.names import PLAIN_CONDITION, LoadMode
 from specnb.ledger.runs import TuneRecords, read_tune, search_lines, sequential_lines
 from specnb.ledger.store import read_records
 from specnb.ledger.timing import timing_lines
@@ -109,7 +109,7 @@ def load_run(folder: Path | str, *, skip_bad: bool = False) -> RunRecords:
     with warnings.catch_warnings():  # the frame's warning said it once
         warnings.simplefilter("ignore", SkippedLedgersWarning)
         categories = load_spec_by_category(folder, skip_bad=skip_bad)
-        conversation = "load_mode" in df.columns and (df["load_mode"] == "conversation").any()
+        conversation = "load_mode" in df.columns and (df["load_mode"] == LoadMode.CONVERSATION.shape).any()
         turns = load_turns(folder, skip_bad=skip_bad) if conversation else pd.DataFrame()
     return RunRecords(folder=folder, df=df, categories=categories, turns=turns, margins=load_margins(folder),
                       predicted=load_predicted(folder), search=search_lines(folder) + sequential_lines(folder), timing=timing_lines(folder))

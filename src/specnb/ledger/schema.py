@@ -20,6 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from specnb.ledger.names import LoadMode
+
 __all__ = [
     "SCHEMA_VERSION",
     "PointLedger",
@@ -220,7 +222,7 @@ class LoadShape(_Model):
     users replaying conversations (each sends a conversation's turns one after another, with the
     history, waiting for each answer)."""
 
-    mode: Literal["closed", "rate", "conversation"] = "closed"
+    mode: Literal[tuple(m.shape for m in LoadMode)] = LoadMode.CONCURRENCY.shape  # type: ignore[valid-type]
     concurrency: int | None = Field(None, ge=1, description="closed loop: requests in flight")
     rate_rps: float | None = Field(None, gt=0, description="open loop: offered requests per second")
     burstiness: float | None = Field(
@@ -413,7 +415,7 @@ class PointLedger(_Model):
         """The point's requests in flight: its concurrency (users), or an open loop's cap."""
         if self.concurrency is not None:
             return self.concurrency
-        return self.load.max_in_flight if self.load is not None and self.load.mode == "rate" else None
+        return self.load.max_in_flight if self.load is not None and self.load.mode == LoadMode.RATE.shape else None
 
 
 def utcnow() -> str:

@@ -49,7 +49,7 @@ from specnb import paths
 from specnb.analysis.anatomy import KIND, RUN_KIND, format_anatomy, load_anatomy  # noqa: F401 - re-exported
 from specnb.engine import anatomy, loadgen, metrics, wire
 from specnb.engine.server import VllmServer
-from specnb.ledger import LoadMode, provenance
+from specnb.ledger import provenance
 from specnb.ledger.schema import utcnow
 from specnb.ledger.store import write_once
 from specnb.sweep.fleet import BlockRefused, Fleet, FleetBlock, import_ray, on_node
@@ -102,7 +102,7 @@ class AnatomyOutcome:
 
 def check(spec: SweepSpec, window_requests: int | None) -> None:
     """What a profiled run refuses in one line, before preflight starts anything."""
-    if spec.load != LoadMode.CONCURRENCY or not spec.concurrency:
+    if not spec.load.concurrency_levels or not spec.levels():
         raise AnatomyError("anatomy profiles closed-loop levels: give concurrency = [...] (load = \"concurrency\")")
     attached = [a.name for a in spec.arms if a.endpoint]
     if attached:
@@ -319,12 +319,12 @@ class AnatomyRun:
             pass
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         write_once(out_dir / "invocations" / f"{stamp}.json", data)  # each one, a resumed one with --set too
-        n = sum(1 for _ in blocks(spec)) * len(self.workloads) * len(spec.concurrency)
+        n = sum(1 for _ in blocks(spec)) * len(self.workloads) * len(spec.levels())
         self.bar = progress_bar(n, desc=f"{spec.name} anatomy", enabled=progress, unit="window", dynamic_ncols=True,
                                 file=sys.stderr)
 
     def levels(self) -> list[int]:
-        return [int(c) for c in self.spec.concurrency]
+        return [int(c) for c in self.spec.levels()]
 
     def todo(self) -> Iterator[tuple[int, Any, list[tuple[str, int]]]]:
         """Each block with windows left to profile, in the sweep's ABBA order: (repeat, arm,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specnb.ledger.names import LoadMode
 from specnb.ledger.timing import TIMINGS_DIR, format_duration
 
 __all__ = ["Costs", "PlannedPoint", "costs_from_run", "prior_costs", "estimate_s", "plan_line"]
@@ -126,7 +127,7 @@ def costs_from_run(folder: Path | str, source: str | None = None) -> Costs | Non
             continue
         try:
             res, load = doc["results"], doc.get("load") or {}
-            level = load.get("rate_rps") if load.get("mode") == "rate" else (load.get("concurrency") or doc.get("concurrency"))
+            level = load.get("rate_rps") if load.get("mode") == LoadMode.RATE.shape else (load.get("concurrency") or doc.get("concurrency"))
             arm = (doc.get("arm") or {}).get("name")
             wl = (doc.get("workload") or {}).get("name")
             level = float(level) if level else None

@@ -93,7 +93,7 @@ def point_fields(spec: SweepSpec, place: PointPlace, size: PointSize, run: RunFa
     if run.notes:
         params["notes"] = run.notes
     panel = size.panel
-    profile = spec.load_as(place.load)
+    profile = spec.load
     panel_hash = conversations_hash(size.conversations) if size.conversations is not None else prompts_hash(panel)
     return dict(
         sweep=spec.name, point_id=place.point_id, arm=place.arm.record(),
@@ -110,7 +110,7 @@ def point_fields(spec: SweepSpec, place: PointPlace, size: PointSize, run: RunFa
 
 def load_shape(spec: SweepSpec, place: PointPlace, size: PointSize) -> LoadShape:
     """How a point's requests arrived, as its ledger records it (its mode's profile says)."""
-    return spec.load_as(place.load).shape(
+    return spec.load.shape(
         place.level,
         client_workers=spec.client_workers if spec.client_workers > 1 else None,  # one process: as before
         history=spec.history_for(place.workload.conversation), conversations=size.num_conversations)
@@ -194,21 +194,40 @@ def timing_record(sweep: str, ended: str, started_at: str, phases: dict[str, flo
     }
 
 
-def sweep_record(out_dir: Path, spec: SweepSpec, wls: dict[str, Workload]) -> None:
-    """``sweep.json``: the sweep as asked, written once; a folder holding another sweep is refused.
-    ``--dtype machine`` counts as the dtype it resolves to here, so a run begun on one CPU family is
-    not resumed on the other (which would serve another dtype), and runs from before the value
-    resume where it names their dtype."""
+def identity_digest(spec: SweepSpec, workload_hashes: dict[str, str]) -> str:
+    """What must not change between a sweep and its resumption (:meth:`SweepSpec.identity`, its
+    workloads' content), as a short hash. ``--dtype machine`` counts as the dtype it resolves to
+    here, so a run begun on one CPU family is not resumed on the other (which would serve another
+    dtype), and runs from before the value resume where it names their dtype."""
     ident = spec.identity()
     ident["server_args"] = kernels.resolve_dtype(ident["server_args"])
     for arm in ident["arms"]:
         arm["server_args"] = kernels.resolve_dtype(arm.get("server_args") or [])
-    ident["workload_hashes"] = {k: w.content_hash for k, w in wls.items()}
-    digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+    ident["workload_hashes"] = dict(workload_hashes)
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _same_sweep(old: dict[str, Any], digest: str) -> bool:
+    """A folder's sweep is this one: the hash it recorded, or its recorded sweep read by this code
+    (a sweep file's keys that no longer count, such as an open-loop setting in a closed-loop sweep,
+    then count for neither)."""
+    if old.get("identity_hash") == digest:
+        return True
+    try:
+        was = SweepSpec.parse(old["spec"])
+        hashes = {k: w["content_hash"] for k, w in old["workloads"].items()}
+    except (SweepError, KeyError, TypeError):
+        return False
+    return identity_digest(was, hashes) == digest
+
+
+def sweep_record(out_dir: Path, spec: SweepSpec, wls: dict[str, Workload]) -> None:
+    """``sweep.json``: the sweep as asked, written once; a folder holding another sweep is refused."""
+    digest = identity_digest(spec, {k: w.content_hash for k, w in wls.items()})
     path = out_dir / "sweep.json"
     if path.exists():
         old = read_json(path)
-        if old.get("identity_hash") != digest:
+        if not _same_sweep(old, digest):
             raise SweepError(
                 f"{out_dir} holds a sweep with different settings (identity {old.get('identity_hash')} "
                 f"vs {digest}); choose another output folder"

@@ -27,7 +27,7 @@ from specnb.engine.hostload import HostLoad, wait_for_quiet
 from specnb.engine.kernels import FALLBACK_LOG_LINE
 from specnb.engine.records import RequestRecord
 from specnb.engine.server import Endpoint, EngineDiedError, ServerError, VllmServer, engine_cause
-from specnb.ledger import Flag, LoadMode, Provenance, ServerRecord, Status, utcnow, write_ledger, write_once
+from specnb.ledger import Flag, Provenance, ServerRecord, Status, utcnow, write_ledger, write_once
 from specnb.ledger.timing import MEASURING, Phase
 from specnb.prompts.workload import Prompt, Workload
 from specnb.sweep.clock import PhaseClock
@@ -61,35 +61,20 @@ def _session(ep: Endpoint, spec: SweepSpec) -> aiohttp.ClientSession:
 
 
 async def _measure(
-    ep: Endpoint, spec: SweepSpec, panel: list[Any], pt: Point, n: int,
+    ep: Endpoint, spec: SweepSpec, items: list[Any], load: loadgen.Load,
     on_done: Callable[[RequestRecord], None] | None,
 ) -> tuple[loadgen.PointLoad, metrics.Snapshot, metrics.Snapshot, metrics.GaugeSampler]:
-    """One point's load and the ``/metrics`` around it; ``panel``: prompts, or conversations (``n``
-    is then the conversations to send)."""
+    """One point's load and the ``/metrics`` around it; ``items``: the prompts (or conversations)
+    ``load``, the driver's shape of the point, sends."""
     async with _session(ep, spec) as session:
         before = await metrics.scrape(session, ep.base_url)
         sampler = metrics.GaugeSampler(session, ep.base_url, spec.metrics_interval_s)
         sampler.start()
         cpu0, wall0 = time.process_time(), time.perf_counter()
         try:
-            sampling = spec.sampling.model_dump()
-            if pt.load == LoadMode.CONCURRENCY:
-                pl = await clients.run_load_in_processes(
-                    ep.base_url, ep.model, panel, int(pt.level), n, sampling, session=session, on_done=on_done,
-                    return_token_ids=spec.return_token_ids, processes=spec.client_workers,
-                )
-            elif pt.load == LoadMode.CONVERSATION:
-                pl = await loadgen.run_conversation_load(
-                    ep.base_url, ep.model, panel, int(pt.level), n, sampling,
-                    history=spec.history_for(pt.workload.conversation), think_time_s=spec.think_time_s,
-                    session=session, on_done=on_done, return_token_ids=spec.return_token_ids,
-                )
-            else:
-                pl = await loadgen.run_rate_load(
-                    ep.base_url, ep.model, panel, pt.level, n, sampling, burstiness=spec.burstiness,
-                    max_in_flight=spec.max_in_flight, arrival_seed=spec.arrival_seed, session=session,
-                    on_done=on_done, return_token_ids=spec.return_token_ids,
-                )
+            target = loadgen.ChatTarget.of(ep.base_url, ep.model, session=session,
+                                           return_token_ids=spec.return_token_ids)
+            pl = await clients.drive(target, load, items, spec.sampling.model_dump(), on_done)
         finally:
             await sampler.stop()
         # The client must never be the bottleneck: record how busy its one core was (the load
@@ -213,10 +198,10 @@ class PointMeasurer:
             reset = ep.reset_prefix_cache() if spec.reset_prefix_cache else None
             host = HostLoad(server.pid if server is not None else None)
             since = len(server.start_log()) if server is not None else 0  # a cause must be this point's
-            conv = pt.load == LoadMode.CONVERSATION
-            panel = panels.conversations[pt.workload.name] if conv else panels.panel_of(pt)
-            pl, before, after, sampler = run_async(
-                _measure(ep, spec, panel, pt, panels.num_conversations(pt) if conv else n, tick))
+            items, count = panels.items(pt)
+            load = pt.load.point(pt.level, count, history=spec.history_for(pt.workload.conversation),
+                                 client_workers=spec.client_workers)
+            pl, before, after, sampler = run_async(_measure(ep, spec, items, load, tick))
             pl.host_other_cpu_cores = host.other_cores()
             self.clock.move(pl.parse_s, MEASURING, Phase.PARSING)  # the server was idle by then
             log = server.start_log() if server is not None else ""

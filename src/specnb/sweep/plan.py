@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from specnb.ledger.names import LoadMode
 from specnb.ledger.timing import format_duration
 from specnb.prompts.conversation import panel_conversations
 from specnb.prompts.workload import Prompt, Workload
 from specnb.sweep.arm import Arm
 from specnb.sweep.estimate import Costs, PlannedPoint, estimate_s, plan_line
+from specnb.sweep.load import ConcurrencyLoad, LoadProfile
 from specnb.sweep.spec import SweepSpec, blocks, level_tag, point_path
 
 __all__ = ["Levels", "Panels", "Point", "TimeLeft", "failed_path", "round_blocks", "round_repeats", "sizing_path",
@@ -42,7 +42,8 @@ class Point:
     level: float  # requests in flight (closed loop) or requests per second (open loop)
     repeat: int
     position: int
-    load: str = LoadMode.CONCURRENCY  # the sweep's load, as it wrote it (a LoadMode value)
+    # the sweep's load (every point of a run has the same: left out of equality and hashing)
+    load: LoadProfile = field(default_factory=ConcurrencyLoad, compare=False)
     round: int = 0
     reason: str = ""
 
@@ -121,7 +122,7 @@ class Panels:
         return self._grown[(name, size)]
 
     def in_flight(self, pt: Point) -> int:
-        return self.spec.max_in_flight if pt.load == LoadMode.RATE else int(pt.level)
+        return pt.load.in_flight(pt.level)
 
     def pass_requests(self, pt: Point) -> int:
         """Requests in one pass over the workload's panel: its prompts, or its conversations' turns."""
@@ -141,6 +142,14 @@ class Panels:
 
     def num_requests(self, pt: Point) -> int:
         return self.pass_requests(pt) * self.passes(pt)
+
+    def items(self, pt: Point) -> tuple[list[Any], int]:
+        """What a point sends and how many of them: its panel's prompts and its requests, or its
+        conversations and how many it replays."""
+        convs = self.conversations.get(pt.workload.name)
+        if convs is not None:
+            return convs, len(convs) * self.passes(pt)
+        return self.panel_of(pt), self.num_requests(pt)
 
     def num_conversations(self, pt: Point) -> int | None:
         """Conversations a conversation point sends (None for any other point)."""

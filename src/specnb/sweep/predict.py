@@ -49,7 +49,7 @@ from specnb.errors import SpecnbError
 from specnb.ledger import load_ledgers, load_requests, read_ledger, write_once
 from specnb.ledger import provenance as prov
 from specnb.ledger.frame import ledger_files
-from specnb.ledger.names import LoadMode, Status
+from specnb.ledger.names import Status
 from specnb.ledger.store import LedgerError, read_json
 from specnb.prompts import WorkloadError, resolve
 from specnb.sweep.arm import Arm
@@ -163,7 +163,7 @@ def _jobs(folder: Path, outcome: PredictOutcome) -> tuple[list[_Job], list[_Marg
         if base is None:
             outcome.skipped.append(f"{cond.name}: no arm without a drafter (nothing to replay)")
             continue
-        if spec.load == LoadMode.CONVERSATION:  # a turn's prompt is its whole history, not a panel prompt
+        if spec.load.replays_conversations:  # a turn's prompt is its whole history, not a panel prompt
             outcome.skipped.append(f"{cond.name}: a conversation replay (the prediction replays single prompts; "
                                    "a turn's prompt is its conversation's history)")
             continue

@@ -318,7 +318,7 @@ def prepare(spec: SweepSpec, out_dir: Path | str | None = None) -> PreflightResu
 
 def _check_histories(spec: SweepSpec, wls: dict[str, Workload]) -> None:
     """``history = "recorded"`` needs every conversation's answers (all but its last turn's)."""
-    if spec.load != "conversation" or spec.history != "recorded":
+    if not spec.load.replays_conversations or getattr(spec.load, "history", None) != "recorded":
         return
     for wl in wls.values():
         rec = wl.conversation or {}

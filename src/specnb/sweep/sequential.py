@@ -260,7 +260,7 @@ def next_sequential_round(spec: SweepSpec, out_dir: Path, round_: int, *, elapse
     last = design.looks[-1] if design.looks else spec.sequential.max_repeats
     final = repeat >= last  # the last look is done: no round follows
     doc: dict[str, Any] = {
-        "kind": "sequential", "round": round_, "repeat": repeat, "decided_at": utcnow(), "load": str(spec.load),
+        "kind": "sequential", "round": round_, "repeat": repeat, "decided_at": utcnow(), "load": spec.load.mode.value,
         "elapsed_s": round(elapsed_s, 1), "budget_s": spec.budget_s, "rule": rule,
         "looks": [], "levels": {}, "stopped": None}
     df = load_ledgers(out_dir)

@@ -22,7 +22,7 @@ from specnb.engine.decisions import startup_decisions
 from specnb.engine.server import READY_POLL_S, Endpoint, ServerError, VllmServer, attach
 from specnb.engine.startup import startup_breakdown
 from specnb.engine.vllm import engine_schedule_key, engine_supports_flag
-from specnb.ledger import LoadMode, ServerRecord
+from specnb.ledger import ServerRecord
 from specnb.ledger.timing import Phase
 from specnb.sweep.arm import Arm
 from specnb.sweep.clock import PhaseClock
@@ -50,7 +50,7 @@ def server_args_for(spec: SweepSpec, arm: Arm) -> list[str]:
     if (arm.speculative and spec.per_request_spec_metrics and not already
             and engine_supports_flag(PER_REQUEST_SPEC_FLAG)):
         args += [PER_REQUEST_SPEC_FLAG, "summary"]
-    if (spec.load == LoadMode.CONVERSATION and PROMPT_DETAILS_FLAG not in args
+    if (spec.load.replays_conversations and PROMPT_DETAILS_FLAG not in args
             and engine_supports_flag(PROMPT_DETAILS_FLAG)):
         args.append(PROMPT_DETAILS_FLAG)
     return args

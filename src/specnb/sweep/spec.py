@@ -28,27 +28,30 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Discriminator,
     Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
     Tag,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
 from specnb.errors import SpecnbError, first_error, plain_name, read_toml
-from specnb.ledger import LoadMode, Sampling
+from specnb.ledger import Sampling
 from specnb.ledger.schema import check_response_format
 from specnb.prompts.context import ContextSource
 from specnb.prompts.conversation import ConversationSource
 from specnb.prompts.traffic import TrafficSource
 from specnb.sweep.arm import Arm, check_server_args
-from specnb.sweep.load import LOAD_KEYS, LoadProfile, load_profile, profile_of
+from specnb.sweep.load import LOAD_KEYS, ConcurrencyLoad, LoadProfile, SweepLoad, flat, fold, profile_of
 
 __all__ = ["SweepError", "SweepSpec", "SearchSpec", "point_path", "level_tag", "blocks"]
 
@@ -117,12 +120,13 @@ class SequentialSpec(BaseModel):
 class SweepSpec(BaseModel):
     """Everything that defines a sweep. Loaded from TOML or built in a notebook.
 
-    The load's keys stay flat, as a sweep file writes them (``load``, ``concurrency``, ``rates``,
-    ``burstiness``, ``max_in_flight``, ``arrival_seed``, ``history``, ``think_time_s``); they are
-    read into one profile per mode (:attr:`load_profile`, :mod:`specnb.sweep.load`), which
-    holds what each mode does with them."""
+    ``load`` is the mode's profile (:mod:`specnb.sweep.load`): what each mode does with its levels
+    and settings is the profile's. A sweep file writes the load's keys flat (``load``,
+    ``concurrency``, ``rates``, ``burstiness``, ``max_in_flight``, ``arrival_seed``, ``history``,
+    ``think_time_s``): a validator folds them into the profile, and a dump writes them flat again."""
 
     model_config = ConfigDict(extra="forbid")
+    input_keys: ClassVar[frozenset[str]] = LOAD_KEYS  # a sweep file's keys besides the fields: the load's, flat
 
     name: str = Field(description="sweep name, recorded in every ledger")
     model: str | None = Field(None, description="target checkpoint (folder or id) for launched arms")
@@ -137,20 +141,12 @@ class SweepSpec(BaseModel):
         "({context = 'copy', tokens = 1024, tokenizer = 'models/SmolLM2-135M-Instruct'}), or a conversation "
         "set for load = 'conversation' ({conversations = 'edit-chat'} or a .jsonl path)",
     )
-    load: Literal["concurrency", "rate", "conversation"] = Field(
-        "concurrency", description="closed loop at fixed concurrency, open-loop arrivals at a rate, or users "
-        "replaying conversations turn by turn")
-    concurrency: list[int] = Field(default_factory=list, description="closed-loop levels (requests in flight); "
-                                   "with load = 'conversation', users")
-    history: Literal["recorded", "model"] | None = Field(
-        None, description="conversation: the assistant turns of each request's history, the set's recorded "
-        "answers or the model's own; None: 'recorded' when every conversation has them, else 'model'")
-    think_time_s: float = Field(0.0, ge=0, description="conversation: a user's pause between an answer and "
-                                "its next turn (seconds)")
-    rates: list[float] = Field(default_factory=list, description="open-loop levels (requests per second)")
-    burstiness: float = Field(1.0, gt=0, description="open loop: gamma shape of the gaps (1 = Poisson)")
-    max_in_flight: int = Field(64, ge=1, description="open loop: cap on requests in flight (recorded)")
-    arrival_seed: int = Field(0, description="open loop: seed of the arrival times, the same for every arm")
+    load: SweepLoad = Field(
+        default_factory=ConcurrencyLoad, description="how a point's requests arrive: a closed loop at fixed "
+        "concurrency (load = 'concurrency', levels concurrency = [...]), open-loop arrivals at a rate "
+        "(load = 'rate', rates = [...], burstiness, max_in_flight, arrival_seed), or users replaying "
+        "conversations turn by turn (load = 'conversation', concurrency = [...] users, history, think_time_s); "
+        "a sweep file writes these keys flat, beside the others")
     search: SearchSpec | None = Field(None, description="adaptive search for the crossing (closed loop)")
     repeats: int = Field(2, ge=1, description="server restarts per arm; arm order alternates (with "
                          "sequential: the repeats before the first look)")
@@ -205,24 +201,6 @@ class SweepSpec(BaseModel):
     )
     parameters: dict[str, Any] = Field(default_factory=dict, description="caller parameters, recorded")
 
-    @field_validator("concurrency")
-    @classmethod
-    def _conc(cls, v: list[int]) -> list[int]:
-        if any(c < 1 for c in v):
-            raise ValueError("concurrency levels must be >= 1")
-        if len(set(v)) != len(v):
-            raise ValueError("concurrency levels must be distinct")
-        return sorted(v)
-
-    @field_validator("rates")
-    @classmethod
-    def _rates(cls, v: list[float]) -> list[float]:
-        if any(not r > 0 for r in v):
-            raise ValueError("request rates must be > 0 (requests per second)")
-        if len(set(v)) != len(v):
-            raise ValueError("request rates must be distinct")
-        return sorted(float(r) for r in v)
-
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
@@ -232,6 +210,34 @@ class SweepSpec(BaseModel):
     @classmethod
     def _args(cls, v: list[str]) -> list[str]:
         return check_server_args(v)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fold_load(cls, data: Any) -> Any:
+        """A sweep file's flat load keys (``load``, ``concurrency``, ``rates``, ...) folded into the
+        profile of its mode (old files and every run's ``sweep.json`` still read)."""
+        if not isinstance(data, dict) or isinstance(data.get("load"), (LoadProfile, dict)):
+            return data
+        data = dict(data)
+        data["load"] = fold({k: data.pop(k) for k in LOAD_KEYS if k in data})
+        return data
+
+    @model_serializer(mode="wrap")
+    def _flat_load(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
+        """Dumped as a sweep file writes it: the load's keys flat, where ``load`` stood."""
+        dumped = handler(self)
+        keys = flat(self.load)
+        if info.include is not None:
+            keys = {k: v for k, v in keys.items() if k in info.include}
+        if info.exclude is not None:
+            keys = {k: v for k, v in keys.items() if k not in info.exclude}
+        out: dict[str, Any] = {}
+        for name in type(self).model_fields:
+            if name == "load":
+                out.update(keys)
+            elif name in dumped:
+                out[name] = dumped[name]
+        return out
 
     @model_validator(mode="after")
     def _check(self) -> SweepSpec:
@@ -243,8 +249,7 @@ class SweepSpec(BaseModel):
         keys = [w if isinstance(w, str) else w.model_dump_json() for w in self.workloads]
         if len(set(keys)) != len(keys) or not keys:
             raise ValueError("workloads must be a non-empty list of distinct names")
-        n_conv = sum(1 for w in self.workloads if _replays_conversations(w))
-        _CHECKS[LoadMode(self.load)](self, n_conv)
+        self._check_load()
         if self.sequential is not None:
             if self.search is not None:
                 raise ValueError("sequential adds repeats to the levels asked for, the search adds levels: use "
@@ -270,68 +275,36 @@ class SweepSpec(BaseModel):
                                  "repeats (sequential = null)")
         return self
 
-    def _check_concurrency(self, n_conv: int) -> None:
-        if not self.concurrency:
-            raise ValueError("a closed-loop sweep needs concurrency levels (concurrency = [1, 2, 4, 8])")
-        self._check_no_conversation()
-        if self.rates:
-            raise ValueError("rates are open-loop levels: set load = 'rate' to use them")
-
-    def _check_rate(self, n_conv: int) -> None:
-        self._check_no_conversation()
-        if not self.rates:
-            raise ValueError("an open-loop sweep (load = 'rate') needs request rates (rates = [0.5, 1, 2])")
-        if self.concurrency:
-            raise ValueError("load = 'rate' sends at request rates: give rates, not concurrency levels")
-        if self.search is not None:
-            raise ValueError("the adaptive search looks for a concurrency crossing: it needs load = 'concurrency'")
-
-    def _check_no_conversation(self) -> None:
+    def _check_load(self) -> None:
+        """What the load's mode asks of the rest of the sweep (its profile says)."""
+        load = self.load
+        if not load.levels():
+            raise ValueError(load.no_levels)
         conv = [w for w in self.workloads if _replays_conversations(w)]
-        if conv:
+        if conv and not load.replays_conversations:
             what = (f"{{conversations = {conv[0].conversations!r}}}" if isinstance(conv[0], ConversationSource)
                     else f"{{traffic = {conv[0].traffic!r}, conversations = true}}")
             raise ValueError(f"workload {what} is a conversation set: set load = 'conversation' to replay it")
-        if self.history is not None or self.think_time_s:
-            raise ValueError("history and think_time_s are conversation settings: set load = 'conversation'")
-
-    def _check_conversation(self, n_conv: int) -> None:
-        if not self.concurrency:
-            raise ValueError("a conversation sweep (load = 'conversation') needs users: concurrency = [1, 4] "
-                             "(each level is that many users)")
-        if self.rates:
-            raise ValueError("load = 'conversation' sends whole conversations per user: give concurrency levels "
-                             "(users), not rates")
-        if n_conv < len(self.workloads):
+        if load.replays_conversations and len(conv) < len(self.workloads):
             other = next(w for w in self.workloads if not _replays_conversations(w))
-            raise ValueError(f"load = 'conversation' replays conversation sets only: workload {other!r} is not one "
-                             "(name it as {conversations = 'edit-chat'} or {conversations = 'chats.jsonl'})")
-        if self.search is not None:
+            raise ValueError(f"load = {load.mode.value!r} replays conversation sets only: workload {other!r} is not "
+                             "one (name it as {conversations = 'edit-chat'} or {conversations = 'chats.jsonl'})")
+        if self.search is not None and not load.concurrency_levels:
             raise ValueError("the adaptive search looks for a closed-loop concurrency crossing: it needs "
-                             "load = 'concurrency', not 'conversation'")
-        if self.client_workers > 1:
-            raise ValueError("client_workers splits a closed loop over processes; a conversation replay runs in "
-                             "one client process (client_workers = 1)")
-
-    @property
-    def load_profile(self) -> LoadProfile:
-        """The load as its mode's profile (:mod:`specnb.sweep.load`), read from the flat keys."""
-        return self.load_as(self.load)
-
-    def load_as(self, load: LoadMode | str) -> LoadProfile:
-        """The profile of mode ``load`` read from this sweep's flat keys (a point records its own
-        mode's shape)."""
-        return load_profile({**self.model_dump(include=set(LOAD_KEYS)), "load": str(load)})
+                             f"load = 'concurrency', not {load.mode.value!r}")
+        if self.client_workers > 1 and load.one_client_process:
+            raise ValueError(f"client_workers splits a closed loop over processes; load = {load.mode.value!r} runs "
+                             "in one client process (client_workers = 1)")
 
     def levels(self) -> list[float]:
         """The levels asked for: concurrency levels (users of a conversation replay), or request rates."""
-        return self.load_profile.levels()
+        return self.load.levels()
 
     def passes(self, panel: int, in_flight: int, tokens_per_request: float | None) -> int:
         """Whole passes over a panel of ``panel`` prompts a point sends so that its steady window
         holds ``work_floor_tokens`` output tokens at ``tokens_per_request`` (the window covers
         about the requests sent minus those in flight at its ends)."""
-        profile = profile_of(self.load)
+        profile = self.load
         closed = profile.closed  # a conversation replay keeps its users busy as a closed loop its slots
         if not self.work_floor_tokens or not tokens_per_request:
             need = 2 * in_flight if closed else panel
@@ -351,14 +324,15 @@ class SweepSpec(BaseModel):
         )
         if ident["sampling"].get("response_format") is None:  # free text, as before the field: old runs resume
             ident["sampling"].pop("response_format", None)
-        ident.update(self.load_profile.identity())  # a mode's own keys, where sweeps from before them resume
+        ident.update(self.load.identity())  # a mode's own keys, where sweeps from before them resume
         return ident
 
     def history_for(self, conversation: dict[str, Any] | None) -> str:
         """The history a conversation set is replayed with (its workload's ``conversation`` record):
         as asked, else 'recorded' when every conversation has its answers, else 'model'."""
-        if self.history is not None:
-            return self.history
+        history = getattr(self.load, "history", None)
+        if history is not None:
+            return history
         return "recorded" if conversation and conversation.get("recorded_answers") else "model"
 
     @classmethod
@@ -383,14 +357,6 @@ def level_tag(level: float, load: str = "concurrency") -> str:
 
 def point_path(out_dir: Path, arm: str, workload: str, level: float, repeat: int, load: str = "concurrency") -> Path:
     return Path(out_dir) / arm / workload / f"{level_tag(level, load)}-r{repeat:02d}.json"
-
-
-# each mode's own checks, after those every sweep gets (n_conv: the workloads that are conversation sets)
-_CHECKS = {
-    LoadMode.CONCURRENCY: SweepSpec._check_concurrency,
-    LoadMode.RATE: SweepSpec._check_rate,
-    LoadMode.CONVERSATION: SweepSpec._check_conversation,
-}
 
 
 def blocks(spec: SweepSpec, repeats: Iterable[int] | None = None) -> Iterator[tuple[int, int, Arm]]:

@@ -32,9 +32,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from specnb import paths
 from specnb.errors import first_error, plain_name, unknown_key
-from specnb.ledger import BASELINE, PLAIN_CONDITION, LoadMode
+from specnb.ledger import BASELINE, PLAIN_CONDITION
 from specnb.ledger.runs import AXES, new_run_name, report_failed_points, report_refused_all, run_folder
 from specnb.sweep.executor import ExecutorSpec
+from specnb.sweep.load import profile_of
 from specnb.sweep.spec import SweepError, SweepSpec
 
 __all__ = ["Condition", "Study"]
@@ -205,7 +206,8 @@ class Study(BaseModel):
     def specs(self) -> dict[str, SweepSpec]:
         """One validated sweep per condition (no file is touched, no server started)."""
         out = {}
-        closed = self.load == LoadMode.CONCURRENCY  # concurrency levels and the search are a closed loop's
+        profile = profile_of(self.load)
+        closed = profile.concurrency_levels  # concurrency levels and the search are a closed loop's
         for name in self.condition_names():
             cond = self.conditions.get(name, Condition())
             drafters = {k: v for k, v in self.drafters.items()
@@ -227,8 +229,8 @@ class Study(BaseModel):
                 "arms": arms,
                 "workloads": cond.workloads or self.workloads,
                 "load": self.load,
-                "concurrency": (cond.concurrency or self.concurrency) if closed else [],
-                "rates": self.rates if self.load == LoadMode.RATE else [],
+                "concurrency": (cond.concurrency or self.concurrency) if "concurrency" in profile.model_fields else [],
+                "rates": self.rates if "rates" in profile.model_fields else [],
                 "burstiness": self.burstiness,
                 "max_in_flight": self.max_in_flight,
                 "search": self.search if closed else None,

@@ -59,7 +59,7 @@ from specnb.analysis.tune import (
 )
 from specnb.errors import SpecnbError, first_error, read_toml
 from specnb.ledger import load_ledgers, read_ledger, utcnow, write_once
-from specnb.ledger.names import BASELINE, LoadMode
+from specnb.ledger.names import BASELINE
 from specnb.ledger.store import read_json
 from specnb.prompts.sources import resolve
 from specnb.sweep.policy import boundary_levels
@@ -142,7 +142,7 @@ class TuneSpec(BaseModel):
                                 "in a new proposal run instead")
             data = {**spec_doc, **{k: v for k, v in data.items() if k in _OWN_WITH_PROPOSAL}}
         spec = SweepSpec.parse(data, where=where)
-        if spec.load != LoadMode.CONCURRENCY:
+        if not spec.load.concurrency_levels:
             raise TuneError(f"{where}: a schedule is tuned on closed-loop levels (concurrency), not on rates")
         dp = next((v for arm in spec.arms for v in (flag_value([*spec.server_args, *arm.server_args], flag)
                                                       for flag in ("--data-parallel-size", "-dp"))

@@ -190,11 +190,11 @@ def _fake_sweeps(monkeypatch, truth, round_off=0.8, dip=None):
     calls = []
 
     def fake_sweep(spec, out, progress=True, echo=None, executor=None):
-        calls.append((out.name, [a.name for a in spec.arms], list(spec.concurrency)))
+        calls.append((out.name, [a.name for a in spec.arms], spec.levels()))
         out.mkdir(parents=True, exist_ok=True)
         for r in range(spec.repeats):
             f = (0.98, 1.0, 1.02, 1.0)[r % 4]
-            for c in spec.concurrency:
+            for c in spec.levels():
                 base = 100.0 * c ** 0.8
                 j = min(range(len(LEVELS)), key=lambda x: abs(LEVELS[x] - c))
                 for a in spec.arms:
@@ -369,7 +369,7 @@ def test_a_set_that_an_existing_proposal_run_fixes_is_refused_in_one_line(tmp_pa
     assert "\n" not in str(exc.value)
     ok = TuneSpec.parse(dict(base), {"repeats": 5, "name": "again", "tune.max_rounds": 1})
     assert ok.proposal.repeats == 5 and ok.proposal.name == "again" and ok.settings.max_rounds == 1
-    assert ok.proposal.concurrency == spec.concurrency
+    assert ok.proposal.load == spec.load
 
 
 def test_a_tune_run_recorded_under_the_earlier_rule_is_read_again_with_the_current_one():

@@ -26,7 +26,7 @@ def spec(**kw) -> SweepSpec:
 
 def test_a_conversation_sweep_parses_with_users_history_and_think_time():
     s = spec(history="model", think_time_s=0.5)
-    assert s.levels() == [1, 4] and s.history == "model" and s.think_time_s == 0.5
+    assert s.levels() == [1, 4] and s.load.history == "model" and s.load.think_time_s == 0.5
     assert level_tag(4, "conversation") == "u004"
     assert point_path("o", "b", "edit-chat", 4, 1, "conversation").name == "u004-r01.json"
     assert s.identity()["history"] == "model" and "history" not in spec(load="concurrency", workloads=["copy"]).identity()

@@ -20,13 +20,13 @@ def spec(**kw) -> SweepSpec:
 
 
 def test_the_flat_keys_a_sweep_file_writes_become_its_modes_profile():
-    closed = spec(concurrency=[4, 1]).load_profile
+    closed = spec(concurrency=[4, 1]).load
     assert isinstance(closed, ConcurrencyLoad) and closed.levels() == [1, 4] and closed.mode is LoadMode.CONCURRENCY
-    rate = spec(load="rate", rates=[2, 0.5], burstiness=0.5, max_in_flight=8, arrival_seed=3).load_profile
+    rate = spec(load="rate", rates=[2, 0.5], burstiness=0.5, max_in_flight=8, arrival_seed=3).load
     assert isinstance(rate, RateLoad) and rate.levels() == [0.5, 2.0]
     assert (rate.burstiness, rate.max_in_flight, rate.arrival_seed) == (0.5, 8, 3)
     conv = spec(load="conversation", concurrency=[2], history="model", think_time_s=1.5,
-                workloads=[{"conversations": "edit-chat"}]).load_profile
+                workloads=[{"conversations": "edit-chat"}]).load
     assert isinstance(conv, ConversationLoad) and conv.levels() == [2]
     assert (conv.history, conv.think_time_s) == ("model", 1.5)
     assert profile_of("rate") is RateLoad and profile_of(LoadMode.CONVERSATION) is ConversationLoad
@@ -45,13 +45,13 @@ def test_each_mode_names_its_levels_sizes_its_points_and_keeps_its_identity_keys
 
 def test_each_mode_gives_the_ledger_its_shape_and_the_driver_its_point():
     closed = spec(concurrency=[4], client_workers=2)
-    assert closed.load_profile.shape(4, client_workers=2) == LoadShape(mode="closed", concurrency=4, client_workers=2)
-    assert closed.load_profile.point(4, 40, prompt_offset=3) == ClosedLoop(4, 40, 3)
-    rate = spec(load="rate", rates=[0.5], max_in_flight=8).load_profile
+    assert closed.load.shape(4, client_workers=2) == LoadShape(mode="closed", concurrency=4, client_workers=2)
+    assert closed.load.point(4, 40, prompt_offset=3) == ClosedLoop(4, 40, 3)
+    rate = spec(load="rate", rates=[0.5], max_in_flight=8).load
     assert rate.shape(0.5) == LoadShape(mode="rate", rate_rps=0.5, burstiness=1.0, max_in_flight=8, arrival_seed=0)
     assert rate.point(0.5, 30) == OpenLoop(0.5, 30, 1.0, 8, 0)
     conv = spec(load="conversation", concurrency=[2], think_time_s=0.5,
-                workloads=[{"conversations": "edit-chat"}]).load_profile
+                workloads=[{"conversations": "edit-chat"}]).load
     assert conv.shape(2, history="recorded", conversations=6) == LoadShape(
         mode="conversation", concurrency=2, users=2, history="recorded", think_time_s=0.5, conversations=6)
     assert conv.point(2, 6, history="model") == ConversationReplay(2, 6, "model", 0.5)
@@ -118,3 +118,33 @@ def test_an_open_loop_sweep_against_the_fake_engine_writes_its_cap_under_its_own
     assert led.load.rate_rps == 50.0 and led.num_requests >= 20  # at least MIN_ARRIVALS arrivals
     df = load_ledgers(tmp_path / "out")
     assert list(df["concurrency"]) == [3] and list(df["load_mode"]) == ["rate"]  # the frame as before
+
+
+def test_the_load_is_one_field_its_profile_and_a_dump_writes_the_flat_keys_again():
+    rate = spec(load="rate", rates=[2, 0.5], max_in_flight=8)
+    assert isinstance(rate.load, RateLoad) and set(type(rate).model_fields) & {"rates", "concurrency"} == set()
+    dumped = rate.model_dump(mode="json")
+    assert dumped["load"] == "rate" and dumped["rates"] == [0.5, 2.0] and dumped["concurrency"] == []
+    assert SweepSpec.parse(dumped) == rate  # a run's sweep.json reads back to the same sweep
+    only = rate.model_dump(include={"name", "load", "max_in_flight"})
+    assert only == {"name": "t", "load": "rate", "max_in_flight": 8}
+    assert "rates" not in rate.model_dump(exclude={"rates"})
+
+
+def test_a_closed_loop_run_recorded_with_an_open_loop_setting_still_resumes(tmp_path):
+    """Studies once passed max_in_flight to every sweep; a closed loop has no use for it, so the
+    profile drops it: a folder whose sweep.json recorded it is still the same sweep."""
+    import json
+
+    from specnb.prompts.workload import Prompt, Workload
+    from specnb.sweep.ledgers import sweep_record
+
+    wl = Workload(name="copy", source="test", prompts=[Prompt(id="p0", category="copy", messages=[])])
+    s = spec(concurrency=[1, 2], workloads=["copy"])
+    sweep_record(tmp_path, s, {"copy": wl})
+    doc = json.loads((tmp_path / "sweep.json").read_text())
+    doc["spec"]["max_in_flight"], doc["identity_hash"] = 32, "an-older-hash"
+    (tmp_path / "sweep.json").write_text(json.dumps(doc))
+    sweep_record(tmp_path, spec(concurrency=[1, 2], workloads=["copy"], max_in_flight=32), {"copy": wl})
+    with pytest.raises(Exception, match="holds a sweep with different settings"):
+        sweep_record(tmp_path, spec(concurrency=[1, 2], workloads=["copy"], warmup_requests=0), {"copy": wl})

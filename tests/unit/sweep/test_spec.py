@@ -31,7 +31,7 @@ def test_arm_order_alternates_between_repeats():
 
 def test_levels_sorted_and_points_sized_in_whole_panel_passes():
     s = spec(panel_size=10, work_floor_tokens=400)
-    assert s.concurrency == [1, 2, 4]
+    assert s.load.concurrency == [1, 2, 4]
     # 400 tokens at 50 per request is 8 requests in the steady window, plus the N in flight at its ends
     assert [s.passes(10, c, 50.0) for c in (1, 2, 4, 8, 16)] == [1, 1, 2, 2, 3]
     assert s.passes(10, 1, 10.0) == 5  # short answers: more passes for the same work

@@ -48,7 +48,7 @@ def test_conditions_change_only_what_they_name():
     assert small.server_args == ["--a", "--b"] and plain.server_args == ["--a"]
     assert small.env == {"X": "1", "Y": "3"} and plain.env == {"X": "1", "Y": "2"}
     assert small.sampling.temperature == 1.0 and plain.sampling.temperature == 0.0
-    assert small.concurrency == [2] and plain.concurrency == [1, 4]
+    assert small.load.concurrency == [2] and plain.load.concurrency == [1, 4]
     assert st.label("small") == "Small pool" and st.label("plain") == "plain"
     # the pairing key: every condition is its own sweep
     assert small.name != plain.name
