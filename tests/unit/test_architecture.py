@@ -469,3 +469,23 @@ def test_no_function_over_80_lines_and_no_class_over_250():
                 if size > allowed:
                     long.append(f"{rel}:{node.name}: {size} lines (a class: at most {allowed})")
     assert not long, "\n".join(long)
+
+
+def test_every_command_reads_its_arguments_once_into_typed_fields():
+    """Each subcommand's ``Args`` (a dataclass made once from the namespace) has a field for every
+    argument its parser takes, and no other: a new option that the command forgot to type, or a
+    field no option fills, fails here."""
+    import argparse
+    import dataclasses
+
+    from specnb.commands import COMMANDS
+
+    for cmd in COMMANDS:
+        p = argparse.ArgumentParser()
+        cmd.add_cli_args(p)
+        dests = {a.dest for a in p._actions if a.dest != "help"}
+        fields = {f.name for f in dataclasses.fields(cmd.Args)}
+        if cmd.Args.__name__ == "MeasureArgs":  # read into its own words (--set as values, one executor)
+            assert {"config", "out", "set", "no_progress"} <= dests, cmd.name
+            continue
+        assert fields == dests, f"{cmd.name}: {cmd.Args.__name__} fields {sorted(fields ^ dests)} differ from its options"

@@ -5,17 +5,33 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
-from specnb.commands.common import Command
+from specnb.commands.common import CliArgs, Command
 from specnb.commands.watch import load_expectation
 from specnb.errors import SpecnbError
+
+
+@dataclass(frozen=True)
+class AlertsArgs(CliArgs):
+    """``specnb alerts``'s arguments."""
+
+    run: Path
+    out: Path
+    selector: str
+    arm: str | None
+    workload: str | None
+    window: int
+    for_s: int
 
 
 class Alerts(Command):
     name = "alerts"
     help = ("write Prometheus alerting rules and a Grafana dashboard that hold a served drafter to a run's "
             "measured threshold and acceptance")
+
+    Args = AlertsArgs
 
     @staticmethod
     def add_cli_args(p: argparse.ArgumentParser) -> None:
@@ -30,7 +46,7 @@ class Alerts(Command):
                        help="how long a condition holds before its alert fires (default 600)")
 
     @staticmethod
-    def run(a: argparse.Namespace) -> int:
+    def execute(a: AlertsArgs) -> int:
         import yaml
 
         from specnb.analysis.alerts import check_selector, dashboard, rule_groups

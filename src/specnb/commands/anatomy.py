@@ -39,17 +39,16 @@ class Anatomy(MeasuringCommand):
 
     @staticmethod
     def measure(spec: Any, out: Path, args: MeasureArgs) -> Any:
-        from specnb.sweep.anatomy import run_anatomy  # the engine side
+        from specnb.sweep.executor import run_anatomy  # the engine side, when it runs
 
         return run_anatomy(spec, out, window_requests=args.window_requests, progress=args.progress, echo=echo,
                            executor=args.executor)
 
     @classmethod
-    def run(cls, a: argparse.Namespace) -> int:
+    def execute(cls, args: MeasureArgs) -> int:
         """Its records' table instead of a paired report."""
         from specnb.sweep.anatomy import format_anatomy, load_anatomy
 
-        args = MeasureArgs.from_cli_args(a, cls.on_ray)
         spec = cls.read(args.config, args.overrides)
         out = args.out or cls.default_out(spec)
         outcome = cls.measure(spec, out, args)

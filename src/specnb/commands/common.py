@@ -5,6 +5,7 @@ the report printer."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tomllib
 import warnings
@@ -18,30 +19,48 @@ from specnb.errors import EXIT_BAD_INPUT, EXIT_FAILED_POINTS, SpecnbError
 from specnb.ledger import load_ledgers
 from specnb.ledger.frame import SkippedLedgersWarning
 
-__all__ = ["Command", "Parser", "MeasureArgs", "overrides", "load_announced", "print_report", "MeasuringCommand", "add_executor_args",
+__all__ = ["Command", "CliArgs", "Parser", "MeasureArgs", "overrides", "load_announced", "print_report", "MeasuringCommand", "add_executor_args",
            "executor_from_args", "echo", "finished"]
 
 
+@dataclass(frozen=True)
+class CliArgs:
+    """A command's arguments as typed fields, made once from the parsed namespace
+    (:meth:`from_cli_args`, as vLLM's ``bench sweep`` does): what the command reads instead of
+    the namespace. A field is named as its argument's ``dest``."""
+
+    @classmethod
+    def from_cli_args(cls, a: argparse.Namespace) -> CliArgs:
+        return cls(**{f.name: getattr(a, f.name) for f in dataclasses.fields(cls)})
+
+
 class Command(ABC):
-    """One subcommand: ``name`` and ``help`` as ``specnb --help`` lists it, its arguments, and
-    what it does (the exit status)."""
+    """One subcommand: ``name`` and ``help`` as ``specnb --help`` lists it, its arguments (added
+    by ``add_cli_args``, read once into ``Args``), and what it does with them (``execute``: the
+    exit status)."""
 
     name: ClassVar[str]
     help: ClassVar[str]
+    Args: ClassVar[type[CliArgs]]
 
     @staticmethod
     @abstractmethod
     def add_cli_args(p: argparse.ArgumentParser) -> None:
         """Add the command's arguments to its subparser."""
 
+    @classmethod
+    def run(cls, a: argparse.Namespace) -> int:
+        """Do the command on the parsed namespace; its exit status."""
+        return cls.execute(cls.Args.from_cli_args(a))
+
     @staticmethod
     @abstractmethod
-    def run(a: argparse.Namespace) -> int:
-        """Do the command; its exit status."""
+    def execute(args: Any) -> int:
+        """Do the command with its typed arguments; its exit status."""
 
 
 @dataclass(frozen=True)
-class MeasureArgs:
+class MeasureArgs(CliArgs):
     """A measuring command's arguments, made once from the parsed namespace (:meth:`from_cli_args`):
     what the rest of the command reads instead of the namespace."""
 
@@ -53,10 +72,11 @@ class MeasureArgs:
     window_requests: int | None = None  # anatomy's requests per profiled window
 
     @classmethod
-    def from_cli_args(cls, a: argparse.Namespace, on_ray: bool) -> MeasureArgs:
-        """Parsed and checked: ``--set`` items as values, the executor options as one executor."""
+    def from_cli_args(cls, a: argparse.Namespace) -> MeasureArgs:
+        """Parsed and checked: ``--set`` items as values, the executor options (where the command
+        takes them) as one executor."""
         return cls(config=a.config, out=a.out, overrides=overrides(a.set), progress=not a.no_progress,
-                   executor=executor_from_args(a) if on_ray else None,
+                   executor=executor_from_args(a) if hasattr(a, "executor") else None,
                    window_requests=getattr(a, "window_requests", None))
 
 
@@ -78,11 +98,12 @@ class MeasuringCommand(Command):
         if cls.on_ray:
             add_executor_args(p)
 
+    Args = MeasureArgs
+
     @classmethod
-    def run(cls, a: argparse.Namespace) -> int:
+    def execute(cls, args: MeasureArgs) -> int:
         """Read the config, measure into ``--out`` (or the default folder), print the summary and
         the run's report; 1 when points failed, 2 when every arm was refused."""
-        args = MeasureArgs.from_cli_args(a, cls.on_ray)
         spec = cls.read(args.config, args.overrides)
         out = args.out or cls.default_out(spec)
         outcome = cls.measure(spec, out, args)

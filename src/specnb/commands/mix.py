@@ -5,18 +5,44 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from specnb.analysis import category_speedups, expected_speedup, paired
-from specnb.commands.common import Command
+from specnb.commands.common import CliArgs, Command
 from specnb.ledger import load_ledgers
 from specnb.prompts.copyshare import MixError, format_mix, load_tokenizer, measure_mix
 from specnb.prompts.traffic import load_traffic
 
 
+@dataclass(frozen=True)
+class MixArgs(CliArgs):
+    """``specnb mix``'s arguments."""
+
+    traffic: Path
+    tokenizer: Path | None
+    ngram_min: int | None
+    ngram_max: int | None
+    context: str
+    threshold: float | None
+    sample: int | None
+    seed: int
+    csv: Path | None
+    serve: str | None
+    model: str | None
+    max_tokens: int
+    serve_concurrency: int
+    save: Path | None
+    ledgers: Path | None
+    arm: str | None
+    concurrency: int | None
+
+
 class Mix(Command):
     name = "mix"
     help = "copy share and copy-style / free-form mix of a traffic log with responses"
+
+    Args = MixArgs
 
     @staticmethod
     def add_cli_args(p: argparse.ArgumentParser) -> None:
@@ -41,7 +67,7 @@ class Mix(Command):
         p.add_argument("--concurrency", type=int, help="with --ledgers: the concurrency level")
 
     @staticmethod
-    def run(a: argparse.Namespace) -> int:
+    def execute(a: MixArgs) -> int:
         wl = load_traffic(a.traffic, sample=a.sample, seed=a.seed)
         if a.serve:
             from specnb.engine.collect import collect_responses, write_jsonl  # the engine side, only here

@@ -5,18 +5,33 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from specnb.analysis.schedule import RULES, derive_policy, format_policy
-from specnb.commands.common import Command
+from specnb.commands.common import CliArgs, Command
 from specnb.errors import SpecnbError
 from specnb.ledger import load_ledgers, write_once
+
+
+@dataclass(frozen=True)
+class PolicyArgs(CliArgs):
+    """``specnb policy``'s arguments."""
+
+    folder: Path
+    workload: str | None
+    method: str | None
+    rule: str
+    max_batch: int | None
+    out: Path | None
 
 
 class Policy(Command):
     name = "policy"
     help = ("derive vLLM's dynamic speculation schedule (K per batch-size range) from a run, print it as a "
             "--speculative-config and write it to a file")
+
+    Args = PolicyArgs
 
     @staticmethod
     def add_cli_args(p: argparse.ArgumentParser) -> None:
@@ -33,7 +48,7 @@ class Policy(Command):
                        help="where to write the policy (default: <folder>/policy-<workload>.json)")
 
     @staticmethod
-    def run(a: argparse.Namespace) -> int:
+    def execute(a: PolicyArgs) -> int:
         df = load_ledgers(a.folder)
         if df.empty:
             raise SpecnbError(f"no ledgers under {a.folder}")

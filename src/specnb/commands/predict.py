@@ -5,9 +5,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from specnb.commands.common import Command, echo
+from specnb.commands.common import CliArgs, Command, echo
+
+
+@dataclass(frozen=True)
+class PredictArgs(CliArgs):
+    """``specnb predict``'s arguments."""
+
+    folder: Path
+    endpoint: str | None
+    top: int
+    no_progress: bool
 
 
 class Predict(Command):
@@ -15,6 +26,8 @@ class Predict(Command):
     help = ("predict each n-gram and EAGLE-3 arm's acceptance from the target's own probabilities (the baseline's "
             "text replayed through vLLM's n-gram rule or the head; a baseline server is started after the measurement) "
             "and print it beside the measured acceptance")
+
+    Args = PredictArgs
 
     @staticmethod
     def add_cli_args(p: argparse.ArgumentParser) -> None:
@@ -24,7 +37,7 @@ class Predict(Command):
         p.add_argument("--no-progress", action="store_true")
 
     @staticmethod
-    def run(a: argparse.Namespace) -> int:
+    def execute(a: PredictArgs) -> int:
         from specnb.analysis.report import ReportOptions, predicted
         from specnb.drafter.replay import HeadDrafter
         from specnb.ledger.records import load_run

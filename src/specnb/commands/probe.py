@@ -4,13 +4,34 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
-from specnb.commands.common import Command
+from specnb.commands.common import CliArgs, Command
+
+
+@dataclass(frozen=True)
+class ProbeArgs(CliArgs):
+    """``specnb probe``'s arguments."""
+
+    shape: list[str] | None
+    device: str
+    dtype: str | None
+    batches: str
+    queries: str
+    lengths: str
+    budget_s: float
+    no_graphs: bool
+    repeats: str
+    out: Path | None
+    no_figure: bool
 
 
 class Probe(Command):
     name = "probe"
     help = "time one engine step of a decoder shape over batch, new tokens and cached length (torch only, no vLLM)"
+
+    Args = ProbeArgs
 
     @staticmethod
     def add_cli_args(p: argparse.ArgumentParser) -> None:
@@ -20,7 +41,7 @@ class Probe(Command):
         p.add_argument("--no-figure", action="store_true", help="write the ledgers only")
 
     @staticmethod
-    def run(a: argparse.Namespace) -> int:
+    def execute(a: ProbeArgs) -> int:
         from specnb.probe.run import ProbeError, run
 
         folder: list = []

@@ -4,19 +4,40 @@ notebook prints for its run."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
 from specnb.analysis import DEFAULT_N_BOOT, DEFAULT_SEED
 from specnb.analysis.estimator import Scope
 from specnb.analysis.latency import parse_slos
 from specnb.analysis.report import ReportOptions
-from specnb.commands.common import Command, print_report
+from specnb.commands.common import CliArgs, Command, print_report
+
+
+@dataclass(frozen=True)
+class ReportArgs(CliArgs):
+    """``specnb report``'s arguments."""
+
+    folder: Path
+    scope: str
+    n_boot: int
+    seed: int
+    context: int | None
+    slo: list[str]
+    skip_bad: bool
+
+    @property
+    def options(self) -> ReportOptions:
+        """What the report's sections read (the SLOs parsed: a bad one is refused in one line)."""
+        return ReportOptions(n_boot=self.n_boot, seed=self.seed, context_tokens=self.context,
+                             slos=parse_slos(self.slo), scope=Scope(self.scope))
 
 
 class Report(Command):
     name = "report"
     help = ("print the paired table of a ledger folder, one interval per level (docs/statistics.md), what holds across "
             "the levels, and whether to attach the drafter")
+    Args = ReportArgs
 
     @staticmethod
     def add_cli_args(p: argparse.ArgumentParser) -> None:
@@ -34,7 +55,5 @@ class Report(Command):
                        help="leave out ledger files that cannot be read (counted on stderr) instead of stopping")
 
     @staticmethod
-    def run(a: argparse.Namespace) -> int:
-        opts = ReportOptions(n_boot=a.n_boot, seed=a.seed, context_tokens=a.context, slos=parse_slos(a.slo),
-                             scope=Scope(a.scope))
-        return print_report(a.folder, opts, a.skip_bad)
+    def execute(a: ReportArgs) -> int:
+        return print_report(a.folder, a.options, a.skip_bad)

@@ -7,13 +7,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlparse
 
 from specnb import paths
 from specnb.analysis.pairing import AnalysisError
-from specnb.commands.common import Command
+from specnb.commands.common import CliArgs, Command
 from specnb.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, SpecnbError
 
 
@@ -69,10 +70,27 @@ def check_endpoint(url: str, exp) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class WatchArgs(CliArgs):
+    """``specnb watch``'s arguments."""
+
+    url: str
+    run: Path | None
+    arm: str | None
+    workload: str | None
+    interval: float
+    window: float
+    once: bool
+    json: bool
+    count: int | None
+
+
 class Watch(Command):
     name = "watch"
     help = ("watch a live vLLM endpoint's acceptance, drafting and batch against a run's measured threshold and "
             "acceptance (one line per interval)")
+
+    Args = WatchArgs
 
     @staticmethod
     def add_cli_args(p: argparse.ArgumentParser) -> None:
@@ -90,7 +108,7 @@ class Watch(Command):
         p.add_argument("--count", type=int, default=None, help=argparse.SUPPRESS)  # tests: stop after N lines
 
     @staticmethod
-    def run(a: argparse.Namespace) -> int:
+    def execute(a: WatchArgs) -> int:
         from specnb.analysis.watch import judge, status_line
         from specnb.engine.watch import windows
 
@@ -128,9 +146,22 @@ class Watch(Command):
         return verdict.exit_status if a.once and verdict is not None else 0
 
 
+@dataclass(frozen=True)
+class WatchPlotArgs(CliArgs):
+    """``specnb watchplot``'s arguments."""
+
+    log: Path
+    run: Path | None
+    arm: str | None
+    workload: str | None
+    out: Path | None
+
+
 class WatchPlot(Command):
     name = "watch-plot"
     help = "draw a specnb watch --json log against the run's acceptance band and threshold band"
+
+    Args = WatchPlotArgs
 
     @staticmethod
     def add_cli_args(p: argparse.ArgumentParser) -> None:
@@ -141,7 +172,7 @@ class WatchPlot(Command):
         p.add_argument("--out", type=Path, help="folder for the figure (default: beside the log)")
 
     @staticmethod
-    def run(a: argparse.Namespace) -> int:
+    def execute(a: WatchPlotArgs) -> int:
         import re
 
         import pandas as pd

@@ -25,7 +25,7 @@ unprofiled step (:func:`specnb.analysis.anatomy.anatomy_frame`'s ``unprofiled_*`
 
 Where the blocks run is the sweep's executor (``--executor``): here, one after another, or each
 (arm, repeat) block as a task on a Ray cluster, through the fleet's dispatch, retries, mailbox
-and Ctrl-C (:class:`AnatomyFleet`); a node profiles into a scratch folder and sends each record as
+and Ctrl-C (:class:`AnatomyBlocks`, given to :class:`~specnb.sweep.fleet.Fleet`); a node profiles into a scratch folder and sends each record as
 it is written, its server's log and its traces at the block's end (whole then), and the driver
 writes them into the run folder. A record names the driver's copy of its trace and profiler
 folder; its ``provenance.executor`` names the node.
@@ -52,7 +52,7 @@ from specnb.engine.server import VllmServer
 from specnb.ledger import provenance
 from specnb.ledger.schema import utcnow
 from specnb.ledger.store import write_once
-from specnb.sweep.fleet import BlockRefused, Fleet, FleetBlock, import_ray, on_node
+from specnb.sweep.fleet import BlockRefused, Fleet, FleetBlock, on_node
 from specnb.sweep.measure import run_async as _run_async
 from specnb.sweep.preflight import prepare
 from specnb.sweep.progress import progress_bar
@@ -500,22 +500,6 @@ def failed_line(doc: dict[str, Any], width: int = 160) -> str:
             f"({str(doc.get('error', ''))[:width]})")
 
 
-def run_anatomy(spec: SweepSpec, out_dir: str | Path, *, window_requests: int | None = None, progress: bool = True,
-                echo: Callable[[str], None] | None = None, executor: Any = None) -> AnatomyOutcome:
-    """Profile one window per (arm, workload, level, repeat) into ``out_dir`` (resumable), on an
-    executor (:func:`specnb.sweep.executor.run_sweep`'s: default here, or ``"ray"``, a Ray
-    address or a table of Ray options); bad input is refused before anything starts."""
-    from specnb.sweep.executor import ExecutorSpec
-
-    ex = executor if isinstance(executor, ExecutorSpec) else ExecutorSpec.model_validate(executor)
-    echo = echo or (lambda s: print(s, file=sys.stderr))
-    if ex.local:
-        return AnatomyRun(spec, Path(out_dir), window_requests, progress, echo).run()
-    import_ray()  # before anything is written: a missing Ray is said first
-    run = AnatomyRun(spec, Path(out_dir), window_requests, False, echo)
-    return AnatomyFleet([run], ex, progress, echo).run()[0]
-
-
 # -- on Ray: one task per (arm, repeat) block --------------------------------------------------------
 @dataclass
 class AnatomyOrder:
@@ -567,19 +551,19 @@ class AnatomyBlock(FleetBlock):
         return f"{self.run.spec.name}/r{self.repeat}/{self.arm.name}"
 
 
-class AnatomyFleet(Fleet):
-    """The fleet's dispatch for an anatomy run: a block is one arm's start in one repeat and its
-    windows; the driver writes what nodes send and records a lost block's windows as failed."""
+class AnatomyBlocks:
+    """An anatomy run's blocks, for the fleet's dispatch: a block is one arm's start in one repeat
+    and its windows; the driver writes what nodes send and records a lost block's windows as failed."""
 
     task_fn = staticmethod(anatomy_task)
 
-    def measure_all(self, t0: float) -> None:
-        (run,) = self.runs
+    def measure_all(self, fleet: Fleet, t0: float) -> None:
+        (run,) = fleet.runs
         todo = [AnatomyBlock(run, repeat, 0, None, windows, arm=arm) for repeat, arm, windows in run.todo()]
         refused = list(run.outcome.failed)  # the arms this build refuses, recorded here before any block
-        self.bar.total += run.outcome.already + sum(len(b.points) for b in todo)
-        self.bar.update(run.outcome.already)
-        self.dispatch(todo)
+        fleet.bar.total += run.outcome.already + sum(len(b.points) for b in todo)
+        fleet.bar.update(run.outcome.already)
+        fleet.dispatch(todo)
         run.outcome.failed = refused + self.still_failed(todo)
 
     @staticmethod
@@ -595,18 +579,18 @@ class AnatomyFleet(Fleet):
     def block_spec(self, blk: AnatomyBlock) -> SweepSpec:
         return _one_arm(blk.run.spec, blk.arm)
 
-    def order(self, blk: AnatomyBlock) -> AnatomyOrder:
+    def order(self, fleet: Fleet, blk: AnatomyBlock) -> AnatomyOrder:
         run = blk.run
         return AnatomyOrder(key=blk.key, sweep=0, spec=run.spec, arm=blk.arm.name, repeat=blk.repeat,
                             windows=list(blk.points), window_requests=run.window_requests,
                             out=str(run.out_dir.resolve()), engine=run.provenance["versions"].get("vllm"),
                             argv=list(run.provenance["argv"]), cwd=os.getcwd(),
-                            attempt=blk.attempt, mailbox=self.mailbox)
+                            attempt=blk.attempt, mailbox=fleet.mailbox)
 
     def needs_sizing(self, blk: AnatomyBlock) -> bool:
         return False  # a window sends the level's requests from the panel: nothing to size
 
-    def count(self, run: AnatomyRun, relp: Path, dest: Path) -> None:
+    def count(self, fleet: Fleet, run: AnatomyRun, relp: Path, dest: Path) -> None:
         """A window's record: profiled (written) or failed on its node, one tick either way, as a
         local run ticks; a window sent twice (a block declared lost that was not) is kept apart."""
         if (relp.parts[0] in ("logs", "traces") or dest.suffix != ".json" or ".superseded-" in dest.name
@@ -614,7 +598,7 @@ class AnatomyFleet(Fleet):
             return
         if ".failed-" not in dest.name:
             run.outcome.written.append(dest)
-        self.bar_points(1)
+        fleet.bar_points(1)
 
     def left_of(self, blk: AnatomyBlock) -> list[Any]:
         return unrecorded(blk.run.out_dir, blk.arm.name, blk.repeat, blk.points)
@@ -625,5 +609,5 @@ class AnatomyFleet(Fleet):
         for w, c in left:  # said once, in the fleet's line
             blk.run.fail(blk.arm, w, c, blk.repeat, f"{type(exc).__name__}: {exc}", quiet=True, provenance=where)
 
-    def write_timing(self, run: Any, index: int, ended: str, elapsed_s: float) -> None:
+    def write_timing(self, fleet: Fleet, run: Any, index: int, ended: str, elapsed_s: float) -> None:
         """An anatomy run keeps no timing record (its records carry their windows' times)."""

@@ -1,25 +1,31 @@
-"""Where a sweep's pairing blocks run, and the one call that runs a sweep on any of them.
+"""Where measuring work runs, and the one call that runs it there: :func:`run_jobs`.
 
-``local`` (the default) runs every block here, one after another (:mod:`specnb.sweep.runner`);
-``ray`` runs each block as a task on a Ray cluster (:mod:`specnb.sweep.fleet`, docs/fleet.md).
+A job is work made of pairing blocks: a sweep (:class:`SweepJob`: its blocks' points measured)
+or a sweep's step anatomy (:class:`AnatomyJob`: a profiled window per point). ``local`` (the
+default) runs every block here, one after another (:mod:`specnb.sweep.runner`); ``ray`` runs
+each block as a task on a Ray cluster (:mod:`specnb.sweep.fleet`, docs/fleet.md). Every job's
+checks run before the first block of any of them. Sweeps (:func:`run_sweep`), a study's
+conditions, ``specnb tune``'s proposal and rounds, and ``specnb anatomy`` all go through it.
+
 The option is a string where a user types it (``--executor ray``, a notebook's ``executor``
 parameter, a Ray address) or a table of Ray options in a parameter file. Nothing here imports
-Ray or the engine: a study's parameters are checked without either. ``specnb tune`` runs its
-proposal and its rounds through :func:`run_sweep` too, so a tune's sweeps run wherever a sweep's do.
+Ray or the engine: a study's parameters are checked without either.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from specnb.sweep.spec import SweepSpec
 
-__all__ = ["EXECUTORS", "ExecutorSpec", "run_sweep"]
+__all__ = ["EXECUTORS", "ExecutorSpec", "Job", "SweepJob", "AnatomyJob", "run_jobs", "run_sweep", "run_anatomy"]
 
 EXECUTORS = ("local", "ray")
 
@@ -63,18 +69,147 @@ class ExecutorSpec(BaseModel):
         return self.kind == "local"
 
 
+Echo = Callable[[str], None]
+
+
+class Job(Protocol):
+    """Measuring work made of pairing blocks, as the executor runs it."""
+
+    def check(self) -> Any:
+        """Every check that can fail on bad input; nothing written, nothing started."""
+
+    def start(self, checked: Any, echo: Echo) -> Any:
+        """The job's records begun (its folder, what it says before its first block)."""
+
+    def runs(self, started: Any, *, progress: bool, echo: Echo, repeats: int | None = None,
+             again: bool = False) -> Any:
+        """The job's run over its blocks (``repeats``: its first repeats only; ``again``: an
+        invocation after the first of this call, its checks passed), ready to run here
+        (``.run()``) or to hand to the fleet with :meth:`blocks`."""
+
+    def blocks(self) -> Any:
+        """What its blocks are, for the dispatcher on Ray (:class:`specnb.sweep.fleet.Blocks`)."""
+
+
+@dataclass(frozen=True)
+class SweepJob:
+    """A sweep measured into its folder: a block is one arm's server in one repeat, its points
+    measured in turn."""
+
+    spec: SweepSpec
+    out: Path
+
+    def check(self) -> Any:
+        from specnb.sweep.preflight import prepare
+
+        return prepare(self.spec)
+
+    def start(self, checked: Any, echo: Echo) -> Any:
+        from specnb.sweep.runner import announce, preflight
+
+        pre = preflight(self.spec, Path(self.out), checked)
+        announce(self.spec, Path(self.out), pre, echo)
+        return pre
+
+    def runs(self, started: Any, *, progress: bool, echo: Echo, repeats: int | None = None,
+             again: bool = False) -> Any:
+        from specnb.ledger import utcnow
+        from specnb.sweep.clock import PhaseClock
+        from specnb.sweep.runner import BlockRunner
+
+        spec = self.spec if repeats is None else self.spec.model_copy(update={"repeats": repeats})
+        if again:  # an invocation of its own: its own clock and timing record
+            started = dataclasses.replace(started, clock=PhaseClock(), started_at=utcnow())
+        return BlockRunner(spec, Path(self.out), started, echo=echo, progress=progress)
+
+    def blocks(self) -> Any:
+        from specnb.sweep.fleet import SweepBlocks
+
+        return SweepBlocks()
+
+
+@dataclass(frozen=True)
+class AnatomyJob:
+    """A sweep's step anatomy: a block is one arm's server in one repeat, a profiled window per
+    point (:mod:`specnb.sweep.anatomy`)."""
+
+    spec: SweepSpec
+    out: Path
+    window_requests: int | None = None
+
+    def check(self) -> Any:
+        from specnb.sweep.anatomy import check
+
+        check(self.spec, self.window_requests)  # its run resolves the rest as it is made
+
+    def start(self, checked: Any, echo: Echo) -> Any:
+        return None
+
+    def runs(self, started: Any, *, progress: bool, echo: Echo, repeats: int | None = None,
+             again: bool = False) -> Any:
+        from specnb.sweep.anatomy import AnatomyRun
+
+        return AnatomyRun(self.spec, Path(self.out), self.window_requests, progress, echo)
+
+    def blocks(self) -> Any:
+        from specnb.sweep.anatomy import AnatomyBlocks
+
+        return AnatomyBlocks()
+
+
+def _executor(executor: Any) -> ExecutorSpec:
+    return executor if isinstance(executor, ExecutorSpec) else ExecutorSpec.model_validate(executor)
+
+
+def run_jobs(jobs: Sequence[Job], executor: Any = None, *, progress: bool = True, echo: Echo | None = None) -> list[Any]:
+    """Run (or resume) jobs of one kind on an executor (default: here); returns their outcomes in
+    order. Every job's checks run before the first block of any of them. Here, several sweeps run
+    repeat by repeat (each sweep's first repeat, then each one's second...): drift over the hours
+    lands on every sweep alike; on Ray every block of every job is a task."""
+    ex = _executor(executor)
+    echo = echo or (lambda s: print(s, file=sys.stderr))
+    if len({type(j) for j in jobs}) > 1:
+        raise ValueError("run_jobs runs jobs of one kind at a time")
+    if not ex.local:
+        from specnb.sweep.fleet import import_ray
+
+        import_ray()  # before anything is checked or written: a missing Ray is said first
+    checked = [job.check() for job in jobs]  # every job's, before any writes a file
+    prepared = [job.start(c, echo) for job, c in zip(jobs, checked, strict=True)]
+    if not ex.local:
+        runs = [job.runs(pre, progress=False, echo=echo) for job, pre in zip(jobs, prepared, strict=True)]
+        from specnb.sweep.fleet import Fleet
+
+        return Fleet(runs, ex, progress, echo, jobs[0].blocks()).run() if jobs else []
+    if len(jobs) <= 1 or not all(isinstance(j, SweepJob) for j in jobs):
+        return [job.runs(pre, progress=progress, echo=echo).run() for job, pre in zip(jobs, prepared, strict=True)]
+    return _repeat_major([j for j in jobs if isinstance(j, SweepJob)], prepared, progress, echo)
+
+
+def _repeat_major(jobs: list[SweepJob], started: list[Any], progress: bool, echo: Echo) -> list[Any]:
+    """Several sweeps here, repeat by repeat; each later repeat is an invocation of its own, its
+    checks already passed."""
+    outcomes: list[Any] = [None] * len(jobs)
+    for r in range(max(j.spec.repeats for j in jobs)):
+        for i, (job, pre) in enumerate(zip(jobs, started, strict=True)):
+            if r < job.spec.repeats:
+                o = job.runs(pre, progress=progress, echo=echo, repeats=r + 1, again=r > 0).run()
+                outcomes[i] = o if outcomes[i] is None else outcomes[i].merge(o)
+    return outcomes
+
+
 def run_sweep(spec: SweepSpec, out_dir: str | Path, *, progress: bool = True,
-              echo: Callable[[str], None] | None = None, executor: Any = None) -> Any:
+              echo: Echo | None = None, executor: Any = None) -> Any:
     """Run (or resume) a sweep into ``out_dir`` on an executor (default: here); returns its
     :class:`~specnb.sweep.runner.SweepOutcome`. ``executor``: ``"local"``, ``"ray"``, a Ray
     address, a table of Ray options or an :class:`ExecutorSpec`; it is checked before anything
     starts. Every check that can fail on bad input runs before the first server starts."""
-    ex = executor if isinstance(executor, ExecutorSpec) else ExecutorSpec.model_validate(executor)
-    if ex.local:
-        from specnb.sweep.runner import run_sweep_here as run_here
+    return run_jobs([SweepJob(spec, Path(out_dir))], _executor(executor), progress=progress, echo=echo)[0]
 
-        return run_here(spec, out_dir, progress=progress, echo=echo)
-    from specnb.sweep.fleet import run_fleet  # Ray only when it is chosen
 
-    return run_fleet([(spec, Path(out_dir))], ex, progress=progress,
-                     echo=echo or (lambda s: print(s, file=sys.stderr)))[0]
+def run_anatomy(spec: SweepSpec, out_dir: str | Path, *, window_requests: int | None = None, progress: bool = True,
+                echo: Echo | None = None, executor: Any = None) -> Any:
+    """Profile one window per (arm, workload, level, repeat) into ``out_dir`` (resumable), on an
+    executor (as :func:`run_sweep`'s); returns its :class:`~specnb.sweep.anatomy.AnatomyOutcome`.
+    Bad input is refused before anything starts."""
+    return run_jobs([AnatomyJob(spec, Path(out_dir), window_requests)], executor, progress=progress, echo=echo)[0]

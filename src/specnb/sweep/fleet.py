@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from specnb.errors import SpecnbError
 from specnb.sweep.observers import SweepObserver
@@ -57,7 +57,7 @@ from specnb.sweep.rounds import Rounds, run_rounds
 from specnb.sweep.spec import SweepError, SweepSpec
 
 __all__ = ["NodeLost", "WorkerLost", "BlockFailed", "BlockRefused", "block_gpus", "layout_gpus",
-           "run_fleet", "Fleet", "FleetBlock", "on_node", "import_ray"]
+           "Fleet", "FleetBlock", "Blocks", "SweepBlocks", "FileSink", "retry", "on_node", "import_ray"]
 
 # set in a block's worker while it runs, so the servers it launches carry it (never recorded in a ledger)
 BLOCK_ENV = "SPECNB_FLEET_BLOCK"
@@ -383,74 +383,14 @@ def _classify(ray: Any, exc: BaseException) -> tuple[type[SpecnbError], str]:
     return BlockFailed, f"{type(exc).__name__}: {text[:300]}"
 
 
-class Fleet:
-    """Dispatches the pairing blocks of one or more sweeps (a study's conditions) round by round.
+class FileSink:
+    """Writes the files blocks send into their run folders, under the local sweep's write-once
+    rules, and hands each written file to ``count`` (its kind of work's bookkeeping)."""
 
-    What a block is, what its node runs and what the driver records of it are hooks
-    (:attr:`task_fn`, :meth:`measure_all`, :meth:`order`, :meth:`count`, :meth:`left_of`,
-    :meth:`record_left`, :meth:`again`): the step anatomy's blocks (:mod:`specnb.sweep.anatomy`)
-    take the same dispatch, retries, mailbox and Ctrl-C."""
-
-    task_fn = staticmethod(_block_task)  # what a block runs on its node
-
-    def __init__(self, runs: list[Any], ex: Any, progress: bool, echo: Callable[[str], None], ray: Any = None):
-        """``ray``: the Ray module (imported here when None; a stand-in for the driver's file and
-        bookkeeping rules, which need no cluster)."""
-        self.runs, self.ex, self.echo = runs, ex, echo
-        self.ray = ray if ray is not None else import_ray()
-        self.progress = progress
-        self.blocks_done = 0
-        self.records: dict[int, list[dict[str, Any]]] = collections.defaultdict(list)
-        self.inbox: collections.deque[tuple[str, str, Any]] = collections.deque()
+    def __init__(self, echo: Callable[[str], None], count: Callable[[Any, Path, Path], None]):
+        self.echo, self.count = echo, count
         # (run, folder, sidecar name a block wrote) -> the name the driver gave it (a collision)
         self.renamed: dict[tuple[int, str, str], str] = {}
-
-    # -- Ray ---------------------------------------------------------------------------------
-    def connect(self) -> None:
-        ray = self.ray
-        if not ray.is_initialized():
-            address = self.ex.address or os.environ.get("RAY_ADDRESS") or None
-            ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                     logging_level="ERROR", configure_logging=True)
-        alive = [n for n in ray.nodes() if n.get("Alive")]
-        self.alive = alive
-        cpus = [n["Resources"].get("CPU", 0.0) for n in alive if n["Resources"].get("CPU", 0.0) > 0]
-        self.node_cpus = min(cpus) if cpus else None
-        self.echo(f"ray: {len(alive)} node(s) alive, {sum(n['Resources'].get('GPU', 0.0) for n in alive):g} GPU(s), "
-                  f"{sum(n['Resources'].get('CPU', 0.0) for n in alive):g} CPU(s)")
-        # the mailbox lives on the head node: the one node whose loss ends the cluster anyway, so the
-        # files it holds outlive any worker node (a driver is normally on the head too)
-        head = any(HEAD_RESOURCE in n["Resources"] for n in alive)
-        box = ray.remote(num_cpus=0)(_Mailbox)
-        self.mailbox = (box.options(resources={HEAD_RESOURCE: 0.001}) if head else box).remote()
-        self.task = ray.remote(self.task_fn)
-        from specnb.engine.vllm import installed_vllm
-
-        self.cpu_engine = bool(installed_vllm()["cpu_build"])
-
-    # -- the files -------------------------------------------------------------------------------
-    def drain(self) -> None:
-        """Take what blocks sent and act on it: files written into the run folders, lines said."""
-        # taken items stay in the inbox until handled: a Ctrl-C in the middle of a write loses none
-        # (the next drain, in cancel_all, writes them; a file already written is the same bytes: skipped)
-        for key, kind, payload in self.ray.get(self.mailbox.take.remote()):
-            if kind == "files":
-                self.inbox.extend((key, kind, item) for item in payload)
-            else:
-                self.inbox.append((key, kind, payload))
-        while self.inbox:
-            key, kind, payload = self.inbox[0]
-            blk = self.by_key.get(key)
-            if kind == "started":
-                if blk is not None:
-                    blk.node, blk.started = payload, time.monotonic()
-                self.say_state()
-            elif kind == "echo":
-                self.echo(f"[{key} on {_where(blk.node if blk else None)}] {payload}")
-            elif kind == "files":
-                sweep, rel, data = payload
-                self.write(self.runs[sweep], rel, data)
-            self.inbox.popleft()
 
     def write(self, run: Any, rel: str, data: bytes) -> None:
         """A file a block wrote, into the run folder, write-once as the local sweep writes it."""
@@ -482,78 +422,48 @@ class Fleet:
                 self.renamed[(id(run), relp.parent.as_posix(), old_name)] = dest.name
         self.count(run, relp, dest)
 
-    def count(self, run: Any, relp: Path, dest: Path) -> None:
-        """A file written for ``run``, into its outcome and the progress bar."""
-        if relp.parts[0] == "timings":
-            run.outcome.timings.append(dest)
-        if relp.parts[0] in ("logs", "sizing", "timings") or dest.suffix != ".json":
-            return
-        name = dest.name
-        if ".superseded-" in name:
-            run.outcome.superseded.append(dest)
-        elif ".failed-" in name:
-            run.outcome.failed.append(dest)
-            self.bar_points(0)
-        else:
-            run.outcome.written.append(dest)
-            self.bar_points(1)
 
-    # -- progress --------------------------------------------------------------------------------
-    def bar_points(self, n: int) -> None:
-        if n:
-            self.bar.update(n)
+class Blocks(Protocol):
+    """What a kind of work's blocks are, for the dispatcher: what a block runs on its node
+    (``task_fn``), the rounds of blocks (``measure_all``), what a block asks Ray for, the order a
+    node gets, whether it sizes panels first (it then runs alone), how a file it sends is counted,
+    what a lost block leaves and how that is recorded, and the driver's timing record."""
 
-    def say_state(self) -> None:
-        running = sum(1 for b in self.running.values() if b.started is not None)
-        queued = len(self.queue) + sum(1 for b in self.running.values() if b.started is None)
-        self.bar.set_description(f"ray: blocks {queued} queued, {running} running, {self.blocks_done} done")
+    task_fn: Callable[[Any], dict[str, Any]]
 
-    # -- the rounds ------------------------------------------------------------------------------
-    def run(self) -> list[Any]:
-        from specnb.sweep.progress import progress_bar
-        from specnb.sweep.runner import ended_by
+    def measure_all(self, fleet: Fleet, t0: float) -> None: ...
+    def block_specs(self, run: Any) -> list[SweepSpec]: ...
+    def block_spec(self, blk: Any) -> SweepSpec: ...
+    def order(self, fleet: Fleet, blk: Any) -> Any: ...
+    def needs_sizing(self, blk: Any) -> bool: ...
+    def count(self, fleet: Fleet, run: Any, relp: Path, dest: Path) -> None: ...
+    def left_of(self, blk: Any) -> list[Any]: ...
+    def record_left(self, blk: Any, left: list[Any], exc: Exception, node: dict[str, Any]) -> None: ...
+    def write_timing(self, fleet: Fleet, run: Any, index: int, ended: str, elapsed_s: float) -> None: ...
 
-        self.connect()
-        for run in self.runs:  # every sweep's blocks must fit some node, or Ray would queue them forever
-            for spec in self.block_specs(run):
-                self.check_placeable(spec)
-        self.by_key: dict[str, FleetBlock] = {}
-        self.queue: collections.deque[FleetBlock] = collections.deque()
-        self.running: dict[Any, FleetBlock] = {}
-        self.bar = progress_bar(0, desc="ray", enabled=self.progress, unit="pt", file=sys.stderr, dynamic_ncols=True)
-        t0 = time.monotonic()
-        ended = "complete"
-        try:
-            self.measure_all(t0)
-        except BaseException as exc:
-            ended = ended_by(exc)
-            raise
-        finally:
-            self.bar.close()
-            for i, run in enumerate(self.runs):
-                self.write_timing(run, i, ended, time.monotonic() - t0)
-            try:
-                self.ray.kill(self.mailbox)
-            except Exception:  # noqa: BLE001 - Ray is going away anyway
-                pass
-        return [r.outcome for r in self.runs]
 
-    def measure_all(self, t0: float) -> None:
+class SweepBlocks:
+    """A sweep's blocks: one repeat of one sweep (a study's condition), its points measured on
+    one node (:func:`_block_task`)."""
+
+    task_fn = staticmethod(_block_task)
+
+    def measure_all(self, fleet: Fleet, t0: float) -> None:
         """Every sweep's rounds, each round's blocks dispatched together, then each sweep finished."""
-        rounds = [Rounds(r.spec, r.out_dir, r.workloads, r.clock, r.echo) for r in self.runs]
+        rounds = [Rounds(r.spec, r.out_dir, r.workloads, r.clock, r.echo) for r in fleet.runs]
 
         def measure(active: list[int]) -> None:
             blocks = []
             for i in active:
-                blocks += self.blocks_of(self.runs[i], rounds[i].levels, rounds[i].round)
+                blocks += self.blocks_of(fleet.runs[i], rounds[i].levels, rounds[i].round)
             # repeat-major across conditions: drift lands on every condition alike
-            blocks.sort(key=lambda b: (b.repeat, self.runs.index(b.run)))
-            self.bar.total += sum(len(b.points) for b in blocks)
-            self.bar.refresh()
-            self.dispatch(blocks)
+            blocks.sort(key=lambda b: (b.repeat, fleet.runs.index(b.run)))
+            fleet.bar.total += sum(len(b.points) for b in blocks)
+            fleet.bar.refresh()
+            fleet.dispatch(blocks)
 
         run_rounds(rounds, measure, lambda: time.monotonic() - t0)
-        for run in self.runs:
+        for run in fleet.runs:
             run.finish()
 
     def blocks_of(self, run: Any, levels: Levels, round_: int) -> list[FleetBlock]:
@@ -576,7 +486,7 @@ class Fleet:
                     by_repeat.setdefault(pt.repeat, []).append(pt)
         return [FleetBlock(run, r, round_, levels, pts) for r, pts in sorted(by_repeat.items())]
 
-    def order(self, blk: FleetBlock) -> _Order:
+    def order(self, fleet: Fleet, blk: FleetBlock) -> _Order:
         run = blk.run
         sizing = {}
         for name in run.workloads:
@@ -586,10 +496,10 @@ class Fleet:
         # a sequential round's record says which panel its points send (specnb.sweep.sequential.round_panels)
         for p in sorted((run.out_dir / "sequential").glob("round-*.json")):
             sizing[p.relative_to(run.out_dir).as_posix()] = p.read_bytes()
-        return _Order(key=blk.key, sweep=self.runs.index(run), spec=run.spec, repeat=blk.repeat, round=blk.round,
+        return _Order(key=blk.key, sweep=fleet.runs.index(run), spec=run.spec, repeat=blk.repeat, round=blk.round,
                       levels=blk.levels, pending=[pt.point_id for pt in blk.points], sizing=sizing,
                       identity=run.identity, engine=run.provenance.versions.get("vllm"),
-                      argv=list(run.provenance.argv), cwd=os.getcwd(), attempt=blk.attempt, mailbox=self.mailbox)
+                      argv=list(run.provenance.argv), cwd=os.getcwd(), attempt=blk.attempt, mailbox=fleet.mailbox)
 
     def needs_sizing(self, blk: FleetBlock) -> bool:
         """Whether the block would size its workloads' panels itself: the first such block of a
@@ -597,6 +507,183 @@ class Fleet:
         run = blk.run
         return bool(run.spec.work_floor_tokens) and any(
             not sizing_path(run.out_dir, pt.workload.name).exists() for pt in blk.points)
+
+    def block_specs(self, run: Any) -> list[SweepSpec]:
+        """What the run's blocks ask Ray for, as sweeps (one here: every block runs all its arms)."""
+        return [run.spec]
+
+    def block_spec(self, blk: FleetBlock) -> SweepSpec:
+        """What this block asks Ray for (:func:`block_options` of it)."""
+        return blk.run.spec
+
+    def count(self, fleet: Fleet, run: Any, relp: Path, dest: Path) -> None:
+        """A file written for ``run``, into its outcome and the progress bar."""
+        if relp.parts[0] == "timings":
+            run.outcome.timings.append(dest)
+        if relp.parts[0] in ("logs", "sizing", "timings") or dest.suffix != ".json":
+            return
+        name = dest.name
+        if ".superseded-" in name:
+            run.outcome.superseded.append(dest)
+        elif ".failed-" in name:
+            run.outcome.failed.append(dest)
+            fleet.bar_points(0)
+        else:
+            run.outcome.written.append(dest)
+            fleet.bar_points(1)
+
+    def left_of(self, blk: FleetBlock) -> list[Any]:
+        """A lost block's points that have no measurement on the driver."""
+        return [pt for pt in blk.points if not blk.run.path(pt).exists()]
+
+    def record_left(self, blk: FleetBlock, left: list[Any], exc: SpecnbError, node: dict[str, Any]) -> None:
+        """Each of them recorded as failed, with why and where (the node's own provenance)."""
+        from specnb.ledger import utcnow
+
+        prov = lost_provenance(blk.run.provenance, node, blk.key, blk.attempt)
+        for pt in left:
+            blk.run.record_failure(pt, exc, None, utcnow(), quiet=True, provenance=prov)
+
+    def write_timing(self, fleet: Fleet, run: Any, index: int, ended: str, elapsed_s: float) -> None:
+        """The driver's own record: its preflight and search phases (the blocks' phases are in
+        their own records, one per block, with the node that ran it), and each block's placement
+        and executor overhead."""
+        from specnb.ledger import utcnow, write_once
+        from specnb.ledger.timing import TIMINGS_DIR, total_phases
+        from specnb.sweep.ledgers import timing_record
+
+        phases = run.clock.totals()
+        phases["other"] = 0.0  # the driver's waiting is the blocks' time, counted in their records
+        blocks = fleet.records.get(index, [])
+        if not blocks and not any(phases.values()):
+            return
+        overhead = [b["overhead_s"] for b in blocks if b.get("ok")]
+        executor = {"kind": "ray", "role": "driver", "elapsed_s": round(elapsed_s, 2), "blocks": blocks,
+                    "max_blocks": fleet.ex.max_blocks, "retries": fleet.ex.retries,
+                    "overhead_s_per_block_median": (sorted(overhead)[len(overhead) // 2] if overhead else None)}
+        doc = timing_record(run.spec.name, ended, run.started_at, phases, 0, [], executor=executor)
+        doc["finished_at"] = utcnow()
+        doc["overhead_share"] = None  # the driver measures nothing: the blocks' records hold the shares
+        try:
+            run.outcome.timings.append(write_once(run.out_dir / TIMINGS_DIR / f"{_stamp()}.json",
+                                                  (json.dumps(doc, indent=2) + "\n").encode()))
+        except OSError as exc:
+            fleet.echo(f"the driver's timing record was not written: {exc}")
+        # the invocation's phases: the driver's and every block's it wrote (the machines' time, not the elapsed)
+        run.outcome.phases_s = total_phases(json.loads(p.read_text()) for p in run.outcome.timings if p.exists())
+
+
+def retry(blk: Any, left: list[Any]) -> Any:
+    """A lost block submitted again with what it left."""
+    return dataclasses.replace(blk, points=left, attempt=blk.attempt + 1, node=None, submitted=0.0, started=None,
+                               history=[])
+
+
+class Fleet:
+    """Dispatches the pairing blocks of one or more runs round by round on Ray: placement, retries,
+    the mailbox the blocks' files come through (written by a :class:`FileSink`) and Ctrl-C. What
+    a block is comes as an object (``blocks``): :class:`SweepBlocks` for sweeps (a study's
+    conditions), :class:`specnb.sweep.anatomy.AnatomyBlocks` for the step anatomy."""
+
+    def __init__(self, runs: list[Any], ex: Any, progress: bool, echo: Callable[[str], None],
+                 blocks: Blocks | None = None, ray: Any = None):
+        """``ray``: the Ray module (imported here when None; a stand-in for the driver's file and
+        bookkeeping rules, which need no cluster)."""
+        self.runs, self.ex, self.echo = runs, ex, echo
+        self.blocks: Blocks = blocks if blocks is not None else SweepBlocks()
+        self.ray = ray if ray is not None else import_ray()
+        self.progress = progress
+        self.blocks_done = 0
+        self.records: dict[int, list[dict[str, Any]]] = collections.defaultdict(list)
+        self.inbox: collections.deque[tuple[str, str, Any]] = collections.deque()
+        self.sink = FileSink(echo, lambda run, relp, dest: self.blocks.count(self, run, relp, dest))
+
+    # -- Ray ---------------------------------------------------------------------------------
+    def connect(self) -> None:
+        ray = self.ray
+        if not ray.is_initialized():
+            address = self.ex.address or os.environ.get("RAY_ADDRESS") or None
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     logging_level="ERROR", configure_logging=True)
+        alive = [n for n in ray.nodes() if n.get("Alive")]
+        self.alive = alive
+        cpus = [n["Resources"].get("CPU", 0.0) for n in alive if n["Resources"].get("CPU", 0.0) > 0]
+        self.node_cpus = min(cpus) if cpus else None
+        self.echo(f"ray: {len(alive)} node(s) alive, {sum(n['Resources'].get('GPU', 0.0) for n in alive):g} GPU(s), "
+                  f"{sum(n['Resources'].get('CPU', 0.0) for n in alive):g} CPU(s)")
+        # the mailbox lives on the head node: the one node whose loss ends the cluster anyway, so the
+        # files it holds outlive any worker node (a driver is normally on the head too)
+        head = any(HEAD_RESOURCE in n["Resources"] for n in alive)
+        box = ray.remote(num_cpus=0)(_Mailbox)
+        self.mailbox = (box.options(resources={HEAD_RESOURCE: 0.001}) if head else box).remote()
+        self.task = ray.remote(self.blocks.task_fn)
+        from specnb.engine.vllm import installed_vllm
+
+        self.cpu_engine = bool(installed_vllm()["cpu_build"])
+
+    # -- what blocks send ------------------------------------------------------------------------
+    def drain(self) -> None:
+        """Take what blocks sent and act on it: files written into the run folders, lines said."""
+        # taken items stay in the inbox until handled: a Ctrl-C in the middle of a write loses none
+        # (the next drain, in cancel_all, writes them; a file already written is the same bytes: skipped)
+        for key, kind, payload in self.ray.get(self.mailbox.take.remote()):
+            if kind == "files":
+                self.inbox.extend((key, kind, item) for item in payload)
+            else:
+                self.inbox.append((key, kind, payload))
+        while self.inbox:
+            key, kind, payload = self.inbox[0]
+            blk = self.by_key.get(key)
+            if kind == "started":
+                if blk is not None:
+                    blk.node, blk.started = payload, time.monotonic()
+                self.say_state()
+            elif kind == "echo":
+                self.echo(f"[{key} on {_where(blk.node if blk else None)}] {payload}")
+            elif kind == "files":
+                sweep, rel, data = payload
+                self.sink.write(self.runs[sweep], rel, data)
+            self.inbox.popleft()
+
+    # -- progress --------------------------------------------------------------------------------
+    def bar_points(self, n: int) -> None:
+        if n:
+            self.bar.update(n)
+
+    def say_state(self) -> None:
+        running = sum(1 for b in self.running.values() if b.started is not None)
+        queued = len(self.queue) + sum(1 for b in self.running.values() if b.started is None)
+        self.bar.set_description(f"ray: blocks {queued} queued, {running} running, {self.blocks_done} done")
+
+    # -- the rounds ------------------------------------------------------------------------------
+    def run(self) -> list[Any]:
+        from specnb.sweep.progress import progress_bar
+        from specnb.sweep.runner import ended_by
+
+        self.connect()
+        for run in self.runs:  # every sweep's blocks must fit some node, or Ray would queue them forever
+            for spec in self.blocks.block_specs(run):
+                self.check_placeable(spec)
+        self.by_key: dict[str, FleetBlock] = {}
+        self.queue: collections.deque[FleetBlock] = collections.deque()
+        self.running: dict[Any, FleetBlock] = {}
+        self.bar = progress_bar(0, desc="ray", enabled=self.progress, unit="pt", file=sys.stderr, dynamic_ncols=True)
+        t0 = time.monotonic()
+        ended = "complete"
+        try:
+            self.blocks.measure_all(self, t0)
+        except BaseException as exc:
+            ended = ended_by(exc)
+            raise
+        finally:
+            self.bar.close()
+            for i, run in enumerate(self.runs):
+                self.blocks.write_timing(self, run, i, ended, time.monotonic() - t0)
+            try:
+                self.ray.kill(self.mailbox)
+            except Exception:  # noqa: BLE001 - Ray is going away anyway
+                pass
+        return [r.outcome for r in self.runs]
 
     def check_placeable(self, spec: SweepSpec) -> None:
         """One line, before any block is submitted, when no node of the cluster can hold one of the
@@ -626,18 +713,10 @@ class Fleet:
                              f"{', '.join(f'{k} {v:g}' for k, v in need.items() if v > 0)}"
                              + (f" with labels {labels}" if labels else "") + f" (nodes offer: {offer})")
 
-    def block_specs(self, run: Any) -> list[SweepSpec]:
-        """What the run's blocks ask Ray for, as sweeps (one here: every block runs all its arms)."""
-        return [run.spec]
-
-    def block_spec(self, blk: FleetBlock) -> SweepSpec:
-        """What this block asks Ray for (:func:`block_options` of it)."""
-        return blk.run.spec
-
     def submit(self, blk: FleetBlock) -> None:
-        opts = block_options(self.block_spec(blk), self.ex, self.cpu_engine, self.node_cpus)
+        opts = block_options(self.blocks.block_spec(blk), self.ex, self.cpu_engine, self.node_cpus)
         blk.submitted, blk.started, blk.node = time.monotonic(), None, None
-        ref = self.task.options(**opts).remote(self.order(blk))
+        ref = self.task.options(**opts).remote(self.blocks.order(self, blk))
         self.running[ref] = blk
         self.by_key[blk.key] = blk
         self.say_state()
@@ -647,7 +726,7 @@ class Fleet:
         self.queue.extend(b for b in blocks if b.points)
         try:
             while self.queue or self.running:
-                sizing_runs = {id(b.run) for b in self.running.values() if self.needs_sizing(b)}
+                sizing_runs = {id(b.run) for b in self.running.values() if self.blocks.needs_sizing(b)}
                 for nxt in list(self.queue):
                     if self.ex.max_blocks is not None and len(self.running) >= self.ex.max_blocks:
                         break
@@ -655,7 +734,7 @@ class Fleet:
                         continue
                     self.queue.remove(nxt)
                     self.submit(nxt)
-                    if self.needs_sizing(nxt):
+                    if self.blocks.needs_sizing(nxt):
                         sizing_runs.add(id(nxt.run))
                 ready, _ = ray.wait(list(self.running), num_returns=1, timeout=self.ex.poll_s)
                 self.drain()
@@ -699,35 +778,18 @@ class Fleet:
             "block": blk.key, "attempt": blk.attempt, "node_id": node.get("node_id"), "host": node.get("host"),
             "ok": False, "error_type": kind.__name__, "reason": why,
             "returned_s": round(time.monotonic() - blk.submitted, 2)})
-        left = self.left_of(blk)
-        self.record_left(blk, left, kind(f"block {blk.key} on {where} (try {blk.attempt + 1} of "
-                                         f"{self.ex.retries + 1}): {why}"), node)
-        retry = kind is not BlockCancelled and blk.attempt < self.ex.retries and left
-        if not retry:  # these points end here: the progress bar counts them as done, like measured ones
+        left = self.blocks.left_of(blk)
+        self.blocks.record_left(blk, left, kind(f"block {blk.key} on {where} (try {blk.attempt + 1} of "
+                                                f"{self.ex.retries + 1}): {why}"), node)
+        again = kind is not BlockCancelled and blk.attempt < self.ex.retries and left
+        if not again:  # these points end here: the progress bar counts them as done, like measured ones
             self.bar_points(len(left))
         self.echo(f"ray: block {blk.key} on {where} ended early ({why.splitlines()[0][:200]}); {len(left)} point(s) "
-                  + ("recorded as failed, block submitted again" if retry else "recorded as failed"))
-        if retry:
-            self.queue.appendleft(self.again(blk, left))
+                  + ("recorded as failed, block submitted again" if again else "recorded as failed"))
+        if again:
+            self.queue.appendleft(retry(blk, left))
         else:
             self.blocks_done += 1
-
-    def left_of(self, blk: FleetBlock) -> list[Any]:
-        """A lost block's points that have no measurement on the driver."""
-        return [pt for pt in blk.points if not blk.run.path(pt).exists()]
-
-    def record_left(self, blk: FleetBlock, left: list[Any], exc: SpecnbError, node: dict[str, Any]) -> None:
-        """Each of them recorded as failed, with why and where (the node's own provenance)."""
-        from specnb.ledger import utcnow
-
-        prov = lost_provenance(blk.run.provenance, node, blk.key, blk.attempt)
-        for pt in left:
-            blk.run.record_failure(pt, exc, None, utcnow(), quiet=True, provenance=prov)
-
-    def again(self, blk: FleetBlock, left: list[Any]) -> FleetBlock:
-        """The block submitted again with what it left."""
-        return dataclasses.replace(blk, points=left, attempt=blk.attempt + 1, node=None, submitted=0.0, started=None,
-                                   history=[])
 
     def cancel_all(self, grace_s: float = 60.0) -> None:
         """Ctrl-C (or an error) on the driver: every running block is cancelled, so it stops its
@@ -757,52 +819,3 @@ class Fleet:
             except Exception:  # noqa: BLE001
                 pass
         self.running.clear()
-
-    def write_timing(self, run: Any, index: int, ended: str, elapsed_s: float) -> None:
-        """The driver's own record: its preflight and search phases (the blocks' phases are in
-        their own records, one per block, with the node that ran it), and each block's placement
-        and executor overhead."""
-        from specnb.ledger import utcnow, write_once
-        from specnb.ledger.timing import TIMINGS_DIR, total_phases
-        from specnb.sweep.ledgers import timing_record
-
-        phases = run.clock.totals()
-        phases["other"] = 0.0  # the driver's waiting is the blocks' time, counted in their records
-        blocks = self.records.get(index, [])
-        if not blocks and not any(phases.values()):
-            return
-        overhead = [b["overhead_s"] for b in blocks if b.get("ok")]
-        executor = {"kind": "ray", "role": "driver", "elapsed_s": round(elapsed_s, 2), "blocks": blocks,
-                    "max_blocks": self.ex.max_blocks, "retries": self.ex.retries,
-                    "overhead_s_per_block_median": (sorted(overhead)[len(overhead) // 2] if overhead else None)}
-        doc = timing_record(run.spec.name, ended, run.started_at, phases, 0, [], executor=executor)
-        doc["finished_at"] = utcnow()
-        doc["overhead_share"] = None  # the driver measures nothing: the blocks' records hold the shares
-        try:
-            run.outcome.timings.append(write_once(run.out_dir / TIMINGS_DIR / f"{_stamp()}.json",
-                                                  (json.dumps(doc, indent=2) + "\n").encode()))
-        except OSError as exc:
-            self.echo(f"the driver's timing record was not written: {exc}")
-        # the invocation's phases: the driver's and every block's it wrote (the machines' time, not the elapsed)
-        run.outcome.phases_s = total_phases(json.loads(p.read_text()) for p in run.outcome.timings if p.exists())
-
-
-def run_fleet(sweeps: list[tuple[SweepSpec, Path]], executor: Any, *, progress: bool = True,
-              echo: Callable[[str], None] | None = None) -> list[Any]:
-    """Run (or resume) sweeps on a Ray cluster, one task per pairing block; returns their outcomes.
-    ``executor``: a Ray :class:`specnb.sweep.executor.ExecutorSpec`.
-
-    Every check that can fail on bad input runs here, for every sweep, before the first block is
-    scheduled; each node checks again what it needs before its first server starts."""
-    from specnb.sweep.runner import BlockRunner, announce, preflight
-
-    if executor.local:
-        raise FleetError("run_fleet runs on Ray; a local executor is run_sweep")
-    echo = echo or (lambda s: print(s, file=sys.stderr))
-    import_ray()  # before the preflight: a missing Ray is said first
-    runs = []
-    for spec, out in sweeps:
-        pre = preflight(spec, Path(out))
-        announce(spec, Path(out), pre, echo)
-        runs.append(BlockRunner(spec, Path(out), pre, echo=echo))
-    return Fleet(runs, executor, progress, echo).run()

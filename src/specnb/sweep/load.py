@@ -92,14 +92,10 @@ def _check_levels(v: list[Any], what: str) -> list[Any]:
     return sorted(v)
 
 
-class ConcurrencyLoad(LoadProfile):
-    """A closed loop at fixed concurrency: exactly N requests in flight."""
+class _SlotLevels(LoadProfile):
+    """A mode whose levels are ``concurrency``: requests in flight (a replay's users)."""
 
-    mode: ClassVar[LoadMode] = LoadMode.CONCURRENCY
-    concurrency_levels: ClassVar[bool] = True
-    no_levels: ClassVar[str] = "a closed-loop sweep needs concurrency levels (concurrency = [1, 2, 4, 8])"
-    load: Literal["concurrency"] = "concurrency"
-    concurrency: list[int] = Field(default_factory=list, description="requests in flight")
+    concurrency: list[int] = Field(default_factory=list, description="requests in flight (a replay: users)")
 
     @field_validator("concurrency")
     @classmethod
@@ -108,6 +104,15 @@ class ConcurrencyLoad(LoadProfile):
 
     def levels(self) -> list[float]:
         return list(self.concurrency)
+
+
+class ConcurrencyLoad(_SlotLevels):
+    """A closed loop at fixed concurrency: exactly N requests in flight."""
+
+    mode: ClassVar[LoadMode] = LoadMode.CONCURRENCY
+    concurrency_levels: ClassVar[bool] = True
+    no_levels: ClassVar[str] = "a closed-loop sweep needs concurrency levels (concurrency = [1, 2, 4, 8])"
+    load: Literal["concurrency"] = "concurrency"
 
     @classmethod
     def tag(cls, level: float) -> str:
@@ -166,7 +171,7 @@ class RateLoad(LoadProfile):
         return OpenLoop(level, n, self.burstiness, self.max_in_flight, self.arrival_seed)
 
 
-class ConversationLoad(LoadProfile):
+class ConversationLoad(_SlotLevels):
     """Users replaying conversations turn by turn, the whole history before each turn."""
 
     mode: ClassVar[LoadMode] = LoadMode.CONVERSATION
@@ -175,17 +180,8 @@ class ConversationLoad(LoadProfile):
     no_levels: ClassVar[str] = ("a conversation sweep (load = 'conversation') needs users: concurrency = [1, 4] "
                                 "(each level is that many users)")
     load: Literal["conversation"] = "conversation"
-    concurrency: list[int] = Field(default_factory=list, description="users")
     history: Literal["recorded", "model"] | None = None
     think_time_s: float = Field(0.0, ge=0)
-
-    @field_validator("concurrency")
-    @classmethod
-    def _levels(cls, v: list[int]) -> list[int]:
-        return _check_levels(v, "concurrency levels")
-
-    def levels(self) -> list[float]:
-        return list(self.concurrency)
 
     @classmethod
     def tag(cls, level: float) -> str:

@@ -206,7 +206,8 @@ def check_endpoints(spec: SweepSpec) -> None:
             raise SweepError(f"arm {arm.name!r}: {exc}") from None
 
 
-def _check_out_dir(out_dir: Path) -> None:
+def check_out_dir(out_dir: Path) -> None:
+    """A ledger folder that can be written (created here when missing), holding no unreadable ``sweep.json``."""
     try:
         check_writable(out_dir)
         if (out_dir / "sweep.json").exists():
@@ -312,7 +313,7 @@ def prepare(spec: SweepSpec, out_dir: Path | str | None = None) -> PreflightResu
         notes[name] = [*notes.get(name, []), *more]
     check_endpoints(spec)  # the network, after every local check
     if out_dir is not None:  # last: it creates the folder, and a refused sweep leaves none
-        _check_out_dir(Path(out_dir))
+        check_out_dir(Path(out_dir))
     return PreflightResult(model, wls, notes, refused, fallback, kp.summary() if kp is not None else None)
 
 

@@ -80,7 +80,7 @@ from specnb.sweep.ledgers import CLIENT_BUSY, sweep_record, timing_record
 from specnb.sweep.measure import PointMeasurer, check_engine, warmup
 from specnb.sweep.observers import Observers, ProgressObserver, SweepObserver
 from specnb.sweep.plan import Levels, Panels, Point, TimeLeft, round_blocks
-from specnb.sweep.preflight import prepare
+from specnb.sweep.preflight import PreflightResult, check_out_dir, prepare
 from specnb.sweep.progress import progress_bar
 from specnb.sweep.rounds import Rounds, run_rounds
 from specnb.sweep.servers import (
@@ -176,13 +176,19 @@ class Prepared:
         return bool(spec.arms) and all(a.name in self.refused for a in spec.arms)
 
 
-def preflight(spec: SweepSpec, out_dir: Path) -> Prepared:
-    """Every check that can fail on bad input, before any server starts; writes (or checks, on a
-    resume) ``sweep.json``. Timed as the invocation's preflight phase."""
+def preflight(spec: SweepSpec, out_dir: Path, checked: PreflightResult | None = None) -> Prepared:
+    """Every check that can fail on bad input, before any server starts (``checked``: what
+    :func:`~specnb.sweep.preflight.prepare` found for this sweep already; only the folder is
+    checked then); writes (or checks, on a resume) ``sweep.json``. Timed as the invocation's
+    preflight phase."""
     clock = PhaseClock()
     started_at = utcnow()
     with clock.phase(Phase.PREFLIGHT):
-        pre = prepare(spec, out_dir)
+        if checked is None:
+            pre = prepare(spec, out_dir)
+        else:
+            pre = checked
+            check_out_dir(Path(out_dir))
         sweep_record(out_dir, spec, pre.workloads)
         prov = provenance.collect()
         if pre.kernels is not None:  # which engine extension, and what it lacked, on this CPU

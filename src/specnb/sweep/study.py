@@ -34,7 +34,7 @@ from specnb import paths
 from specnb.errors import first_error, plain_name, unknown_key
 from specnb.ledger import BASELINE, PLAIN_CONDITION
 from specnb.ledger.runs import AXES, new_run_name, report_failed_points, report_refused_all, run_folder
-from specnb.sweep.executor import ExecutorSpec
+from specnb.sweep.executor import ExecutorSpec, SweepJob, run_jobs
 from specnb.sweep.load import profile_of
 from specnb.sweep.spec import SweepError, SweepSpec
 
@@ -267,27 +267,14 @@ class Study(BaseModel):
     def run(self, root: Path | str | None = None, run: str | None = None, *,
             progress: bool = True) -> tuple[Path, list[Any]]:
         """Measure (or resume) every condition into a run folder; returns it and the outcomes."""
-        from specnb.sweep.runner import SweepOutcome, run_sweep_here  # the engine side, only when measuring
-
         specs = self.specs()
-        self.check()
         folder = run_folder(self.axis, self.study, run or new_run_name(), root)
-        outcomes: dict[str, SweepOutcome] = {}
-        if not self.executor.local:  # every (condition, repeat) a block of its own, across the cluster
-            from specnb.sweep.fleet import run_fleet
-
-            done = run_fleet([(spec, folder / name) for name, spec in specs.items()], self.executor,
-                             progress=progress)
-            outcomes = dict(zip(specs, done, strict=True))
-        elif len(specs) == 1:  # one condition: one sweep, so an adaptive search decides on every repeat
-            (name, spec), = specs.items()
-            outcomes[name] = run_sweep_here(spec, folder / name, progress=progress)
-        else:
-            for r in range(self.repeats):  # repeat-major: drift lands on every condition alike
-                for name, spec in specs.items():
-                    part = spec.model_copy(update={"repeats": r + 1})
-                    o = run_sweep_here(part, folder / name, progress=progress)
-                    outcomes[name] = outcomes[name].merge(o) if name in outcomes else o
+        # every condition's checks first; on Ray every (condition, repeat) is a block of its own,
+        # here the conditions run repeat by repeat (one condition: one sweep, so an adaptive
+        # search decides on every repeat)
+        done = run_jobs([SweepJob(spec, folder / name) for name, spec in specs.items()], self.executor,
+                        progress=progress)
+        outcomes = dict(zip(specs, done, strict=True))
         # the notebook runner (make measure-<axis>) exits non-zero when points failed, and 2 when
         # every condition was refused (nothing here could be measured: the refusals say why)
         report_failed_points([f"{name}: {p}" for name, o in outcomes.items() for p in o.failed_points])

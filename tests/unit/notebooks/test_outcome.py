@@ -7,7 +7,6 @@ from pathlib import Path
 
 from specnb.ledger.runs import OUTCOME_FILE_ENV, read_failed_points
 from specnb.notebooks import runner
-from specnb.sweep.study import Study
 from tests.unit.sweep.test_study import make
 
 PROBE = '''# %% tags=["parameters"]
@@ -32,17 +31,24 @@ def test_failed_points_reach_the_runner_through_the_kernel(tmp_path, capsys):
 
 def test_a_study_reports_what_its_sweeps_could_not_measure(tmp_path, monkeypatch):
     import specnb.sweep.runner as sweep_runner
+    from specnb.sweep.executor import SweepJob
 
     calls = []
 
-    def fake_run(spec, out, progress=True):
-        calls.append(spec.repeats)
-        # repeat 0 left a point; repeat 1 (which retries it) measured it but lost another
-        missing = ["b/copy/c1-r0 (ServerError)"] if spec.repeats == 1 else ["b/copy/c4-r1 (ErrorShare)"]
-        return sweep_runner.SweepOutcome(out_dir=Path(out), failed_points=missing)
+    class FakeRun:
+        def __init__(self, job, repeats):
+            self.out, self.repeats = job.out, repeats or job.spec.repeats
 
-    monkeypatch.setattr(sweep_runner, "run_sweep_here", fake_run)
-    monkeypatch.setattr(Study, "check", lambda self: None)
+        def run(self):
+            calls.append(self.repeats)
+            # repeat 0 left a point; repeat 1 (which retries it) measured it but lost another
+            missing = ["b/copy/c1-r0 (ServerError)"] if self.repeats == 1 else ["b/copy/c4-r1 (ErrorShare)"]
+            return sweep_runner.SweepOutcome(out_dir=Path(self.out), failed_points=missing)
+
+    monkeypatch.setattr(SweepJob, "check", lambda self: None)
+    monkeypatch.setattr(SweepJob, "start", lambda self, checked, echo: None)
+    monkeypatch.setattr(SweepJob, "runs", lambda self, started, *, progress, echo, repeats=None, again=False:
+                        FakeRun(self, repeats))
     target = tmp_path / "outcome.jsonl"
     monkeypatch.setenv(OUTCOME_FILE_ENV, str(target))
     study = make(repeats=2, conditions={"a": {}, "b": {}})

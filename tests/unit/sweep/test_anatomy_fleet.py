@@ -13,8 +13,9 @@ from types import SimpleNamespace
 
 from specnb.ledger.records import load_anatomy
 from specnb.sweep import SweepSpec
-from specnb.sweep.anatomy import AnatomyBlock, AnatomyFleet, AnatomyOutcome, record_path
+from specnb.sweep.anatomy import AnatomyBlock, AnatomyBlocks, AnatomyOutcome, record_path
 from specnb.sweep.executor import ExecutorSpec
+from specnb.sweep.fleet import Fleet
 
 STAND_IN_RAY = SimpleNamespace(exceptions=SimpleNamespace(
     TaskCancelledError=type("TaskCancelled", (Exception,), {}), WorkerCrashedError=type("Crashed", (Exception,), {}),
@@ -25,7 +26,8 @@ def _fleet(tmp_path: Path, retries: int):
     failed: list[tuple] = []
     run = SimpleNamespace(out_dir=tmp_path, spec=SimpleNamespace(name="anat"), outcome=AnatomyOutcome(tmp_path),
                           fail=lambda arm, w, c, r, why, **kw: failed.append((arm.name, w, c, r, why, kw)))
-    fl = AnatomyFleet([run], ExecutorSpec(kind="ray", retries=retries), False, lambda s: None, ray=STAND_IN_RAY)
+    fl = Fleet([run], ExecutorSpec(kind="ray", retries=retries), False, lambda s: None, AnatomyBlocks(),
+               ray=STAND_IN_RAY)
     ticks: list[int] = []
     fl.bar = SimpleNamespace(update=ticks.append)
     fl.queue, fl.blocks_done, fl.records = deque(), 0, {0: []}
@@ -75,23 +77,23 @@ def test_a_window_a_retry_profiled_is_not_a_failure(tmp_path):
     _write(p.with_name(f"{p.stem}.failed-20261204T000001000000Z.json"),  # c=2 failed again, later
            {**base, "status": "failed", "concurrency": 2, "error": "the trace was not written"})
     blocks = [AnatomyBlock(run, 0, 0, None, [("copy", 1), ("copy", 2)], arm=arm)]
-    assert fl.still_failed(blocks) == ["b/copy/c002-r0 (the trace was not written)"]
+    assert fl.blocks.still_failed(blocks) == ["b/copy/c002-r0 (the trace was not written)"]
 
 
 def test_what_a_node_sends_is_written_and_counted_as_a_local_run_counts_it(tmp_path):
     fl, run, _, ticks = _fleet(tmp_path, retries=0)
     ok = {"kind": "step_anatomy", "status": "ok", "arm": "b", "workload": "copy", "concurrency": 2, "repeat": 0}
     bad = {**ok, "status": "failed", "concurrency": 4, "error": "trace not written"}
-    fl.write(run, "traces/b-r00/rank0.1.pt.trace.json.gz", b"\x1f\x8b")
-    fl.write(run, "logs/b-r00.log", b"log")
-    fl.write(run, "b/copy/anatomy-c002-r00.json", json.dumps(ok).encode())
-    fl.write(run, "b/copy/anatomy-c004-r00.failed-20261204T000000000000Z.json", json.dumps(bad).encode())
+    fl.sink.write(run, "traces/b-r00/rank0.1.pt.trace.json.gz", b"\x1f\x8b")
+    fl.sink.write(run, "logs/b-r00.log", b"log")
+    fl.sink.write(run, "b/copy/anatomy-c002-r00.json", json.dumps(ok).encode())
+    fl.sink.write(run, "b/copy/anatomy-c004-r00.failed-20261204T000000000000Z.json", json.dumps(bad).encode())
     assert (tmp_path / "traces/b-r00/rank0.1.pt.trace.json.gz").read_bytes() == b"\x1f\x8b"
     assert run.outcome.written == [tmp_path / "b/copy/anatomy-c002-r00.json"]
     assert ticks == [1, 1]  # the failed window is done too, as a local run ticks it
     # the same window sent again with other bytes (a block declared lost that was not): kept apart,
     # not counted, and the table still reads the first
-    fl.write(run, "b/copy/anatomy-c002-r00.json", json.dumps({**ok, "steps": []}).encode())
+    fl.sink.write(run, "b/copy/anatomy-c002-r00.json", json.dumps({**ok, "steps": []}).encode())
     assert len(list((tmp_path / "b/copy").glob("*.superseded-*.json"))) == 1 and ticks == [1, 1]
     assert [d["status"] for d in load_anatomy(tmp_path)] == ["ok", "failed"]
 
@@ -106,6 +108,6 @@ def test_a_block_asks_ray_for_its_own_arms_devices(tmp_path):
     from specnb.sweep.fleet import block_gpus
 
     assert block_gpus(spec) == 5  # a sweep's block starts both servers together: 1 + 4 GPUs
-    assert [block_gpus(s) for s in fl.block_specs(run)] == [1, 4]
+    assert [block_gpus(s) for s in fl.blocks.block_specs(run)] == [1, 4]
     blk = AnatomyBlock(run, 0, 0, None, [("copy", 1)], arm=spec.arms[0])
-    assert block_gpus(fl.block_spec(blk)) == 1
+    assert block_gpus(fl.blocks.block_spec(blk)) == 1

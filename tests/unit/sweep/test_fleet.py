@@ -14,7 +14,7 @@ import pytest
 from specnb import cli
 from specnb.sweep import SweepError, SweepSpec
 from specnb.sweep.executor import ExecutorSpec
-from specnb.sweep.fleet import Fleet, block_gpus, block_options, layout_gpus
+from specnb.sweep.fleet import Fleet, SweepBlocks, block_gpus, block_options, layout_gpus
 from specnb.sweep.runner import SweepOutcome
 from specnb.sweep.study import Study
 
@@ -76,7 +76,8 @@ def test_a_cpu_engine_block_takes_a_whole_node_and_an_attached_sweep_no_gpu():
 
 
 def _fleet(tmp_path: Path) -> tuple[Fleet, SimpleNamespace]:
-    fl = Fleet([], SimpleNamespace(retries=0), False, lambda s: None, ray=SimpleNamespace())  # the write rules need no Ray
+    fl = Fleet([], SimpleNamespace(retries=0), False, lambda s: None, SweepBlocks(),
+               ray=SimpleNamespace())  # the write rules need no Ray
     fl.bar = SimpleNamespace(update=lambda n: None)
     run = SimpleNamespace(out_dir=tmp_path, outcome=SweepOutcome(out_dir=tmp_path))
     return fl, run
@@ -84,29 +85,29 @@ def _fleet(tmp_path: Path) -> tuple[Fleet, SimpleNamespace]:
 
 def test_the_driver_writes_block_files_once_and_never_over_another(tmp_path):
     fl, run = _fleet(tmp_path)
-    fl.write(run, "baseline/copy/c001-r00.requests.parquet", b"side")
-    fl.write(run, "baseline/copy/c001-r00.json", b'{"a": 1}')
+    fl.sink.write(run, "baseline/copy/c001-r00.requests.parquet", b"side")
+    fl.sink.write(run, "baseline/copy/c001-r00.json", b'{"a": 1}')
     assert run.outcome.written == [tmp_path / "baseline/copy/c001-r00.json"]
-    fl.write(run, "baseline/copy/c001-r00.json", b'{"a": 1}')  # the same bytes again: nothing new
+    fl.sink.write(run, "baseline/copy/c001-r00.json", b'{"a": 1}')  # the same bytes again: nothing new
     assert len(list((tmp_path / "baseline/copy").glob("*.json"))) == 1
-    fl.write(run, "baseline/copy/c001-r00.json", b'{"a": 2}')  # measured twice: kept, never over the first
+    fl.sink.write(run, "baseline/copy/c001-r00.json", b'{"a": 2}')  # measured twice: kept, never over the first
     assert (tmp_path / "baseline/copy/c001-r00.json").read_bytes() == b'{"a": 1}'
     assert len(run.outcome.superseded) == 1 and ".superseded-" in run.outcome.superseded[0].name
-    fl.write(run, "logs/baseline-r00.log", b"first start")
-    fl.write(run, "logs/baseline-r00.log", b"a retried block's start")
+    fl.sink.write(run, "logs/baseline-r00.log", b"first start")
+    fl.sink.write(run, "logs/baseline-r00.log", b"a retried block's start")
     assert sorted(p.read_bytes() for p in (tmp_path / "logs").iterdir()) == [b"a retried block's start", b"first start"]
-    fl.write(run, "sizing/copy.json", b"1")
-    fl.write(run, "sizing/copy.json", b"2")  # the run's first sizing stands
+    fl.sink.write(run, "sizing/copy.json", b"1")
+    fl.sink.write(run, "sizing/copy.json", b"2")  # the run's first sizing stands
     assert (tmp_path / "sizing/copy.json").read_bytes() == b"1"
     # a sidecar whose name is taken (an orphan of a run that died between sidecar and JSON): the
     # ledger is written naming the sidecar the driver wrote, not the orphan
     (tmp_path / "ngram/copy").mkdir(parents=True)
     (tmp_path / "ngram/copy/c001-r00.requests.parquet").write_bytes(b"orphan")
-    fl.write(run, "ngram/copy/c001-r00.requests.parquet", b"mine")
-    fl.write(run, "ngram/copy/c001-r00.json", json.dumps({"requests_file": "c001-r00.requests.parquet"}).encode())
+    fl.sink.write(run, "ngram/copy/c001-r00.requests.parquet", b"mine")
+    fl.sink.write(run, "ngram/copy/c001-r00.json", json.dumps({"requests_file": "c001-r00.requests.parquet"}).encode())
     named = json.loads((tmp_path / "ngram/copy/c001-r00.json").read_text())["requests_file"]
     assert named != "c001-r00.requests.parquet" and (tmp_path / "ngram/copy" / named).read_bytes() == b"mine"
-    fl.write(run, "../escape.json", b"x")
+    fl.sink.write(run, "../escape.json", b"x")
     assert not (tmp_path.parent / "escape.json").exists()
 
 
