@@ -53,6 +53,14 @@ class PhaseClock:
         self.seconds[source] -= seconds
         self.seconds[dest] += seconds
 
+    def credit(self, name: Phase, seconds: float) -> None:
+        """``seconds`` spent in phase ``name`` before this clock began (checks run ahead of the
+        invocation they belong to): counted in the phase and in the wall time."""
+        if name not in self.seconds:
+            raise ValueError(f"unknown phase {name!r}; known: {', '.join(PHASES)}")
+        self.t0 -= seconds
+        self.seconds[name] += seconds
+
     def wall(self) -> float:
         return self._now() - self.t0
 

@@ -14,7 +14,6 @@ Ray or the engine: a study's parameters are checked without either.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -78,14 +77,13 @@ class Job(Protocol):
     def check(self) -> Any:
         """Every check that can fail on bad input; nothing written, nothing started."""
 
-    def start(self, checked: Any, echo: Echo) -> Any:
-        """The job's records begun (its folder, what it says before its first block)."""
+    def start(self, checked: Any, echo: Echo, *, again: bool = False) -> Any:
+        """An invocation begun: its records (its folder, what it says before its first block),
+        timed from its checks (``again``: a later invocation of this call, its checks passed)."""
 
-    def runs(self, started: Any, *, progress: bool, echo: Echo, repeats: int | None = None,
-             again: bool = False) -> Any:
-        """The job's run over its blocks (``repeats``: its first repeats only; ``again``: an
-        invocation after the first of this call, its checks passed), ready to run here
-        (``.run()``) or to hand to the fleet with :meth:`blocks`."""
+    def runs(self, started: Any, *, progress: bool, echo: Echo, repeats: int | None = None) -> Any:
+        """The invocation's run over its blocks (``repeats``: its first repeats only), ready to
+        run here (``.run()``) or to hand to the fleet with :meth:`blocks`."""
 
     def blocks(self) -> Any:
         """What its blocks are, for the dispatcher on Ray (:class:`specnb.sweep.fleet.Blocks`)."""
@@ -100,26 +98,22 @@ class SweepJob:
     out: Path
 
     def check(self) -> Any:
-        from specnb.sweep.preflight import prepare
+        from specnb.sweep.runner import check
 
-        return prepare(self.spec)
+        return check(self.spec)
 
-    def start(self, checked: Any, echo: Echo) -> Any:
+    def start(self, checked: Any, echo: Echo, *, again: bool = False) -> Any:
         from specnb.sweep.runner import announce, preflight
 
-        pre = preflight(self.spec, Path(self.out), checked)
-        announce(self.spec, Path(self.out), pre, echo)
+        pre = preflight(self.spec, Path(self.out), checked.again() if again else checked)
+        if not again:
+            announce(self.spec, Path(self.out), pre, echo)
         return pre
 
-    def runs(self, started: Any, *, progress: bool, echo: Echo, repeats: int | None = None,
-             again: bool = False) -> Any:
-        from specnb.ledger import utcnow
-        from specnb.sweep.clock import PhaseClock
+    def runs(self, started: Any, *, progress: bool, echo: Echo, repeats: int | None = None) -> Any:
         from specnb.sweep.runner import BlockRunner
 
         spec = self.spec if repeats is None else self.spec.model_copy(update={"repeats": repeats})
-        if again:  # an invocation of its own: its own clock and timing record
-            started = dataclasses.replace(started, clock=PhaseClock(), started_at=utcnow())
         return BlockRunner(spec, Path(self.out), started, echo=echo, progress=progress)
 
     def blocks(self) -> Any:
@@ -142,11 +136,10 @@ class AnatomyJob:
 
         check(self.spec, self.window_requests)  # its run resolves the rest as it is made
 
-    def start(self, checked: Any, echo: Echo) -> Any:
+    def start(self, checked: Any, echo: Echo, *, again: bool = False) -> Any:
         return None
 
-    def runs(self, started: Any, *, progress: bool, echo: Echo, repeats: int | None = None,
-             again: bool = False) -> Any:
+    def runs(self, started: Any, *, progress: bool, echo: Echo, repeats: int | None = None) -> Any:
         from specnb.sweep.anatomy import AnatomyRun
 
         return AnatomyRun(self.spec, Path(self.out), self.window_requests, progress, echo)
@@ -163,9 +156,9 @@ def _executor(executor: Any) -> ExecutorSpec:
 
 def run_jobs(jobs: Sequence[Job], executor: Any = None, *, progress: bool = True, echo: Echo | None = None) -> list[Any]:
     """Run (or resume) jobs of one kind on an executor (default: here); returns their outcomes in
-    order. Every job's checks run before the first block of any of them. Here, several sweeps run
-    repeat by repeat (each sweep's first repeat, then each one's second...): drift over the hours
-    lands on every sweep alike; on Ray every block of every job is a task."""
+    order. Every job's checks run before any job writes a file. Here, several sweeps run repeat
+    by repeat (each sweep's first repeat, then each one's second...): drift over the hours lands
+    on every sweep alike; on Ray every block of every job is a task."""
     ex = _executor(executor)
     echo = echo or (lambda s: print(s, file=sys.stderr))
     if len({type(j) for j in jobs}) > 1:
@@ -174,26 +167,20 @@ def run_jobs(jobs: Sequence[Job], executor: Any = None, *, progress: bool = True
         from specnb.sweep.fleet import import_ray
 
         import_ray()  # before anything is checked or written: a missing Ray is said first
-    checked = [job.check() for job in jobs]  # every job's, before any writes a file
-    prepared = [job.start(c, echo) for job, c in zip(jobs, checked, strict=True)]
+    checked = [job.check() for job in jobs]
     if not ex.local:
-        runs = [job.runs(pre, progress=False, echo=echo) for job, pre in zip(jobs, prepared, strict=True)]
         from specnb.sweep.fleet import Fleet
 
+        runs = [job.runs(job.start(c, echo), progress=False, echo=echo) for job, c in zip(jobs, checked, strict=True)]
         return Fleet(runs, ex, progress, echo, jobs[0].blocks()).run() if jobs else []
     if len(jobs) <= 1 or not all(isinstance(j, SweepJob) for j in jobs):
-        return [job.runs(pre, progress=progress, echo=echo).run() for job, pre in zip(jobs, prepared, strict=True)]
-    return _repeat_major([j for j in jobs if isinstance(j, SweepJob)], prepared, progress, echo)
-
-
-def _repeat_major(jobs: list[SweepJob], started: list[Any], progress: bool, echo: Echo) -> list[Any]:
-    """Several sweeps here, repeat by repeat; each later repeat is an invocation of its own, its
-    checks already passed."""
+        return [job.runs(job.start(c, echo), progress=progress, echo=echo).run()
+                for job, c in zip(jobs, checked, strict=True)]
     outcomes: list[Any] = [None] * len(jobs)
-    for r in range(max(j.spec.repeats for j in jobs)):
-        for i, (job, pre) in enumerate(zip(jobs, started, strict=True)):
-            if r < job.spec.repeats:
-                o = job.runs(pre, progress=progress, echo=echo, repeats=r + 1, again=r > 0).run()
+    for r in range(max(j.spec.repeats for j in jobs)):  # several sweeps here: repeat by repeat
+        for i, (job, c) in enumerate(zip(jobs, checked, strict=True)):
+            if r < job.spec.repeats:  # each part an invocation of its own (its own timing record)
+                o = job.runs(job.start(c, echo, again=r > 0), progress=progress, echo=echo, repeats=r + 1).run()
                 outcomes[i] = o if outcomes[i] is None else outcomes[i].merge(o)
     return outcomes
 

@@ -194,12 +194,13 @@ def timing_record(sweep: str, ended: str, started_at: str, phases: dict[str, flo
     }
 
 
-def identity_digest(spec: SweepSpec, workload_hashes: dict[str, str]) -> str:
+def identity_digest(spec: SweepSpec, workload_hashes: dict[str, str], legacy: dict[str, Any] | None = None) -> str:
     """What must not change between a sweep and its resumption (:meth:`SweepSpec.identity`, its
     workloads' content), as a short hash. ``--dtype machine`` counts as the dtype it resolves to
     here, so a run begun on one CPU family is not resumed on the other (which would serve another
-    dtype), and runs from before the value resume where it names their dtype."""
-    ident = spec.identity()
+    dtype), and runs from before the value resume where it names their dtype. ``legacy``: keys of
+    the identity as an older sweep recorded them (:func:`_same_sweep`)."""
+    ident = {**spec.identity(), **(legacy or {})}
     ident["server_args"] = kernels.resolve_dtype(ident["server_args"])
     for arm in ident["arms"]:
         arm["server_args"] = kernels.resolve_dtype(arm.get("server_args") or [])
@@ -207,35 +208,38 @@ def identity_digest(spec: SweepSpec, workload_hashes: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _same_sweep(old: dict[str, Any], digest: str) -> bool:
-    """A folder's sweep is this one: the hash it recorded, or its recorded sweep read by this code
-    (a sweep file's keys that no longer count, such as an open-loop setting in a closed-loop sweep,
-    then count for neither)."""
-    if old.get("identity_hash") == digest:
+def _same_sweep(old: dict[str, Any], spec: SweepSpec, hashes: dict[str, str], digest: str) -> bool:
+    """A folder's sweep is this one: the hash it recorded, or that hash once the open-loop settings
+    a sweep of another mode recorded (studies once passed them to every sweep; its profile now
+    drops them) are put back as it recorded them. Resolved here as the folder's was there: a run
+    begun on another CPU family still refuses."""
+    recorded = old.get("identity_hash")
+    if recorded == digest:
         return True
-    try:
-        was = SweepSpec.parse(old["spec"])
-        hashes = {k: w["content_hash"] for k, w in old["workloads"].items()}
-    except (SweepError, KeyError, TypeError):
-        return False
-    return identity_digest(was, hashes) == digest
+    was = old.get("spec") if isinstance(old.get("spec"), dict) else {}
+    own = type(spec.load).model_fields
+    legacy = {k: was[k] for k in ("burstiness", "max_in_flight", "arrival_seed") if k in was and k not in own}
+    return bool(legacy) and identity_digest(spec, hashes, legacy) == recorded
 
 
-def sweep_record(out_dir: Path, spec: SweepSpec, wls: dict[str, Workload]) -> None:
-    """``sweep.json``: the sweep as asked, written once; a folder holding another sweep is refused."""
-    digest = identity_digest(spec, {k: w.content_hash for k, w in wls.items()})
+def sweep_record(out_dir: Path, spec: SweepSpec, wls: dict[str, Workload]) -> str:
+    """``sweep.json``: the sweep as asked, written once; a folder holding another sweep is refused.
+    Returns the sweep's identity digest (what a Ray node's own record of it must match)."""
+    hashes = {k: w.content_hash for k, w in wls.items()}
+    digest = identity_digest(spec, hashes)
     path = out_dir / "sweep.json"
     if path.exists():
         old = read_json(path)
-        if not _same_sweep(old, digest):
+        if not _same_sweep(old, spec, hashes, digest):
             raise SweepError(
                 f"{out_dir} holds a sweep with different settings (identity {old.get('identity_hash')} "
                 f"vs {digest}); choose another output folder"
             )
-        return
+        return digest
     doc = {"identity_hash": digest, "created_at": utcnow(), "spec": spec.model_dump(),
            "workloads": {k: w.describe() for k, w in wls.items()}}
     write_once(path, (json.dumps(doc, indent=2) + "\n").encode())
+    return digest
 
 
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import Annotated, Any, ClassVar, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from specnb.errors import first_error
 from specnb.ledger import LoadMode, LoadShape
 
 __all__ = ["LoadProfile", "ConcurrencyLoad", "RateLoad", "ConversationLoad", "SweepLoad", "profile_of",
@@ -209,7 +210,6 @@ MODES: tuple[type[LoadProfile], ...] = (ConcurrencyLoad, RateLoad, ConversationL
 SweepLoad = Annotated[Union[MODES], Field(discriminator="load")]  # noqa: UP007 - a union built from the tuple
 PROFILES: dict[LoadMode, type[LoadProfile]] = {p.mode: p for p in MODES}
 LOAD_KEYS = frozenset(k for p in MODES for k in p.model_fields)  # a sweep's flat keys the profiles read
-_ADAPTER: TypeAdapter[Any] = TypeAdapter(SweepLoad)
 
 
 def profile_of(load: LoadProfile | LoadMode | str) -> type[LoadProfile]:
@@ -231,10 +231,19 @@ _EMPTY: dict[str, Any] = {"concurrency": [], "history": None, "think_time_s": 0.
                           "max_in_flight": 64, "arrival_seed": 0}
 
 
+def _validated(cls: type[LoadProfile], data: dict[str, Any]) -> LoadProfile:
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise ValueError(first_error(exc)) from None  # "<flat key>: <message> (got <value>)"
+
+
 def fold(fields: dict[str, Any]) -> LoadProfile:
     """A sweep's flat keys (``load`` and the levels and settings beside it) read into its mode's
     profile; raises ValueError with one line naming the flat key (a key of another mode, a bad
-    level, an unknown mode)."""
+    value, an unknown mode). A key of another mode is checked as that mode checks it, then
+    refused where it would change what was asked (levels, a conversation's settings), else
+    ignored (a study passes the open loop's settings to every mode)."""
     mode = fields.get("load", LoadMode.CONCURRENCY)
     try:
         cls = profile_of(mode)
@@ -242,21 +251,18 @@ def fold(fields: dict[str, Any]) -> LoadProfile:
         names = [m.value for m in PROFILES]
         raise ValueError(f"load: Input should be {', '.join(map(repr, names[:-1]))} or {names[-1]!r} "
                          f"(got {mode!r})") from None
-    given = {k: v for k, v in fields.items() if k != "load" and v != _EMPTY.get(k, object())}
+    order = [*_EMPTY, *sorted(k for k in fields if k not in _EMPTY and k != "load")]  # one answer whatever the hash seed
+    given = {k: fields[k] for k in order if k in fields and fields[k] != _EMPTY.get(k, object())}
+    for key, value in given.items():
+        if key not in cls.model_fields:
+            _validated(next(p for p in MODES if key in p.model_fields), {key: value})
     # (a sweep with none of its own levels is told that first, by the sweep's checks)
     for key in given if any(k in cls.model_fields for k in given) else ():
         if (cls.mode, key) in _NOT_MINE:
             raise ValueError(_NOT_MINE[cls.mode, key])
         if key in ("history", "think_time_s") and key not in cls.model_fields:
             raise ValueError(_CONVERSATION_ONLY)
-    own = {k: v for k, v in fields.items() if k in cls.model_fields}
-    try:
-        return _ADAPTER.validate_python({**own, "load": cls.mode.value})
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"][1:])  # past the union's tag: the flat key
-        msg = err["msg"].removeprefix("Value error, ")
-        raise ValueError(f"{where}: {msg}" if where else msg) from None
+    return _validated(cls, {**{k: v for k, v in fields.items() if k in cls.model_fields}, "load": cls.mode.value})
 
 
 def flat(profile: LoadProfile) -> dict[str, Any]:

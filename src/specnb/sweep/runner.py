@@ -70,7 +70,7 @@ from specnb.engine.server import EngineDiedError, ServerError, VllmServer
 from specnb.engine.vllm import engine_schedule_key
 from specnb.ledger import REFUSED_ERROR, Provenance, ServerRecord, provenance, read_ledger, utcnow, write_once
 from specnb.ledger.frame import machine_label
-from specnb.ledger.store import LedgerError, LedgerWriteError, read_json
+from specnb.ledger.store import LedgerError, LedgerWriteError
 from specnb.ledger.timing import TIMINGS_DIR, Phase, overhead_line, spent_s, total_phases
 from specnb.prompts.workload import Workload
 from specnb.sweep.arm import Arm
@@ -92,7 +92,7 @@ from specnb.sweep.servers import (
 )
 from specnb.sweep.spec import SweepSpec
 
-__all__ = ["BlockRunner", "Prepared", "SweepOutcome", "announce", "ended_by", "preflight", "refusal_lines",
+__all__ = ["BlockRunner", "Checked", "Prepared", "check", "SweepOutcome", "announce", "ended_by", "preflight", "refusal_lines",
            "run_sweep_here", "server_args_for", "PER_REQUEST_SPEC_FLAG", "PROMPT_DETAILS_FLAG", "CLIENT_BUSY"]
 
 
@@ -176,24 +176,45 @@ class Prepared:
         return bool(spec.arms) and all(a.name in self.refused for a in spec.arms)
 
 
-def preflight(spec: SweepSpec, out_dir: Path, checked: PreflightResult | None = None) -> Prepared:
-    """Every check that can fail on bad input, before any server starts (``checked``: what
-    :func:`~specnb.sweep.preflight.prepare` found for this sweep already; only the folder is
-    checked then); writes (or checks, on a resume) ``sweep.json``. Timed as the invocation's
-    preflight phase."""
+@dataclass(frozen=True)
+class Checked:
+    """A sweep's checks, run ahead of its invocation (:func:`check`): what they found, when they
+    began and how long they took (the invocation's preflight counts them)."""
+
+    result: PreflightResult
+    started_at: str
+    seconds: float
+
+    def again(self) -> Checked:
+        """The same checks for a later invocation (they passed: nothing to count again)."""
+        return Checked(self.result, utcnow(), 0.0)
+
+
+def check(spec: SweepSpec) -> Checked:
+    """Every check that can fail on bad input, nothing written (:func:`~specnb.sweep.preflight.prepare`)."""
+    started_at, t0 = utcnow(), time.monotonic()
+    result = prepare(spec)
+    return Checked(result, started_at, time.monotonic() - t0)
+
+
+def preflight(spec: SweepSpec, out_dir: Path, checked: Checked | None = None) -> Prepared:
+    """Every check that can fail on bad input, before any server starts (``checked``: this sweep's
+    checks, run already; the folder is checked then); writes (or checks, on a resume)
+    ``sweep.json``. Timed as the invocation's preflight phase."""
     clock = PhaseClock()
-    started_at = utcnow()
+    started_at = utcnow() if checked is None else checked.started_at
+    if checked is not None:
+        clock.credit(Phase.PREFLIGHT, checked.seconds)
     with clock.phase(Phase.PREFLIGHT):
         if checked is None:
             pre = prepare(spec, out_dir)
         else:
-            pre = checked
+            pre = checked.result
             check_out_dir(Path(out_dir))
-        sweep_record(out_dir, spec, pre.workloads)
+        identity = sweep_record(out_dir, spec, pre.workloads)
         prov = provenance.collect()
         if pre.kernels is not None:  # which engine extension, and what it lacked, on this CPU
             prov["hardware"] = {**prov["hardware"], "engine_kernels": pre.kernels}
-    identity = read_json(out_dir / "sweep.json").get("identity_hash")
     return Prepared(clock=clock, started_at=started_at, model=pre.model, workloads=pre.workloads, notes=pre.notes,
                     refused=pre.refused, fallback=pre.fallback, provenance=Provenance(**prov), identity=identity)
 

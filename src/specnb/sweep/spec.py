@@ -219,8 +219,17 @@ class SweepSpec(BaseModel):
         if not isinstance(data, dict) or isinstance(data.get("load"), (LoadProfile, dict)):
             return data
         data = dict(data)
-        data["load"] = fold({k: data.pop(k) for k in LOAD_KEYS if k in data})
+        data["load"] = fold({k: data.pop(k) for k in sorted(LOAD_KEYS) if k in data})
         return data
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> SweepSpec:
+        """As pydantic's; a flat load key in ``update`` is refused (it would set nothing: give
+        ``load`` a profile, or parse the changed dump)."""
+        flat_keys = sorted(set(update or {}) & (LOAD_KEYS - {"load"}))
+        if flat_keys:
+            raise TypeError(f"model_copy(update=...) with {', '.join(flat_keys)}: the load is one field "
+                            "(update={'load': ConcurrencyLoad(concurrency=[...])})")
+        return super().model_copy(update=update, deep=deep)
 
     @model_serializer(mode="wrap")
     def _flat_load(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:

@@ -46,9 +46,8 @@ def test_a_study_reports_what_its_sweeps_could_not_measure(tmp_path, monkeypatch
             return sweep_runner.SweepOutcome(out_dir=Path(self.out), failed_points=missing)
 
     monkeypatch.setattr(SweepJob, "check", lambda self: None)
-    monkeypatch.setattr(SweepJob, "start", lambda self, checked, echo: None)
-    monkeypatch.setattr(SweepJob, "runs", lambda self, started, *, progress, echo, repeats=None, again=False:
-                        FakeRun(self, repeats))
+    monkeypatch.setattr(SweepJob, "start", lambda self, checked, echo, again=False: None)
+    monkeypatch.setattr(SweepJob, "runs", lambda self, started, *, progress, echo, repeats=None: FakeRun(self, repeats))
     target = tmp_path / "outcome.jsonl"
     monkeypatch.setenv(OUTCOME_FILE_ENV, str(target))
     study = make(repeats=2, conditions={"a": {}, "b": {}})

@@ -131,20 +131,39 @@ def test_the_load_is_one_field_its_profile_and_a_dump_writes_the_flat_keys_again
     assert "rates" not in rate.model_dump(exclude={"rates"})
 
 
-def test_a_closed_loop_run_recorded_with_an_open_loop_setting_still_resumes(tmp_path):
-    """Studies once passed max_in_flight to every sweep; a closed loop has no use for it, so the
-    profile drops it: a folder whose sweep.json recorded it is still the same sweep."""
+def test_a_closed_loop_run_recorded_with_an_open_loop_setting_still_resumes(tmp_path, monkeypatch):
+    """Studies once passed max_in_flight to every sweep, and a closed loop's identity held it; the
+    profile now drops it, so a folder whose sweep.json recorded it (its hash over the old
+    identity) is still the same sweep, on this machine's dtype only."""
     import json
 
+    import specnb.sweep.ledgers as ledgers
     from specnb.prompts.workload import Prompt, Workload
-    from specnb.sweep.ledgers import sweep_record
 
     wl = Workload(name="copy", source="test", prompts=[Prompt(id="p0", category="copy", messages=[])])
-    s = spec(concurrency=[1, 2], workloads=["copy"])
-    sweep_record(tmp_path, s, {"copy": wl})
-    doc = json.loads((tmp_path / "sweep.json").read_text())
-    doc["spec"]["max_in_flight"], doc["identity_hash"] = 32, "an-older-hash"
-    (tmp_path / "sweep.json").write_text(json.dumps(doc))
-    sweep_record(tmp_path, spec(concurrency=[1, 2], workloads=["copy"], max_in_flight=32), {"copy": wl})
+    args = ["--dtype", "machine"]
+    s = spec(concurrency=[1, 2], workloads=["copy"], server_args=args, max_in_flight=32)
+    hashes = {"copy": wl.content_hash}
+    # the folder as the code before the profiles wrote it: max_in_flight 32 in its spec and identity
+    old = {"identity_hash": ledgers.identity_digest(s, hashes, {"max_in_flight": 32}),
+           "spec": {**s.model_dump(mode="json"), "max_in_flight": 32}, "workloads": {"copy": wl.describe()}}
+    (tmp_path / "sweep.json").write_text(json.dumps(old))
+    digest = ledgers.sweep_record(tmp_path, s, {"copy": wl})
+    assert digest == ledgers.identity_digest(s, hashes) != old["identity_hash"]  # what a Ray node computes
+    with pytest.raises(Exception, match="holds a sweep with different settings"):  # another setting: refused
+        ledgers.sweep_record(tmp_path, spec(concurrency=[1, 2], workloads=["copy"], server_args=args,
+                                            warmup_requests=0), {"copy": wl})
+    # begun on a CPU family whose machine dtype is another: still refused
+    monkeypatch.setattr(ledgers.kernels, "resolve_dtype", lambda a: [x.replace("machine", "other") for x in a])
     with pytest.raises(Exception, match="holds a sweep with different settings"):
-        sweep_record(tmp_path, spec(concurrency=[1, 2], workloads=["copy"], warmup_requests=0), {"copy": wl})
+        ledgers.sweep_record(tmp_path, s, {"copy": wl})
+
+
+def test_a_foreign_key_is_checked_as_its_mode_checks_it_and_a_copy_cannot_set_a_flat_key():
+    with pytest.raises(Exception, match=r"burstiness: Input should be greater than 0 \(got 0\)"):
+        spec(concurrency=[1], burstiness=0)
+    with pytest.raises(Exception, match=r"history: Input should be 'recorded' or 'model' \(got 'bogus'\)"):
+        spec(concurrency=[1], history="bogus")
+    assert spec(concurrency=[1], max_in_flight=32).load == spec(concurrency=[1]).load  # ignored where unused
+    with pytest.raises(TypeError, match="the load is one field"):
+        spec(concurrency=[1]).model_copy(update={"concurrency": [4]})

@@ -146,3 +146,23 @@ def test_startup_breakdown_reads_vllm_log_milestones():
 def test_startup_breakdown_without_vllm_lines_keeps_the_ready_time():
     b = startup_breakdown("nothing vLLM wrote\n", time.time(), ready_s=3.0)
     assert b["milestones_s"] == {"ready": 3.0} and b["dominant"] == "ready"
+
+
+def test_checks_run_ahead_of_an_invocation_count_in_its_preflight(tmp_path):
+    """run_jobs checks every job before any writes a file: the invocation that follows counts
+    those checks in its preflight phase and its wall time, from when they began."""
+    from specnb.prompts.workload import Prompt, Workload
+    from specnb.sweep import SweepSpec
+    from specnb.sweep.preflight import PreflightResult
+    from specnb.sweep.runner import Checked, preflight
+
+    spec = SweepSpec.parse({"name": "t", "model": "some/hub-id", "concurrency": [1], "workloads": ["copy"],
+                            "arms": [{"name": "baseline"}]})
+    wl = Workload(name="copy", source="test", prompts=[Prompt(id="p0", category="copy", messages=[])])
+    checked = Checked(PreflightResult("some/hub-id", {"copy": wl}, {}, {}, {}), "2026-12-06T00:00:00+00:00", 5.0)
+    pre = preflight(spec, tmp_path / "out", checked)
+    totals = pre.clock.totals()
+    assert totals["preflight"] >= 5.0 and pre.clock.wall() >= 5.0 and pre.started_at == checked.started_at
+    assert pre.identity == json.loads((tmp_path / "out" / "sweep.json").read_text())["identity_hash"]
+    again = preflight(spec, tmp_path / "out", checked.again())  # a later invocation: nothing counted twice
+    assert again.clock.totals()["preflight"] < 5.0 and again.identity == pre.identity
