@@ -489,3 +489,16 @@ def test_every_command_reads_its_arguments_once_into_typed_fields():
             assert {"config", "out", "set", "no_progress"} <= dests, cmd.name
             continue
         assert fields == dests, f"{cmd.name}: {cmd.Args.__name__} fields {sorted(fields ^ dests)} differ from its options"
+
+
+def test_no_function_over_80_lines_and_no_class_over_250_in_src():
+    """Units a reader can hold: a function over 80 lines or a class over 250 is split before it lands."""
+    big = []
+    for f in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            size = getattr(node, "end_lineno", 0) - getattr(node, "lineno", 0) + 1
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and size > 80:
+                big.append(f"{f.relative_to(paths.ROOT)}: function {node.name} is {size} lines")
+            elif isinstance(node, ast.ClassDef) and size > 250:
+                big.append(f"{f.relative_to(paths.ROOT)}: class {node.name} is {size} lines")
+    assert not big, "\n".join(big)

@@ -252,6 +252,18 @@ def test_digitized_figure_agrees_with_the_printed_anchor():
     assert read["value"] == pytest.approx(printed["value"], abs=0.03)
 
 
+def test_the_tree_figure_read_off_its_vector_paths_agrees_with_its_printed_numbers():
+    df = load_published("specdecode-bench-tree-chain")
+    for read_as, printed_as in (("Qwen3-8B, GSM8K, EAGLE-3 chain k=3", "Qwen3-8B, GSM8K, EAGLE chain k=3 (text)"),
+                                ("Qwen3-8B, GSM8K, EAGLE-3 tree k=21", "Qwen3-8B, GSM8K, EAGLE tree k=21 (text)")):
+        read = _cell(df, "specdecode-bench-tree-chain", condition=read_as, concurrency=1)
+        printed = _cell(df, "specdecode-bench-tree-chain", condition=printed_as, concurrency=1)
+        assert read["inferred"] and not printed["inferred"]
+        assert read["value"] == pytest.approx(printed["value"], abs=0.005)
+    k21 = df[df["condition"].str.endswith("tree k=21") & df["concurrency"].eq(64)]
+    assert len(k21) == 8 and k21["value"].lt(1.0).all()  # "by batch size 64, the k=21 tree falls below 1x on all workloads"
+
+
 def test_k_sweep_ratios_follow_from_the_tpot_table():
     df = load_published("vllm-eagle-k-sweep")
     tpot = df[df["metric"] == "tpot_ms"]
