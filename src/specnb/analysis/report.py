@@ -272,6 +272,13 @@ def predicted(run: RunRecords, opts: ReportOptions) -> list[str]:
     return predicted_lines(predicted_table(run.df, run.predicted)) if not run.predicted.empty else []
 
 
+def anatomy(run: RunRecords, opts: ReportOptions) -> list[str]:
+    """A step-anatomy run (``specnb anatomy``): its windows' table (it holds no paired points)."""
+    from specnb.analysis.anatomy import format_anatomy
+
+    return [format_anatomy(run.anatomy)] if run.anatomy else []
+
+
 def conditions(run: RunRecords, opts: ReportOptions) -> list[str]:
     """A study's conditions against the first one it ran (a serving lever paired like an arm);
     none where there is one condition or the conditions change the sampling (not a serving lever)."""
@@ -314,6 +321,7 @@ def conditions(run: RunRecords, opts: ReportOptions) -> list[str]:
 SECTIONS: tuple[Section, ...] = (machine, paired, drafters, kv, open_loop, goodput_under_slos, schedule, startup,
                                  refused, lossless_check, categories, failures, flags, structured, conversation, layout,
                                  search, timing, predicted, conditions)
+ANATOMY_SECTIONS: tuple[Section, ...] = (anatomy,)  # a run of profiled windows, no paired points
 
 
 def report_blocks(run: RunRecords, opts: ReportOptions | None = None) -> Iterator[str]:
@@ -329,9 +337,7 @@ def report_blocks(run: RunRecords, opts: ReportOptions | None = None) -> Iterato
         yield from reread_lines(run.tune, run.last_round.df)
         yield f"\n{run.last_round.folder.name} (baseline, static K and the candidate, paired on one run):"
         run = run.last_round
-    if run.df.empty:
-        return
-    for section in SECTIONS:
+    for section in SECTIONS if not run.df.empty else ANATOMY_SECTIONS:  # chosen by what the run holds
         yield from section(run, opts)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from specnb import paths
-from specnb.commands.common import MeasureArgs, MeasuringCommand, echo, finished
+from specnb.commands.common import MeasureArgs, MeasuringCommand, echo, finished, print_report
 from specnb.ledger.runs import new_run_name
 
 
@@ -46,12 +46,9 @@ class Anatomy(MeasuringCommand):
 
     @classmethod
     def execute(cls, args: MeasureArgs) -> int:
-        """Its records' table instead of a paired report."""
-        from specnb.sweep.anatomy import format_anatomy, load_anatomy
-
+        """The run's report: its windows' table (the report's anatomy section, as ``specnb report`` prints it)."""
         spec = cls.read(args.config, args.overrides)
         out = args.out or cls.default_out(spec)
         outcome = cls.measure(spec, out, args)
         print(outcome.summary(), file=sys.stderr)
-        print(format_anatomy(load_anatomy(out)))
-        return finished(out, outcome.failed, 0)
+        return finished(out, outcome.failed, print_report(out))

@@ -171,14 +171,7 @@ def print_report(folder: Path, opts: ReportOptions | None = None, skip_bad: bool
     from specnb.ledger.records import load_run
 
     run = load_announced(folder, skip_bad, load_run)
-    if run.tune is None and run.df.empty:
-        from specnb.analysis.anatomy import format_anatomy
-        from specnb.ledger.records import load_anatomy
-
-        windows = load_anatomy(folder)  # a step-anatomy run (specnb anatomy): its table, as that command ends
-        if windows:
-            print(format_anatomy(windows))
-            return 0
+    if run.tune is None and run.df.empty and not run.anatomy:
         print(f"no ledgers under {folder}", file=sys.stderr)
         return 1
     try:
@@ -188,7 +181,7 @@ def print_report(folder: Path, opts: ReportOptions | None = None, skip_bad: bool
         print(f"specnb: {exc}", file=sys.stderr)
         return 2
     last = run.last_round if run.tune is not None else run
-    if last is not None and last.df.empty:
+    if last is not None and last.df.empty and not last.anatomy:
         print(f"no ledgers under {last.folder}", file=sys.stderr)
         return 1
     return 0

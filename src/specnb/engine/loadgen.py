@@ -9,7 +9,7 @@ by the shape's type; no mode strings are compared), and its requests go to one
   each send one streaming request at a time, back to back, until the point's request budget is
   spent, so exactly N requests are in flight inside the steady window
   (:mod:`specnb.analysis.window`).
-- **Open loop** (:class:`OpenLoop`, :func:`run_rate_load`): request i is due at the i-th of
+- **Open loop** (:class:`OpenLoop`, :func:`drive_open`): request i is due at the i-th of
   gamma-distributed arrival times (:func:`arrival_times`), whether or not earlier ones
   finished, at most ``max_in_flight`` at once.
 
@@ -19,7 +19,7 @@ opened and every request's bytes built before the clock starts (:class:`SlotPool
 needs it, and the client's own CPU share and event-loop busy share are measured while the
 requests run, with the garbage collector paused (:class:`ClientMeter`).
 
-- **Conversation replay** (:class:`ConversationReplay`, :func:`run_conversation_load`): a
+- **Conversation replay** (:class:`ConversationReplay`, :func:`drive_conversations`): a
   third arrival policy. N *users*
   (one slot each) take the next conversation of the point's panel, send its turns one after
   another with the whole history in front of each, wait for every answer (and an optional
@@ -74,8 +74,6 @@ __all__ = [
     "drive_open",
     "drive_conversations",
     "run_load",
-    "run_rate_load",
-    "run_conversation_load",
     "arrival_times",
     "chat_body",
     "request_settings",
@@ -531,7 +529,13 @@ class _FreeSlots:
 @_drives(OpenLoop)
 async def drive_open(target: ChatTarget, load: OpenLoop, prompts: Sequence[Any], sampling: dict[str, Any],
                      on_done: OnDone = None) -> PointLoad:
-    """Open loop: request i is due at :func:`arrival_times`' i-th time (as :func:`run_rate_load`)."""
+    """Open loop: request i is due at :func:`arrival_times`' i-th time, whether or not earlier
+    ones finished, with prompt ``i % len(prompts)``; at most ``load.max_in_flight`` are in flight
+    (an arrival that finds every slot busy waits for a free one). Each record keeps when it was
+    due (``scheduled_s``) and when it was sent (``start_s``): the difference is the client's
+    lateness, recorded so a schedule the client could not keep is seen. Throughput is counted
+    over the whole run (first send to last answer): an open loop has no steady window of N
+    requests in flight."""
     n = load.num_requests
     _check(prompts, n, load.max_in_flight)
     requests = target.requests(prompts, sampling)
@@ -577,39 +581,6 @@ async def drive_open(target: ChatTarget, load: OpenLoop, prompts: Sequence[Any],
         client_cpu_util=meter.cpu_util, offered_rate_rps=load.rate_rps, peak_in_flight=slots.peak, parse_s=parse_s,
         client_loop_busy=meter.loop_busy,
     )
-
-
-async def run_rate_load(
-    base_url: str,
-    model: str,
-    prompts: Sequence[Any],
-    rate_rps: float,
-    num_requests: int,
-    sampling: dict[str, Any],
-    *,
-    burstiness: float = 1.0,
-    max_in_flight: int = 64,
-    arrival_seed: int = 0,
-    request_timeout_s: float = 600.0,
-    session: aiohttp.ClientSession | None = None,
-    on_done: Callable[[RequestRecord], None] | None = None,
-    return_token_ids: bool = False,
-    headers: Mapping[str, str] | None = None,
-) -> PointLoad:
-    """Open loop: request i is due at :func:`arrival_times`' i-th time, whether or not earlier
-    ones finished, with prompt ``i % len(prompts)``; at most ``max_in_flight`` are in flight (an
-    arrival that finds every slot busy waits for a free one). Each record keeps when it was due
-    (``scheduled_s``) and when it was sent (``start_s``): the difference is the client's
-    lateness, recorded so a schedule the client could not keep is seen. Throughput is counted
-    over the whole run (first send to last answer): an open loop has no steady window of N
-    requests in flight. ``session``, ``headers``, ``on_done``: as :func:`run_load`. The keyword
-    form of :func:`drive_open`.
-    """
-    _check(prompts, num_requests, max_in_flight)
-    target = ChatTarget.of(base_url, model, session=session, headers=headers, request_timeout_s=request_timeout_s,
-                           return_token_ids=return_token_ids)
-    load = OpenLoop(rate_rps, num_requests, burstiness, max_in_flight, arrival_seed)
-    return await drive_open(target, load, prompts, sampling, on_done)
 
 
 def _check_replay(conversations: Sequence[Any], load: ConversationReplay) -> None:
@@ -714,7 +685,22 @@ class _Replay:
 @_drives(ConversationReplay)
 async def drive_conversations(target: ChatTarget, load: ConversationReplay, conversations: Sequence[Any],
                               sampling: dict[str, Any], on_done: OnDone = None) -> PointLoad:
-    """Conversation replay (as :func:`run_conversation_load`)."""
+    """Conversation replay: ``load.users`` users, each taking the next of ``load.num_conversations``
+    conversations (conversation k is ``conversations[k % len(conversations)]``, objects with
+    ``id``, ``category``, ``turns``, ``recorded`` and ``messages(turn, answers)``, as
+    :class:`specnb.prompts.conversation.Conversation`) and sending its turns in order, each with
+    the whole history, the next only once the previous one's answer is complete and
+    ``load.think_time_s`` has passed. A user never has two requests in flight.
+
+    ``load.history = "recorded"``: the history holds the recorded answers (every conversation must
+    have them), so every arm sends the same bytes; a failed turn does not stop its conversation.
+    ``load.history = "model"``: the history holds the model's own answers; a turn that failed ends
+    its conversation (its later turns are counted in ``turns_skipped``, never sent). The seed of
+    a request follows its place in a pass over the conversations (the same in every arm). Each
+    record carries its conversation (``k``) and turn (1 = the first); its slot is its user. The
+    steady window is the span every user was inside its conversations (from the last user's
+    first send to the first user's last answer). ``on_done``: as :func:`run_load`.
+    """
     _check_replay(conversations, load)
     route = target.route()
     turns = TurnBuilder(target, route, conversations, sampling)
@@ -733,43 +719,3 @@ async def drive_conversations(target: ChatTarget, load: ConversationReplay, conv
     pl.conversations = load.num_conversations
     pl.turns_skipped = replay.skipped
     return pl
-
-
-async def run_conversation_load(
-    base_url: str,
-    model: str,
-    conversations: Sequence[Any],
-    users: int,
-    num_conversations: int,
-    sampling: dict[str, Any],
-    *,
-    history: str = "recorded",
-    think_time_s: float = 0.0,
-    request_timeout_s: float = 600.0,
-    session: aiohttp.ClientSession | None = None,
-    on_done: Callable[[RequestRecord], None] | None = None,
-    return_token_ids: bool = False,
-    headers: Mapping[str, str] | None = None,
-) -> PointLoad:
-    """Conversation replay: ``users`` users, each taking the next of ``num_conversations``
-    conversations (conversation k is ``conversations[k % len(conversations)]``, objects with
-    ``id``, ``category``, ``turns``, ``recorded`` and ``messages(turn, answers)``, as
-    :class:`specnb.prompts.conversation.Conversation`) and sending its turns in order, each with
-    the whole history, the next only once the previous one's answer is complete and
-    ``think_time_s`` has passed. A user never has two requests in flight.
-
-    ``history = "recorded"``: the history holds the recorded answers (every conversation must
-    have them), so every arm sends the same bytes; a failed turn does not stop its conversation.
-    ``history = "model"``: the history holds the model's own answers; a turn that failed ends
-    its conversation (its later turns are counted in ``turns_skipped``, never sent). The seed of
-    a request follows its place in a pass over the conversations (the same in every arm). Each
-    record carries its conversation (``k``) and turn (1 = the first); its slot is its user. The
-    steady window is the span every user was inside its conversations (from the last user's
-    first send to the first user's last answer). ``session``, ``headers``, ``on_done``: as
-    :func:`run_load`. The keyword form of :func:`drive_conversations`.
-    """
-    load = ConversationReplay(users, num_conversations, history, think_time_s)
-    _check_replay(conversations, load)
-    target = ChatTarget.of(base_url, model, session=session, headers=headers, request_timeout_s=request_timeout_s,
-                           return_token_ids=return_token_ids)
-    return await drive_conversations(target, load, conversations, sampling, on_done)

@@ -83,6 +83,7 @@ class RunRecords:
     timing: list[str] = field(default_factory=list)
     tune: TuneRecords | None = None
     last_round: RunRecords | None = None
+    anatomy: list[dict[str, Any]] = field(default_factory=list)  # a step-anatomy run's windows (it holds no points)
     cache: dict = field(default_factory=dict, repr=False, compare=False)  # what the report's sections share
 
 
@@ -101,7 +102,7 @@ def load_run(folder: Path | str, *, skip_bad: bool = False) -> RunRecords:
                           last_round=last)
     df = load_ledgers(folder, skip_bad=skip_bad)
     if df.empty:
-        return RunRecords(folder=folder, df=df)
+        return RunRecords(folder=folder, df=df, anatomy=load_anatomy(folder))
     import warnings
 
     from specnb.ledger.frame import SkippedLedgersWarning

@@ -4,7 +4,7 @@ Every other workload sends single-turn prompts into an emptied prefix cache. A c
 sees something else: the same user comes back with the whole history in front of the next
 turn, so later turns are mostly prefix-cache hits and the engine computes only the new text.
 A conversation workload carries whole conversations; the load driver's replay
-(:func:`specnb.engine.loadgen.run_conversation_load`) sends each one turn after turn.
+(:func:`specnb.engine.loadgen.drive_conversations`) sends each one turn after turn.
 
 A conversation file is JSONL, one conversation per line, in either form:
 

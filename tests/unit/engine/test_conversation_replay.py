@@ -1,4 +1,4 @@
-"""The conversation replay (engine.loadgen.run_conversation_load) against a fake OpenAI server:
+"""The conversation replay (engine.loadgen.drive_conversations) against a fake OpenAI server:
 turns in order with the whole history, one request per user at a time, think time kept, the
 recorded or the model's own answers in the history, and the per-turn numbers of the point
 (analysis.point.by_turn)."""
@@ -11,7 +11,7 @@ from itertools import pairwise
 import pytest
 
 from specnb.analysis.point import by_turn, summarize_point
-from specnb.engine.loadgen import run_conversation_load
+from specnb.engine.loadgen import ChatTarget, ConversationReplay, drive
 from specnb.prompts.conversation import Conversation
 from tests.unit.fakevllm import FakeVllm, echo_stream
 
@@ -29,6 +29,11 @@ def conv_server(delay_s=0.01, fail_contents=()) -> FakeVllm:
 RECORDED = [conv("a", ["a one", "a two", "a three"], ["A1", "A2", None], system="sys"),
             conv("b", ["b one", "b two"], ["B1", None]),
             conv("c", ["c one", "c two", "c three", "c four"], ["C1", "C2", "C3", None])]
+
+
+def run_conversation_load(url, model, convs, users, n, sampling, history="recorded", think_time_s=0.0):
+    """One replay point through the one way in: its shape, driven against the target."""
+    return drive(ChatTarget.of(url, model), ConversationReplay(users, n, history, think_time_s), convs, sampling)
 
 
 def replay(server, convs, users, n, **kw):

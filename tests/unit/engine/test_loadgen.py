@@ -21,7 +21,6 @@ from specnb.engine.loadgen import (
     chat_body,
     drive,
     run_load,
-    run_rate_load,
 )
 from specnb.engine.records import RequestRecord, StreamParser
 from specnb.prompts.workload import Prompt
@@ -593,9 +592,9 @@ def test_arrivals_keep_the_rate_and_their_dispersion_on_a_fixed_seed():
 
 def test_open_loop_sends_on_schedule_records_lateness_and_caps_in_flight():
     fake = fake_server(cumulative=(1, 2, 3), delay_s=0.05)  # each request takes ~0.2 s
-    pl = asyncio.run(fake.run(lambda url: run_rate_load(
-        url, "smol", PROMPTS, rate_rps=40.0, num_requests=12, sampling={"temperature": 0.0},
-        max_in_flight=3, arrival_seed=5)))
+    pl = asyncio.run(fake.run(lambda url: drive(
+        ChatTarget.of(url, "smol"), OpenLoop(rate_rps=40.0, num_requests=12, max_in_flight=3, arrival_seed=5),
+        PROMPTS, {"temperature": 0.0})))
     due = arrival_times(12, 40.0, seed=5)
     assert [r.scheduled_s for r in pl.records] == pytest.approx(list(due))
     assert [r.prompt_id for r in pl.records] == [f"p{i % 5}" for i in range(12)]
@@ -610,8 +609,9 @@ def test_open_loop_sends_on_schedule_records_lateness_and_caps_in_flight():
     # give or take the loop's own delay (a few ms here; the bound is what a machine ten times slower,
     # or a busy neighbour, still keeps), where the capped run above waited for slots
     fast = fake_server(cumulative=(1, 2), delay_s=0.005)
-    pl = asyncio.run(fast.run(lambda url: run_rate_load(
-        url, "smol", PROMPTS, rate_rps=20.0, num_requests=10, sampling={"temperature": 0.0}, max_in_flight=8)))
+    pl = asyncio.run(fast.run(lambda url: drive(
+        ChatTarget.of(url, "smol"), OpenLoop(rate_rps=20.0, num_requests=10, max_in_flight=8), PROMPTS,
+        {"temperature": 0.0})))
     s = summarize(pl)
     assert pl.peak_in_flight < 8 and min(r.start_s - r.scheduled_s for r in pl.records) >= -1e-3
     assert s["p99_send_lateness_ms"] < 250
@@ -631,7 +631,7 @@ def test_what_orjson_refuses_the_standard_library_still_reads():
 
 
 def test_drive_runs_each_load_shape_by_its_own_driver_against_one_target():
-    # the keyword forms (run_load, run_rate_load) and drive(target, shape) send the same requests
+    # the keyword form (run_load) and drive(target, shape) send the same requests
     fake = fake_server(cumulative=(1, 2), delay_s=0.005)
 
     async def both(url):
