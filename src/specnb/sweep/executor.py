@@ -191,7 +191,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, progress: bool = True,
     :class:`~specnb.sweep.runner.SweepOutcome`. ``executor``: ``"local"``, ``"ray"``, a Ray
     address, a table of Ray options or an :class:`ExecutorSpec`; it is checked before anything
     starts. Every check that can fail on bad input runs before the first server starts."""
-    return run_jobs([SweepJob(spec, Path(out_dir))], _executor(executor), progress=progress, echo=echo)[0]
+    return run_jobs([SweepJob(spec, Path(out_dir))], executor, progress=progress, echo=echo)[0]
 
 
 def run_anatomy(spec: SweepSpec, out_dir: str | Path, *, window_requests: int | None = None, progress: bool = True,

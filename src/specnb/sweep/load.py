@@ -205,7 +205,7 @@ class ConversationLoad(_SlotLevels):
 
 
 # every mode's profile: a new mode is a profile class here, its value in LoadMode and its driver
-# in specnb.engine.loadgen (tests/unit/sweep/test_load.py adds one that way)
+# in specnb.engine.loadgen (tests/unit/sweep/test_new_load_mode.py adds one that way)
 MODES: tuple[type[LoadProfile], ...] = (ConcurrencyLoad, RateLoad, ConversationLoad)
 SweepLoad = Annotated[Union[MODES], Field(discriminator="load")]  # noqa: UP007 - a union built from the tuple
 PROFILES: dict[LoadMode, type[LoadProfile]] = {p.mode: p for p in MODES}

@@ -148,7 +148,7 @@ class Panels:
         conversations and how many it replays."""
         convs = self.conversations.get(pt.workload.name)
         if convs is not None:
-            return convs, len(convs) * self.passes(pt)
+            return convs, self.num_conversations(pt)
         return self.panel_of(pt), self.num_requests(pt)
 
     def num_conversations(self, pt: Point) -> int | None:

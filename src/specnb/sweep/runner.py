@@ -93,7 +93,7 @@ from specnb.sweep.servers import (
 from specnb.sweep.spec import SweepSpec
 
 __all__ = ["BlockRunner", "Checked", "Prepared", "check", "SweepOutcome", "announce", "ended_by", "preflight", "refusal_lines",
-           "run_sweep_here", "server_args_for", "PER_REQUEST_SPEC_FLAG", "PROMPT_DETAILS_FLAG", "CLIENT_BUSY"]
+           "server_args_for", "PER_REQUEST_SPEC_FLAG", "PROMPT_DETAILS_FLAG", "CLIENT_BUSY"]
 
 
 @dataclass
@@ -512,25 +512,6 @@ class BlockRunner:
                        provenance: Provenance | None = None) -> None:
         """A failure record for the point (:meth:`specnb.sweep.measure.PointMeasurer.record_failure`)."""
         self.measurer.record_failure(pt, exc, server_rec, started, log_tail, unticked, quiet, provenance)
-
-
-def run_sweep_here(
-    spec: SweepSpec,
-    out_dir: str | Path,
-    *,
-    progress: bool = True,
-    echo: Callable[[str], None] | None = None,
-) -> SweepOutcome:
-    """Run (or resume) a sweep into ``out_dir`` here; returns which ledgers were written.
-    (:func:`specnb.sweep.executor.run_sweep` runs it here or on a Ray cluster.)
-
-    Every check that can fail on bad input runs before the first server starts.
-    """
-    echo = echo or (lambda s: print(s, file=sys.stderr))
-    out_dir = Path(out_dir)
-    pre = preflight(spec, out_dir)
-    announce(spec, out_dir, pre, echo)
-    return BlockRunner(spec, out_dir, pre, echo=echo, progress=progress).run()
 
 
 def ended_by(exc: BaseException) -> str:
