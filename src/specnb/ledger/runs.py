@@ -28,7 +28,7 @@ __all__ = ["AXES", "RunError", "new_run_name", "run_folder", "latest_run", "find
 OUTCOME_FILE_ENV = "SPECNB_OUTCOME_FILE"
 
 AXES = ("concurrency", "quantization", "drafter", "temperature", "kv", "parallelism", "proposal", "policy", "tune",
-        "serving", "context")
+        "serving", "context", "map")
 
 
 class RunError(SpecnbError):

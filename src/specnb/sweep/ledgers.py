@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from specnb import paths
+from specnb.analysis.breakeven import ACCEPTANCE_NOT_AS_SET, acceptance_check
 from specnb.analysis.point import by_turn, spec_decode_by_category, summarize_point
 from specnb.analysis.schedule import k_at
 from specnb.engine import kernels, loadgen, metrics
@@ -165,6 +166,9 @@ def measured_ledger(spec: SweepSpec, arm: Arm, in_flight: int, fields: dict[str,
             kv.update(source="cache_config_info", tokens_per_engine=per_engine, total_tokens=sum(per_engine))
     ok = results["num_ok"] > 0 and results["error_share"] <= spec.max_error_share
     failure = None if ok else request_failure(results, spec.max_error_share, engine_cause(engine_log))
+    check = acceptance_check(arm.speculative_config, sd) if ok else None
+    if check is not None and not check.ok:  # a synthetic arm that did not accept as set: no cell of a map
+        ok, failure = False, Failure(error_type=ACCEPTANCE_NOT_AS_SET, message=check.message())
     flags = point_flags(arm, results, sd, cache, reset, in_flight, spec.max_error_share)
     if fallback:
         flags.append(Flag.ENGINE_FALLBACK)

@@ -36,6 +36,7 @@ from specnb.ledger import BASELINE, PLAIN_CONDITION
 from specnb.ledger.runs import AXES, new_run_name, report_failed_points, report_refused_all, run_folder
 from specnb.sweep.executor import ExecutorSpec, SweepJob, run_jobs
 from specnb.sweep.load import profile_of
+from specnb.sweep.mapgrid import AcceptanceMap
 from specnb.sweep.spec import SweepError, SweepSpec
 
 __all__ = ["Condition", "Study"]
@@ -96,6 +97,8 @@ class Study(BaseModel):
     server_args: list[str]
     env: dict[str, str]
     drafters: dict[str, dict[str, Any]] = Field(description="arm name -> vLLM speculative config")
+    acceptance_map: AcceptanceMap | None = Field(None, description="drafter kinds x K x synthetic acceptance "
+                                                 "lengths, added to drafters as arms (the break-even map)")
     conditions: dict[str, Condition]
     workloads: list[str | dict[str, Any]] = Field(description="names, or tables (traffic imports, context lengths)")
     concurrency: list[int] = Field(default_factory=list, description="closed-loop levels")
@@ -126,6 +129,22 @@ class Study(BaseModel):
     @classmethod
     def _study(cls, v: str) -> str:
         return plain_name(v, "study name")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _map_arms(cls, data: Any) -> Any:
+        """The map's arms join the drafters (a name given twice is refused)."""
+        if not isinstance(data, dict) or not data.get("acceptance_map"):
+            return data
+        try:
+            grid = AcceptanceMap.model_validate(data["acceptance_map"])
+        except ValidationError as exc:
+            raise ValueError(f"acceptance_map: {first_error(exc, model=AcceptanceMap)}") from None
+        drafters = dict(data.get("drafters") or {})
+        twice = sorted(set(drafters) & set(grid.drafters()))
+        if twice:
+            raise ValueError(f"drafters and acceptance_map both name arm(s) {', '.join(twice)}")
+        return {**data, "acceptance_map": grid, "drafters": {**drafters, **grid.drafters()}}
 
     @field_validator("drafters")
     @classmethod

@@ -19,6 +19,7 @@ boundary on another CPU family's SIMD sums); any other difference fails.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import io
 import re
 import sys
@@ -127,7 +128,9 @@ def update(runs: list[str], out=None) -> dict[str, int]:
         if path.exists():
             want = path.read_text()
             old, new = want.splitlines(), got.splitlines()
-            changed = sum(1 for a, b in zip(old, new, strict=False) if a != b) + abs(len(old) - len(new))
+            # lines replaced, inserted or deleted (an inserted section shifts the rest: not a change to them)
+            changed = sum(max(i2 - i1, j2 - j1) for op, i1, i2, j1, j2 in
+                          difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes() if op != "equal")
             if want == got or (len(old) == len(new) and all(a == b or within_last_digit(a, b)
                                                             for a, b in zip(old, new, strict=True))):
                 print(f"{run}: unchanged (at most last-digit drift): not rewritten", file=out)
