@@ -32,6 +32,7 @@
 # | `09_policy` | Does the derived schedule reach the better of always-on and always-off at every concurrency? And the loop closed (`make tune`): the config re-derived round after round until it is verified to win. | 002 |
 # | `10_serving` | Run it first: which serving config (compiled or eager, bf16 or fp32, the process layout; CUDA-graph and compile modes on a GPU) serves fastest here, and is fixing it worth more than the drafter? | 000 |
 # | `11_context` | Does the crossing move with the traffic's shape? Speedup, prefill, decode and acceptance against the prompt's length (prompts grown with real text to a length in the target's tokens), the KV sessions each length leaves with and without a drafter, and conversations replayed turn by turn with a warm prefix cache (speedup on output, total and computed tokens). | 000, 002 |
+# | `12_map` | The break-even map: what acceptance length pays at each load, per drafter kind and K (synthetic acceptance set on the real proposer, every cell a pair with its interval), the break-even line with its band, any drafter's speedup predicted from its measured acceptance, and the live endpoint judged against it (`specnb watch --map`, `specnb alerts --map`). | 002 |
 #
 # Every axis notebook has one `parameters` cell. `measure = False` (the default) reads the
 # newest committed run under `ledgers/<axis>/<study>/`; `make measure-<axis>` runs it with

@@ -61,6 +61,7 @@ temperature = 0.0  # sampling temperature (0 is greedy)
 seed = 0  # sampling seed (per request: seed + prompt index)
 lossless_study = "lossless"  # ledgers/drafter/<this>/: the bf16 and fp32 run of the lossless section (empty: skip it)
 ceiling_study = "ceiling"  # ledgers/drafter/<this>/: the synthetic-acceptance run of the ceiling section (empty: skip it)
+map_study = "cpu"  # ledgers/map/<this>/: the break-even map this run's drafters are read against (empty: skip it)
 anatomy_study = "cpu-anatomy"  # ledgers/anatomy/<this>/: the newest profiled run of the step-anatomy section (empty: skip it)
 stepcost_preset = "cpu-demo"  # measured hardware preset (src/specnb/models/data/hardware.toml) whose step-cost terms the anatomy checks (empty: skip)
 
@@ -367,6 +368,52 @@ ct.round(3) if ct is not None and len(ct) else None
 # (its drafts supply under half of its output) more than how much of a draft is accepted. The
 # draft model accepts more than the sweep reached and still loses: its cost is its own forward
 # pass each step, which no acceptance rate can buy back on this CPU.
+
+# %% [markdown]
+# ## Any drafter from its acceptance: this run through the break-even map
+#
+# The map (`notebooks/12_map.py`, `make measure-map`) sets acceptance by construction on each drafter
+# kind's real proposer and pairs every cell with a baseline: speedup against acceptance length per
+# kind, K and level. A drafter of a mapped kind is then predicted from its measured acceptance alone:
+# its kind's cells read at its acceptance length (linear between the two around it; the band from the
+# cells' interval ends). The map was measured on copy-style work only, in other server starts: the
+# free-form rows test whether the cost side really belongs to the kind and not to the traffic. A gap
+# over 10 % comes with how often each drafted (steps that carried a draft, from the counters).
+
+# %%
+from specnb.analysis.breakeven import drafted_share, drafter_rows, map_cells, predict, prediction_lines
+
+try:
+    map_folder = find_run("map", map_study, "", paths.resolve(ledger_root)) if map_study else None
+except RunError:
+    map_folder = None
+if map_folder is None:
+    display(Markdown(f"No `{map_study}` run under {ledger_root}/map/: this section is skipped."))
+    through_map = None
+else:
+    map_df = load_ledgers(map_folder)
+    map_table = map_cells(summarize(map_df), arm_configs(map_df))
+    through_map = predict(map_table, drafted_share(usable(nb.df)), real=drafter_rows(table, arm_configs(nb.df)),
+                          cell_shares=drafted_share(usable(map_df)))
+    display(Markdown(f"Map `{paths.portable(str(map_folder))}`, this run's drafters:\n\n```\n"
+                     + "\n".join(prediction_lines(through_map) or ["no drafter of a mapped kind and K here"])
+                     + "\n```"))
+cols = ["workload", "concurrency", "arm", "acceptance_length", "speedup", "speedup_lo", "speedup_hi", "predicted",
+        "predicted_lo", "predicted_hi", "gap", "drafted_share", "cell_drafted_share"]
+through_map[[c for c in cols if c in through_map]].round(3) if through_map is not None and len(through_map) else None
+
+# %% [markdown]
+# ### Reading the map's predictions
+#
+# For the committed runs (the map `ledgers/map/cpu/20261206T103239Z`, 4 starts; this notebook's run,
+# 4 starts of its own) the trained head is predicted within 3-9 % at both levels and on both kinds of
+# work, free-form included, from a map measured on copy-style work alone: a drafter that drafts at
+# every step is its acceptance over its kind's cost. n-gram is not: the map over-predicts it by 7-15 %
+# on copy-style work and 18-44 % on free-form work. The map's axis is tokens per *drafted* step; the
+# real n-gram arm drafts on 40 % of copy-style steps and 9 % of free-form ones where the cells draft on
+# about 60 % (forced acceptance copies the draft, and the proposer then finds more matches), and it
+# pays the proposer and the speculative path on every step, drafted or not. For a proposer that drafts
+# only on a match, read the map at its acceptance *and* its drafting share, or map it on your traffic.
 
 # %% [markdown]
 # ## Where the step goes: the engine's own profile of a decode step

@@ -75,6 +75,7 @@ cached_prompt_share = 0.0  # share of prompt tokens served by the prefix cache (
 concurrency_max = 32  # largest concurrency drawn
 ledgers = "ledgers/concurrency/cpu/20261129-cpu-demo"  # measured ledgers: acceptance marks and the model check
 cpu_preset = "cpu-demo"  # measured hardware preset the ledgers are checked against
+cost_map = "cpu"  # ledgers/map/<this>/: a measured break-even map (notebooks/12_map.py) as the cost side of section 8, read for drafter_method at K = k (empty: skip)
 interactive = None  # sliders: None only in a kernel a Jupyter server started; True or False to force
 figures_dir = "figures"  # where save_figure writes
 
@@ -376,3 +377,40 @@ fig = calc.published_fit_figure(loso, loso_table)
 save_figure(fig, "calculator-published-fit", [PUBLISHED_DIR / f"{i}.json" for i in sorted(points["ledger_id"].unique())],
             out_dir=figures_dir, notebook=NB,
             caption="step-cost model with the GPU terms fitted without each source, against that source's published curves")
+
+# %% [markdown]
+# ## 8 · The cost side measured: a break-even map
+#
+# Sections 5 to 7 model what speculation costs; a break-even map (`notebooks/12_map.py`, `make
+# measure-map`) measures it for a drafter kind and K on the machine itself: acceptance set by
+# construction on the real proposer, every cell a pair with its interval. Here the map replaces the
+# model: the acceptance length `alpha` and `k` give is read off the map's curve of `drafter_method`'s
+# kind at K = `k` at each level (with the band from the cells' interval ends), beside the map's
+# break-even length and the acceptance rate that reaches it. A length outside the cells' range is
+# not predicted (the map does not extrapolate: measure a cell there).
+
+# %%
+from specnb.analysis import summarize
+from specnb.analysis.breakeven import at_length, map_cells
+from specnb.ledger import arm_configs
+from specnb.ledger.runs import RunError, find_run
+
+try:
+    map_folder = find_run("map", cost_map, "", paths.resolve("ledgers")) if cost_map else None
+except RunError:
+    map_folder = None
+if map_folder is None:
+    display(Markdown(f"No `{cost_map}` map run under ledgers/map/: this section is skipped."))
+    from_map = None
+else:
+    mdf = load_ledgers(map_folder)
+    length = theory.acceptance_length(alpha, k)
+    from_map = at_length(map_cells(summarize(mdf), arm_configs(mdf)), length, k, drafter_method)
+    if from_map.empty:
+        display(Markdown(f"Map `{paths.portable(str(map_folder))}` has no {drafter_method} curve at K={k}."))
+    else:
+        from_map["break_even_alpha"] = [theory.alpha_from_acceptance_length(b, k) if b is not None and b == b else None
+                                        for b in from_map["break_even"]]
+        display(Markdown(f"Map `{paths.portable(str(map_folder))}`: {drafter_method} at K={k}, acceptance rate "
+                         f"{alpha:g} gives acceptance length {length:.2f}."))
+from_map.round(3) if from_map is not None and len(from_map) else None

@@ -27,6 +27,7 @@ import pytest
 
 import specnb
 from specnb import paths
+from specnb.analysis.breakeven import acceptance_check
 from specnb.analysis.point import summarize_point
 from specnb.engine import loadgen, metrics
 from specnb.engine.plugins import ENTRY_POINT_GROUP, synthetic_cpu
@@ -125,6 +126,9 @@ def test_requested_rates_come_back_through_a_sweep(server, tmp_path):
     assert led.results["num_errors"] == 0
     assert "synthetic_acceptance" in led.flags and "spec_no_drafts" not in led.flags
     _assert_rates_match(led.spec_decode.model_dump())
+    # the sweep's own check (a map cell not accepting as set is a failure): the real server passes it
+    check = acceptance_check(CEILING, led.spec_decode.model_dump())
+    assert check is not None and check.ok and check.set_length == pytest.approx(1 + sum(RATES)), check
     assert srv.alive()
     assert "specnb synthetic-acceptance plugin" in Path(srv.log_path).read_text(errors="replace")
 

@@ -24,8 +24,9 @@ import yaml
 
 from specnb import paths
 from specnb.analysis.alerts import threshold_of
+from specnb.analysis.breakeven import below_break_even
 from specnb.cli import main
-from specnb.commands.watch import load_expectation
+from specnb.commands.watch import load_expectation, load_map_line
 from specnb.engine.server import stop_group
 from tests.conftest import require
 from tests.hang import guard
@@ -73,6 +74,10 @@ def test_watch_refuses_what_it_cannot_judge_in_one_line(baseline_server, real_sw
 # --------------------------------------------------------------------------- a real Prometheus
 
 DEMO = paths.LEDGERS / "concurrency" / "cpu-demo" / "20261201T184823Z"
+# the committed break-even map (notebooks/12_map.py): its n-gram K=4 curve is the suite server's kind
+MAP = paths.LEDGERS / "map" / "cpu" / "20261206T103239Z"
+LISTS = ["List 40 different fruits, separated by commas.", "List 40 different animals, separated by commas.",
+         "List 40 countries of the world, separated by commas."]
 # the rules' rate window and for:, short enough for a test; 15 s of free-form traffic at 8 users still
 # holds twice the 200 draft tokens the acceptance rule waits for (about 280 per 10 s on the slower, AVX2
 # machines)
@@ -150,13 +155,14 @@ def test_a_real_prometheus_fires_the_measured_alerts_on_a_real_server(ngram_serv
     specnb watch on the same server says the same at each step."""
     url, model = ngram_server.endpoint.base_url, ngram_server.endpoint.model
     rules_dir = tmp_path / "rules"
-    assert main(["alerts", str(DEMO), "--out", str(rules_dir), "--selector", 'job="vllm"',
+    assert main(["alerts", str(DEMO), "--out", str(rules_dir), "--selector", 'job="vllm"', "--map", str(MAP),
                  "--window", str(WINDOW_S), "--for", str(HOLD_S)]) == 0
     capsys.readouterr()
     (rules,) = rules_dir.glob("*.rules.yml")
     exp = load_expectation(DEMO, None, None)
     threshold = threshold_of(exp)[0]
-    run = ["--run", str(DEMO), "--interval", "1"]
+    mapped = load_map_line(MAP, exp)
+    run = ["--run", str(DEMO), "--map", str(MAP), "--interval", "1"]
     rec = f"specnb:spec_decode_acceptance_rate_{WINDOW_S}s"
     with prometheus(tmp_path, urlparse(url).netloc, rules) as prom, ThreadPoolExecutor(1) as pool:
         def watch(after_s: float, window_s: int):  # specnb watch beside Prometheus, on the same traffic
@@ -175,9 +181,15 @@ def test_a_real_prometheus_fires_the_measured_alerts_on_a_real_server(ngram_serv
             acceptance = _value(prom, rec)  # Prometheus's reading of the real server's counters
             running = _value(prom, f"specnb:num_requests_running:avg_{WINDOW_S}s")
             rc, line = said(seen)
+            length = _value(prom, f"specnb:spec_decode_acceptance_length_{WINDOW_S}s")
+            drafts = _value(prom, f"specnb:spec_decode_drafts:rate_{WINDOW_S}s")
         assert quiet == set(), quiet
         assert acceptance is not None and 0 < acceptance <= 1 and 0.5 < running < threshold, (acceptance, running)
         assert (rc, line["verdict"]) == (0, "pays"), line
+        # the map's own reading of Prometheus's window agrees: copy-style work accepts well above the
+        # break-even at this load (4 users run near the map's c=4 batch)
+        assert below_break_even(mapped, length, drafts * WINDOW_S, running)[0] is False, (length, running)
+        assert "map: acceptance length" in line["why"] and line["map"] == mapped.run, line
 
         with Traffic(url, model, "copy", 24):
             seen = pool.submit(watch, 8, 10)  # once the 24 users are in
@@ -198,3 +210,18 @@ def test_a_real_prometheus_fires_the_measured_alerts_on_a_real_server(ngram_serv
         alert = next(a for a in _api(prom, "/api/v1/alerts")["alerts"]
                      if a["labels"]["alertname"] == "SpecDecodeAcceptanceLow")
         assert alert["labels"]["specnb_run"] == exp.run and "lowest the run measured" in alert["annotations"]["summary"]
+
+        with Traffic(url, model, "", 4, max_tokens=128, texts=LISTS):
+            # lists of names at the map's c=4 batch: ", " recurs, so the n-gram proposer drafts at
+            # nearly every step and the model names something else each time (acceptance length
+            # 1.65 over 245 drafts in 15 s here, 2026-12-06), below the map's break-even there (3.04)
+            seen = pool.submit(watch, WINDOW_S, WINDOW_S)
+            costs = _until(lambda f: "SpecDecodeBelowBreakEven" in f, 150, prom)
+            rc, line = said(seen)
+            length = _value(prom, f"specnb:spec_decode_acceptance_length_{WINDOW_S}s")
+            running = _value(prom, f"specnb:num_requests_running:avg_{WINDOW_S}s")
+        assert "SpecDecodeBelowBreakEven" in costs, (costs, length, running)
+        assert (rc, line["verdict"]) == (1, "below_break_even"), line
+        alert = next(a for a in _api(prom, "/api/v1/alerts")["alerts"]
+                     if a["labels"]["alertname"] == "SpecDecodeBelowBreakEven")
+        assert alert["labels"]["specnb_map"] == mapped.run and "break-even at this load" in alert["annotations"]["summary"]

@@ -1,5 +1,5 @@
 """Steady chat traffic on a real server for the watch and alert tests: ``users`` closed-loop
-clients cycling through a bundled prompt set, greedy, until the block ends (each client finishes
+clients cycling through a bundled prompt set, greedy unless told, until the block ends (each client finishes
 its request in flight). The load the tests put on a server, not a measurement (specnb's own
 client measures, in the sweeps)."""
 
@@ -14,9 +14,12 @@ from specnb.prompts.workload import bundled
 
 class Traffic:
     def __init__(self, url: str, model: str, prompt_set: str, users: int, *, max_tokens: int = 64,
-                 prompts: int = 40):
+                 prompts: int = 40, temperature: float = 0.0, texts: list[str] | None = None):
+        """``prompt_set``: a bundled set, or ``texts``' user messages where given."""
         self.url, self.model, self.users, self.max_tokens = url, model, users, max_tokens
-        self.prompts = [p.messages for p in bundled(prompt_set).prompts][:prompts]
+        self.temperature = temperature
+        self.prompts = ([[{"role": "user", "content": t}] for t in texts] if texts
+                        else [p.messages for p in bundled(prompt_set).prompts][:prompts])
         self.stop = threading.Event()
         self.errors: list[str] = []
         self.threads = [threading.Thread(target=self._user, args=(i,), daemon=True) for i in range(users)]
@@ -25,7 +28,8 @@ class Traffic:
         n = i
         while not self.stop.is_set():
             body = json.dumps({"model": self.model, "messages": self.prompts[n % len(self.prompts)],
-                               "max_tokens": self.max_tokens, "temperature": 0}).encode()
+                               "max_tokens": self.max_tokens, "temperature": self.temperature,
+                               "seed": n}).encode()
             req = urllib.request.Request(self.url + "/v1/chat/completions", body, {"Content-Type": "application/json"})
             try:
                 with urllib.request.urlopen(req, timeout=300) as r:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from specnb.analysis.breakeven import MIN_DRAFTS, WATCH_Z, BreakEvenLine
 from specnb.analysis.watch import ACCEPTANCE_Z, MIN_DRAFT_TOKENS, Expectation
 from specnb.errors import SpecnbError
 
@@ -30,6 +31,7 @@ RECORDED = {
     "acceptance_length": "specnb:spec_decode_acceptance_length",
     "draft_tokens": "specnb:spec_decode_draft_tokens:rate",
     "running": "specnb:num_requests_running:avg",
+    "drafts": "specnb:spec_decode_drafts:rate",
 }
 _MATCHER = re.compile(r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*')
 
@@ -68,8 +70,47 @@ def threshold_of(exp: Expectation) -> tuple[float | None, str]:
     return None, f"no threshold to alert on (the curve {exp.kind})"
 
 
-def rule_groups(exp: Expectation, selector: str = "", window_s: int = 300, for_s: int = 600) -> dict[str, Any]:
-    """The rule file (``groups:``), ready for YAML."""
+def _load_alert(exp: Expectation, rec: dict[str, str], labels: dict[str, str], measured: str, for_: str, *,
+                mapped: bool) -> dict[str, Any] | None:
+    """Running requests past the measured threshold (the drafter now slows the server); where the run
+    paid at every level it measured, past the top of that range, where nobody measured: an alert
+    that says measure there (and, with a map, read its break-even alert), never turn the drafter off."""
+    th, meaning = threshold_of(exp)
+    if th is None:
+        return None
+    summary = f"{{{{ $value | printf \"%.1f\" }}}} requests running, past {th:.1f}: {meaning}"
+    if exp.kind == "above":
+        return {
+            "alert": "SpecDecodeUnmeasuredLoad", "expr": f"{rec['running']} > {th:.3g}", "for": for_,
+            "labels": {**labels, "severity": "info"},
+            "annotations": {
+                "summary": summary,
+                "description": f"{measured}: the drafter paid at every load measured, up to {th:.1f} running "
+                               "requests; nobody measured this one. Measure a level here (a sweep with this "
+                               "concurrency)" + (", and meanwhile read the map's break-even alert "
+                                                 "(SpecDecodeBelowBreakEven)." if mapped else "."),
+            },
+        }
+    near = min((lv for lv in exp.levels if lv.running and lv.running > th), key=lambda lv: lv.running, default=None)
+    slower = (f" At {near.running:.1f} running (c={near.concurrency}) the run measured "
+              f"{near.speedup:.2f}x [{near.lo:.2f}, {near.hi:.2f}].") if near else ""
+    band = (f" (interval {exp.threshold_lo:.1f} to {exp.threshold_hi:.1f})"
+            if exp.threshold_lo is not None and exp.threshold_hi is not None else "")
+    return {
+        "alert": "SpecDecodeAboveThreshold", "expr": f"{rec['running']} > {th:.3g}", "for": for_,
+        "labels": {**labels, "severity": "warning"},
+        "annotations": {
+            "summary": summary,
+            "description": f"{measured}: threshold {th:.1f} running requests{band}.{slower} Turn the drafter "
+                           "off above this load, or deploy the schedule `specnb tune` verifies.",
+        },
+    }
+
+
+def rule_groups(exp: Expectation, selector: str = "", window_s: int = 300, for_s: int = 600,
+                line: BreakEvenLine | None = None) -> dict[str, Any]:
+    """The rule file (``groups:``), ready for YAML; with a map's ``line`` for the served drafter's kind
+    and K, the alert that judges a window's acceptance length against the break-even at its load."""
     sel = "{" + check_selector(selector) + "}" if selector else ""
     w, f = _window(window_s), _window(for_s)
     rec = {k: f"{v}_{w}" for k, v in RECORDED.items()}
@@ -82,29 +123,12 @@ def rule_groups(exp: Expectation, selector: str = "", window_s: int = 300, for_s
         {"record": rec["draft_tokens"], "expr": tokens, "labels": dict(labels)},
         {"record": rec["running"], "expr": f"sum(avg_over_time(vllm:num_requests_running{sel}[{w}]))",
          "labels": dict(labels)},
+        {"record": rec["drafts"], "expr": drafts, "labels": dict(labels)},
     ]
     measured = (f"run {exp.run} ({exp.arm} on {exp.workload}, engine vLLM {exp.engine_version or '?'}, "
                 f"model {exp.model or '?'})")
-    alerts = []
-    th, meaning = threshold_of(exp)
-    if th is not None:
-        near = min((lv for lv in exp.levels if lv.running and lv.running > th), key=lambda lv: lv.running,
-                   default=None)
-        slower = (f" At {near.running:.1f} running (c={near.concurrency}) the run measured "
-                  f"{near.speedup:.2f}x [{near.lo:.2f}, {near.hi:.2f}].") if near else ""
-        band = (f" (interval {exp.threshold_lo:.1f} to {exp.threshold_hi:.1f})"
-                if exp.threshold_lo is not None and exp.threshold_hi is not None else "")
-        alerts.append({
-            "alert": "SpecDecodeAboveThreshold",
-            "expr": f"{rec['running']} > {th:.3g}",
-            "for": f,
-            "labels": {**labels, "severity": "warning"},
-            "annotations": {
-                "summary": f"{{{{ $value | printf \"%.1f\" }}}} requests running, past {th:.1f}: {meaning}",
-                "description": f"{measured}: threshold {th:.1f} running requests{band}.{slower} Turn the drafter "
-                               "off above this load, or deploy the schedule `specnb tune` verifies.",
-            },
-        })
+    load = _load_alert(exp, rec, labels, measured, f, mapped=line is not None)
+    alerts = [load] if load else []
     if exp.acceptance_floor is not None:
         # the watch's rule (specnb.analysis.watch.judge): below the lowest point the run measured by
         # more than ACCEPTANCE_Z standard errors of the window's draft tokens (the per-token variance
@@ -125,6 +149,8 @@ def rule_groups(exp: Expectation, selector: str = "", window_s: int = 300, for_s
                                "threshold again on traffic like today's (`specnb mix`, then a sweep).",
             },
         })
+    if line is not None:
+        alerts.append(_below_break_even(line, rec, labels, sel, w, window_s, f))
     alerts.append({
         "alert": "SpecDecodeNoDrafts",
         "expr": f"{rec['running']} > 0.5 and {rec['draft_tokens']} == 0",
@@ -138,6 +164,48 @@ def rule_groups(exp: Expectation, selector: str = "", window_s: int = 300, for_s
     })
     # no group interval: the server's evaluation_interval applies (a window shorter than it reads no rate)
     return {"groups": [{"name": f"specnb-{exp.arm}-{exp.workload}", "rules": records + alerts}]}
+
+
+def _below_break_even(line: BreakEvenLine, rec: dict[str, str], labels: dict[str, str], sel: str, w: str,
+                      window_s: int, for_: str) -> dict[str, Any]:
+    """The map's alert (specnb.analysis.breakeven.below_break_even, the watch's rule): the window's
+    mean acceptance length below the map's break-even at its running requests (linear between the
+    levels around it), by more than WATCH_Z standard errors of its drafts (the largest variance an
+    accepted count in [0, K] of that mean can have), on windows with MIN_DRAFTS drafts or more; one
+    term per level, each over its range of running requests (none below 0.8 x the lowest level's
+    batch or past 1.5 x the highest's: unmeasured)."""
+    placed = sorted(line.levels, key=lambda lv: lv.running)
+    n = f"({rec['drafts']} * {window_s})"
+    extra = f"clamp(({rec['acceptance_length']} - 1), 0, {line.k})"
+    margin = f"{WATCH_Z:g} * sqrt({extra} * ({line.k} - {extra}) / {n})"
+    terms = []
+    for lo, hi, lv, nxt in line.segments():
+        if lv.floor is None:  # pays at every length the map set there: nothing to fall below
+            continue
+        floor = f"{lv.floor:.4f}"
+        if nxt is not None and nxt.floor is not None:  # linear in running requests up to the next level
+            slope = (nxt.floor - lv.floor) / (nxt.running - lv.running)
+            floor = f"({floor} + clamp_min({rec['running']} - {lv.running:.4g}, 0) * {slope:.4f})"
+        upper = "<=" if nxt is None else "<"
+        terms.append(f"({rec['acceptance_length']} < {floor} - {margin} and {rec['running']} >= {lo:.4g} "
+                     f"and {rec['running']} {upper} {hi:.4g} and {n} >= {MIN_DRAFTS})")
+    levels = "; ".join(f"c={lv.concurrency} ({lv.running:.1f} running): "
+                       + ("pays at every length" if lv.floor is None else
+                          f"{lv.floor:.2f}" + ("" if lv.where == "inside" else " (costs at every length up to it)"))
+                       for lv in placed)
+    return {
+        "alert": "SpecDecodeBelowBreakEven",
+        "expr": " or ".join(terms) if terms else "vector(0) > 1",  # a map that pays everywhere: never fires
+        "for": for_,
+        "labels": {**labels, "severity": "warning", "specnb_map": line.run},
+        "annotations": {
+            "summary": "acceptance length {{ $value | printf \"%.2f\" }} is below the break-even at this load: "
+                       "the drafter now costs, whatever traffic it meets",
+            "description": f"map {line.run} ({line.kind} K={line.k} on {line.workload}); the least acceptance "
+                           f"length that pays, per level: {levels}. Turn the drafter off at this load, or give it "
+                           "traffic it accepts more of.",
+        },
+    }
 
 
 def dashboard(exp: Expectation, selector: str = "", window_s: int = 300) -> dict[str, Any]:

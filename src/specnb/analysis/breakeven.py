@@ -42,7 +42,8 @@ from specnb.ledger.schema import synthetic_rates
 
 __all__ = ["ACCEPTANCE_NOT_AS_SET", "AcceptanceCheck", "Z_ACCEPTANCE", "acceptance_check", "kind_of", "drafter_rows",
            "map_cells", "break_even",
-           "predict", "break_even_lines", "prediction_lines", "drafted_share", "is_map_run"]
+           "predict", "break_even_lines", "prediction_lines", "drafted_share", "is_map_run", "MIN_DRAFTS", "WATCH_Z",
+           "MapLevel", "BreakEvenLine", "break_even_line", "below_break_even", "at_length"]
 
 # standard errors a synthetic arm's measured acceptance length may sit from the one set: a false
 # failure about once in 15,000 points (two-sided normal tail at 4)
@@ -332,3 +333,156 @@ def prediction_lines(pr: pd.DataFrame) -> list[str]:
             line += f"; drafted on {100 * share:.0f}% of steps against the cells' {100 * cshare:.0f}%"
         lines.append(line)
     return lines
+
+
+# -- a live endpoint against the map (specnb watch / specnb alerts --map) ---------------------
+
+# fewer drafts than this in a window: its acceptance length is not judged against the map
+MIN_DRAFTS = 50
+
+
+@dataclass(frozen=True)
+class MapLevel:
+    """One level of a map's curve, in the scheduler's units: the mean running requests its cells
+    ran at, and the least acceptance length that can pay there (``floor``: the break-even where the
+    curve crosses among the cells; the top cell's length where it costs at every length measured, a
+    bound the break-even lies above; None where it pays at every length measured)."""
+
+    concurrency: int
+    running: float
+    floor: float | None
+    where: str
+    break_even: float | None
+    band_lo: float | None
+    band_hi: float | None
+
+
+@dataclass(frozen=True)
+class BreakEvenLine:
+    """A map's break-even for one drafter kind and K on one workload, level by level."""
+
+    run: str
+    kind: str
+    k: int
+    workload: str
+    levels: list[MapLevel]
+
+    def segments(self) -> list[tuple[float, float, MapLevel, MapLevel | None]]:
+        """The running-request ranges the map judges, each with the level at its start and the next:
+        from 0.8 x the lowest level's batch to 1.5 x the highest's (beyond: unmeasured). A closed loop's
+        measured batch sits below its concurrency (the gaps between a client's requests), a live
+        endpoint's near its users: 1.5 x keeps a live load of the top level's users inside."""
+        placed = sorted(self.levels, key=lambda lv: lv.running)
+        out = []
+        for i, lv in enumerate(placed):
+            lo = placed[0].running * 0.8 if i == 0 else lv.running
+            nxt = placed[i + 1] if i + 1 < len(placed) else None
+            out.append((lo, nxt.running if nxt else lv.running * 1.5, lv, nxt))
+        return out
+
+    def at(self, running: float) -> tuple[float | None, str] | None:
+        """The break-even a window at ``running`` requests is judged against, and where it is read:
+        linear in running requests between the two levels around it (both with a floor); the level's
+        own below the first level's batch and past the last; ``(None, where)`` where the level below
+        pays at every length the map set; None outside the judged range (unmeasured)."""
+        for lo, hi, lv, nxt in self.segments():
+            if lo <= running <= hi:
+                if lv.floor is None or nxt is None or nxt.floor is None or running <= lv.running:
+                    return lv.floor, f"c={lv.concurrency}"
+                slope = (nxt.floor - lv.floor) / (nxt.running - lv.running)
+                return lv.floor + (running - lv.running) * slope, f"between c={lv.concurrency} and c={nxt.concurrency}"
+        return None
+
+    def margin(self, length: float, drafts: float) -> float:
+        """Z standard errors of a window's mean acceptance length over ``drafts`` drafts, with the
+        largest variance an accepted count in [0, K] of that mean can have (Bhatia-Davis)."""
+        extra = min(max(length - 1.0, 0.0), float(self.k))
+        return WATCH_Z * math.sqrt(extra * (self.k - extra) / drafts) if drafts > 0 else math.inf
+
+
+# one-sided, as the watch's acceptance rule (specnb.analysis.watch.ACCEPTANCE_Z)
+WATCH_Z = 3.0
+
+
+def break_even_line(df: pd.DataFrame, run: str, kind: str, k: int, workload: str | None = None) -> BreakEvenLine:
+    """From a map run's frame: the curve of ``kind`` at ``k`` (on ``workload``, named where the map
+    has several), placed in running requests by the batch its cells ran at each level."""
+    from specnb.analysis.pairing import AnalysisError, usable
+    from specnb.analysis.schedule import measured_batch
+    from specnb.analysis.tables import summarize
+    from specnb.ledger import arm_configs
+
+    ok = usable(df)
+    configs = arm_configs(df)
+    be = break_even(map_cells(summarize(df), configs)) if len(ok) else pd.DataFrame()
+    have = sorted({(r["kind"], int(r["k"])) for r in be.to_dict("records")}) if len(be) else []
+    mine = be[(be["kind"] == kind) & (be["k"] == k)] if len(be) else be
+    if mine.empty:
+        raise AnalysisError(f"map {run} has no curve for {kind} at K={k} (it has: "
+                            f"{', '.join(f'{a} K={b}' for a, b in have) or 'none'})")
+    workloads = sorted(set(mine["workload"]))
+    if workload is None and len(workloads) > 1:
+        raise AnalysisError(f"map {run} has {kind} K={k} on workloads {workloads}: name one")
+    workload = workload or workloads[0]
+    if workload not in workloads:
+        workload = workloads[0] if len(workloads) == 1 else None
+        if workload is None:
+            raise AnalysisError(f"map {run} has no {kind} K={k} curve on that workload (it has {workloads})")
+    mine = mine[mine["workload"] == workload]
+    batch = measured_batch(ok[ok["workload"] == workload])
+    levels = []
+    for r in mine.sort_values("concurrency").to_dict("records"):
+        cells = [a for a, cfg in configs.items() if is_ceiling(cfg) and kind_of(cfg) == kind and cfg.get(K_KEY) == k]
+        ran = [batch[(a, int(r["concurrency"]))] for a in cells if (a, int(r["concurrency"])) in batch]
+        floor = r["break_even"] if r["where"] == "inside" else (max(r["lengths"]) if r["where"] == "above" else None)
+        levels.append(MapLevel(int(r["concurrency"]), float(np.mean(ran)) if ran else float(r["concurrency"]),
+                               floor, r["where"], _num(r["break_even"]), _num(r["band_lo"]), _num(r["band_hi"])))
+    return BreakEvenLine(run=run, kind=kind, k=k, workload=workload, levels=levels)
+
+
+def _num(x: Any) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def below_break_even(line: BreakEvenLine, length: float | None, drafts: float | None,
+                     running: float) -> tuple[bool | None, str]:
+    """Whether a window's mean acceptance length is below the map's break-even at its load: True
+    (below by more than its sampling error: the drafter now costs, whatever traffic it meets), False,
+    or None (not judged), with the phrase that says why."""
+    found = line.at(running)
+    if found is None:
+        lo, hi = min(x.running for x in line.levels), max(x.running for x in line.levels)
+        return None, f"the map has no level near {running:.1f} running (it measured {lo:.1f} to {hi:.1f})"
+    floor, where = found
+    if length is None or not drafts or drafts < MIN_DRAFTS:
+        return None, f"{drafts or 0:.0f} drafts in the window ({MIN_DRAFTS} needed to judge it against the map)"
+    if floor is None:
+        return False, f"the map's {line.kind} K={line.k} pays at every length it measured at {where}"
+    margin = line.margin(length, drafts)
+    text = (f"acceptance length {length:.2f} against the map's break-even {floor:.2f} at {running:.1f} running "
+            f"({where}; less {margin:.2f} for this window's {drafts:.0f} drafts)")
+    return length < floor - margin, text
+
+
+def at_length(cells: pd.DataFrame, length: float, k: int, method: str | None = None) -> pd.DataFrame:
+    """The map as the calculator's cost side: for every curve at K = ``k`` (of a kind whose method is
+    ``method``, where given), the speedup its cells give at acceptance length ``length`` (with the
+    band read off the cells' interval ends; None outside the cells, ``where`` says which side) and
+    the curve's break-even (:func:`break_even`)."""
+    be = break_even(cells)
+    rows = []
+    for key, ce in _curves(cells).items():
+        cond, wl, kind, kk, c = key
+        if int(kk) != int(k) or (method and not str(kind).startswith(method)):
+            continue
+        xs = ce["acceptance_length"].to_numpy(float)
+        p, where = _interp(float(length), xs, ce["speedup"].to_numpy(float))
+        lo, _ = _interp(float(length), xs, ce["speedup_lo"].to_numpy(float))
+        hi, _ = _interp(float(length), xs, ce["speedup_hi"].to_numpy(float))
+        b = be[(be["kind"] == kind) & (be["k"] == kk) & (be["concurrency"] == c) & (be["workload"] == wl)]
+        b = b.iloc[0] if len(b) else None
+        rows.append({"workload": wl, "kind": kind, "k": int(kk), "concurrency": c, "length": float(length),
+                     "predicted": p, "predicted_lo": lo, "predicted_hi": hi, "where": where,
+                     "break_even": None if b is None else _num(b["break_even"]),
+                     "break_even_where": None if b is None else b["where"]})
+    return pd.DataFrame(rows)

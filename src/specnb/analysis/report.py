@@ -120,6 +120,36 @@ def drafters(run: RunRecords, opts: ReportOptions) -> list[str]:
     return choice_lines(drafter_choice(sp, arm_configs(run.df)), sp.confidence) if sp is not None else []
 
 
+def break_even_map(run: RunRecords, opts: ReportOptions) -> list[str]:
+    """Where a run holds synthetic-acceptance cells of one drafter kind at two acceptance lengths or
+    more (a map, :mod:`specnb.analysis.breakeven`): the break-even acceptance length per kind, K and
+    level with its band, and the run's real drafters read against their kind's cells."""
+    from specnb.analysis.breakeven import (
+        break_even,
+        break_even_lines,
+        drafted_share,
+        is_map_run,
+        map_cells,
+        predict,
+        prediction_lines,
+    )
+    from specnb.analysis.pairing import usable
+    from specnb.ledger import arm_configs
+
+    sp = _closed_speedups(run, opts)
+    configs = arm_configs(run.df)
+    if sp is None or not is_map_run(sp.table, configs):
+        return []
+    cells = map_cells(sp.table, configs)
+    out = ["", "break-even map (synthetic acceptance set, the proposer real; the least acceptance length that pays, "
+               "linear between the cells, [band: where the cells' intervals include 1.0]):",
+           *break_even_lines(break_even(cells))]
+    pred = prediction_lines(predict(cells, drafted_share(usable(run.df))))
+    if pred:
+        out += ["", "real drafters read against their kind's cells at their measured acceptance length:", *pred]
+    return out
+
+
 def kv(run: RunRecords, opts: ReportOptions) -> list[str]:
     """The KV pool each drafter arm's server had against the baseline's (seed 000)."""
     closed, _ = _split(run.df)
@@ -318,7 +348,7 @@ def conditions(run: RunRecords, opts: ReportOptions) -> list[str]:
 
 
 # the report's sections, in the order it prints them
-SECTIONS: tuple[Section, ...] = (machine, paired, drafters, kv, open_loop, goodput_under_slos, schedule, startup,
+SECTIONS: tuple[Section, ...] = (machine, paired, drafters, break_even_map, kv, open_loop, goodput_under_slos, schedule, startup,
                                  refused, lossless_check, categories, failures, flags, structured, conversation, layout,
                                  search, timing, predicted, conditions)
 ANATOMY_SECTIONS: tuple[Section, ...] = (anatomy,)  # a run of profiled windows, no paired points

@@ -43,6 +43,7 @@ IDLE_RUNNING = 0.05
 class Verdict(StrEnum):
     PAYS = "pays"
     ABOVE_THRESHOLD = "above_threshold"
+    BELOW_BREAK_EVEN = "below_break_even"
     ACCEPTANCE_FELL = "acceptance_fell"
     SPEC_OFF = "spec_off"
     IDLE = "idle"
@@ -268,8 +269,11 @@ class WindowStats:
                 "draft_tok_s": self.draft_tok_s, "output_tok_s": self.output_tok_s}
 
 
-def judge(w: WindowStats, exp: Expectation | None) -> tuple[Verdict, str]:
-    """The window's verdict against the run, and why, in one phrase."""
+def judge(w: WindowStats, exp: Expectation | None, line: Any = None) -> tuple[Verdict, str]:
+    """The window's verdict against the run, and why, in one phrase; with a break-even map's ``line``
+    (:class:`specnb.analysis.breakeven.BreakEvenLine` for the served drafter's kind and K), a window
+    whose acceptance length is below the break-even at its load first (the drafter costs there,
+    whatever traffic it meets), and the map's reading added to every other verdict."""
     if w.drafts is None:
         return Verdict.UNKNOWN, "the endpoint exports no speculative-decoding metrics (is a drafter configured?)"
     if w.running_mean < IDLE_RUNNING and w.output_tokens == 0:
@@ -279,6 +283,19 @@ def judge(w: WindowStats, exp: Expectation | None) -> tuple[Verdict, str]:
                                   "(a grammar, a fallback or a schedule at K = 0)")
     if exp is None:
         return Verdict.UNKNOWN, "no run to hold it against (--run)"
+    mapped = ""
+    if line is not None:
+        from specnb.analysis.breakeven import below_break_even
+
+        below, said = below_break_even(line, w.acceptance_length, w.drafts, w.running_mean)
+        if below:
+            return Verdict.BELOW_BREAK_EVEN, f"below break-even at this load: {said}"
+        mapped = f"; map: {said}"
+    verdict, why = _against_run(w, exp)
+    return verdict, why + mapped
+
+
+def _against_run(w: WindowStats, exp: Expectation) -> tuple[Verdict, str]:
     rate, floor = w.acceptance_rate, exp.acceptance_floor
     if rate is not None and floor is not None and (w.draft_tokens or 0) >= MIN_DRAFT_TOKENS:
         # below the lowest point the run measured by more than the window's own sampling error:

@@ -44,6 +44,28 @@ def load_expectation(run: Path, arm: str | None, workload: str | None):
         raise SpecnbError(str(exc)) from None
 
 
+def load_map_line(folder: Path, exp):
+    """The break-even map run's line for the run's drafter kind and K (:mod:`specnb.analysis.breakeven`),
+    on the run's workload where the map has it (else the map's only one)."""
+    from specnb.analysis.breakeven import break_even_line, kind_of
+    from specnb.ledger.records import load_run
+
+    if exp is None:
+        raise SpecnbError("--map needs --run: the run's drafter says which of the map's kinds to read")
+    if not folder.is_dir():
+        raise SpecnbError(f"--map {folder}: no such run folder")
+    rec = load_run(folder)
+    if rec.df.empty:
+        raise SpecnbError(f"--map {folder}: no ledgers under {rec.folder}")
+    kind = kind_of(exp.speculative_config)
+    if kind is None or exp.k is None:
+        raise SpecnbError(f"--map: the run's {exp.arm} has no speculative config to find its kind by")
+    try:
+        return break_even_line(rec.df, paths.portable(str(rec.folder)), kind, exp.k, exp.workload)
+    except AnalysisError as exc:
+        raise SpecnbError(f"--map: {exc}") from None
+
+
 def check_endpoint(url: str, exp) -> list[str]:
     """Refusals (one line each) when the endpoint cannot be held against the run: unreachable,
     no speculative metrics, another model or another K than the run measured."""
@@ -78,6 +100,7 @@ class WatchArgs(CliArgs):
     run: Path | None
     arm: str | None
     workload: str | None
+    map: Path | None
     interval: float
     window: float
     once: bool
@@ -99,6 +122,8 @@ class Watch(Command):
                        "whose measured answer the endpoint is held against")
         p.add_argument("--arm", help="the run's drafter arm the endpoint serves (needed when it has several)")
         p.add_argument("--workload", help="the run's workload the traffic looks like (needed when it has several)")
+        p.add_argument("--map", type=Path, help="a break-even map run (notebooks/12_map.py): each window's acceptance "
+                       "length is also judged against the break-even of the run's drafter kind and K at its load")
         p.add_argument("--interval", type=float, default=10.0, metavar="S", help="seconds between reads (default 10)")
         p.add_argument("--window", type=float, default=60.0, metavar="S",
                        help="seconds of counters each line covers (default 60)")
@@ -118,6 +143,7 @@ class Watch(Command):
         if a.interval <= 0 or a.window <= 0:
             raise SpecnbError("--interval and --window take seconds above 0")
         exp = load_expectation(a.run, a.arm, a.workload) if a.run else None
+        line = load_map_line(a.map, exp) if a.map else None
         refused = check_endpoint(a.url, exp)
         for line in refused:
             print(f"specnb: {line}", file=sys.stderr)
@@ -126,19 +152,21 @@ class Watch(Command):
         if exp is not None and not a.json:
             th = f"{exp.threshold_running:.1f} running" if exp.threshold_running is not None else exp.kind
             acc = f"{exp.acceptance_floor:.0%}" if exp.acceptance_floor is not None else "-"
+            mapped = (f"; break-even from {line.run} ({line.kind} K={line.k})" if line else "")
             print(f"watching {a.url} against {exp.run} ({exp.arm} on {exp.workload}; threshold {th}; "
-                  f"acceptance floor {acc})", file=sys.stderr)
+                  f"acceptance floor {acc}{mapped})", file=sys.stderr)
         interval = min(a.interval, a.window) if a.once else a.interval
         verdict = None
         try:
             for w in windows(a.url, interval_s=interval, window_s=a.window, full_only=a.once,
                              count=1 if a.once else a.count):
-                verdict, why = judge(w, exp)
+                verdict, why = judge(w, exp, line)
                 if a.json:
                     print(json.dumps({"time": datetime.now(UTC).isoformat(timespec="seconds"),
                                       "verdict": verdict.value, "why": why, **w.to_dict(),
                                       "run": exp.run if exp else None, "arm": exp.arm if exp else None,
-                                      "workload": exp.workload if exp else None}), flush=True)
+                                      "workload": exp.workload if exp else None,
+                                      "map": line.run if line else None}), flush=True)
                 else:
                     print(status_line(w, verdict, why), flush=True)
         except KeyboardInterrupt:  # the way a watch loop ends: nothing to keep or resume

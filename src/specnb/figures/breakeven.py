@@ -35,8 +35,16 @@ def _curve_panel(ax, g: pd.DataFrame, title: str) -> None:
     ax.legend(fontsize=7, loc="upper left")
 
 
+def _short(kinds: list[str]) -> dict[str, str]:
+    """A kind as a legend names it: its method (a draft model's folder after ':' dropped), the whole
+    name where two kinds would read the same."""
+    short = {k: k.split("(")[0].split(":")[0] for k in kinds}
+    return {k: (s if list(short.values()).count(s) == 1 else k) for k, s in short.items()}
+
+
 def _break_even_panel(ax, be: pd.DataFrame, real: pd.DataFrame) -> None:
     colors = plt.get_cmap("tab10")
+    names = _short(sorted(set(be["kind"])))
     for i, ((kind, k), g) in enumerate(be.groupby(["kind", "k"], sort=True)):
         g = g.sort_values("concurrency")
         color = colors(i % 10)
@@ -50,7 +58,7 @@ def _break_even_panel(ax, be: pd.DataFrame, real: pd.DataFrame) -> None:
               for r in g.to_dict("records")]
         ax.fill_between(x, lo, hi, color=color, alpha=0.18, lw=0)
         y = g["break_even"].to_numpy(float)
-        label = f"{kind} K={k}"
+        label = f"{names[kind]} K={k}"
         ax.plot(x, y, "o-", color=color, label=label)
         for r in g.to_dict("records"):
             if r["where"] != "inside":  # no crossing among the cells: an arrow to the side it lies on
@@ -60,12 +68,12 @@ def _break_even_panel(ax, be: pd.DataFrame, real: pd.DataFrame) -> None:
         mine = real[(real["kind"] == kind) & (real["k"] == k)]
         if len(mine):
             ax.plot(mine["concurrency"], mine["acceptance_length"], "*", ms=11, color=color, mec="black", mew=0.6,
-                    label=f"{kind} K={k}: real drafter's acceptance")
+                    label=f"{names[kind]} K={k}: its real drafter's acceptance")
     levels = sorted(be["concurrency"].unique())
     panels.concurrency_axis(ax, [int(c) for c in levels])
     ax.set_ylabel("acceptance length")
-    ax.set_title("break-even acceptance length (band: the cells' intervals include 1.0)", fontsize=9)
-    ax.legend(fontsize=7, loc="best")
+    ax.set_title("break-even acceptance length\n(band: where the cells' intervals include 1.0)", fontsize=9)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
 
 
 def map_figure(cells: pd.DataFrame, be: pd.DataFrame) -> Figure:
@@ -73,7 +81,7 @@ def map_figure(cells: pd.DataFrame, be: pd.DataFrame) -> Figure:
     panel (``be``: :func:`specnb.analysis.breakeven.break_even`) on the right."""
     keys = [k for k in ("condition", "workload", "kind", "k") if k in cells.columns]
     groups = list(cells.groupby(keys, sort=True)) if len(cells) else []
-    fig, axes = panels.new_figure(ncols=len(groups) + 1, width=4.4, height=3.4)
+    fig, axes = panels.new_figure(ncols=len(groups) + 1, width=4.4, height=3.8)
     for ax, (key, g) in zip(axes[0], groups, strict=False):
         named = dict(zip(keys, key, strict=True))
         cond = f"{named['condition']} · " if named.get("condition") not in (None, "default") else ""

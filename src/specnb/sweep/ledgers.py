@@ -42,6 +42,7 @@ from specnb.sweep.arm import Arm
 from specnb.sweep.spec import SweepError, SweepSpec
 
 __all__ = ["PointPlace", "PointSize", "RunFacts", "point_fields", "load_shape", "failure_ledger", "measured_ledger", "point_flags", "request_failure",
+           "acceptance_failure",
            "workload_record", "sweep_record", "timing_record", "CLIENT_BUSY"]
 
 CLIENT_BUSY = loadgen.CLIENT_BUSY  # share of one core above which the client itself may be the bottleneck
@@ -166,9 +167,8 @@ def measured_ledger(spec: SweepSpec, arm: Arm, in_flight: int, fields: dict[str,
             kv.update(source="cache_config_info", tokens_per_engine=per_engine, total_tokens=sum(per_engine))
     ok = results["num_ok"] > 0 and results["error_share"] <= spec.max_error_share
     failure = None if ok else request_failure(results, spec.max_error_share, engine_cause(engine_log))
-    check = acceptance_check(arm.speculative_config, sd) if ok else None
-    if check is not None and not check.ok:  # a synthetic arm that did not accept as set: no cell of a map
-        ok, failure = False, Failure(error_type=ACCEPTANCE_NOT_AS_SET, message=check.message())
+    if ok and (failure := acceptance_failure(arm, sd)) is not None:
+        ok = False  # a synthetic arm that did not accept as set: no cell of a map (retried on resume)
     flags = point_flags(arm, results, sd, cache, reset, in_flight, spec.max_error_share)
     if fallback:
         flags.append(Flag.ENGINE_FALLBACK)
@@ -280,6 +280,15 @@ def point_flags(arm: Arm, results: dict[str, Any], sd: dict[str, Any] | None, ca
     return flags
 
 
+
+
+def acceptance_failure(arm: Arm, sd: dict[str, Any] | None) -> Failure | None:
+    """A synthetic-acceptance arm's point whose measured acceptance length is not the one set
+    (:func:`specnb.analysis.breakeven.acceptance_check`) is a failure, said; None otherwise."""
+    check = acceptance_check(arm.speculative_config, sd)
+    if check is None or check.ok:
+        return None
+    return Failure(error_type=ACCEPTANCE_NOT_AS_SET, message=check.message())
 
 
 def request_failure(results: dict[str, Any], max_error_share: float, cause: str | None = None) -> Failure:

@@ -210,3 +210,125 @@ def test_watch_plot_refuses_what_it_cannot_draw_in_one_line(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and said in err[0], (name, err)
     assert not list(tmp_path.glob("*.svg"))
+
+
+# --------------------------------------------------------------------------- against a break-even map
+
+def _line(floor1=1.6, where1="inside"):
+    from specnb.analysis.breakeven import BreakEvenLine, MapLevel
+
+    return BreakEvenLine(run="map", kind="ngram(prompt_lookup_max=4)", k=4, workload="copy", levels=[
+        MapLevel(1, 1.0, floor1, where1, floor1 if where1 == "inside" else None, None, None),
+        MapLevel(4, 3.9, 4.5, "above", None, None, None)])
+
+
+@pytest.mark.parametrize("window,verdict", [
+    (dict(running=1.0, drafts=200.0, draft_tokens=800.0, accepted=640.0), Verdict.PAYS),  # 4.2 >> 1.6
+    (dict(running=4.0, drafts=1000.0, draft_tokens=4000.0, accepted=3200.0), Verdict.BELOW_BREAK_EVEN),  # 4.2 < 4.5
+    (dict(running=4.0, drafts=200.0, draft_tokens=800.0, accepted=640.0), Verdict.PAYS),  # 4.2 within 0.34 of 4.5
+    (dict(running=4.0, drafts=20.0, draft_tokens=80.0, accepted=64.0), Verdict.PAYS),  # too few drafts to judge
+    (dict(running=3.0, drafts=200.0, draft_tokens=800.0, accepted=640.0), Verdict.PAYS),  # 3.6 between the levels
+    (dict(running=3.0, drafts=1000.0, draft_tokens=4000.0, accepted=2000.0), Verdict.BELOW_BREAK_EVEN),  # 3.0 < 3.6
+    (dict(running=6.0, drafts=200.0, draft_tokens=800.0, accepted=640.0), Verdict.PAYS),  # past the map: unmeasured
+])
+def test_a_window_is_judged_against_the_break_even_at_its_load(demo, window, verdict):
+    got, why = judge(_w(**window), demo, _line())
+    assert got == verdict, why
+    if verdict == Verdict.BELOW_BREAK_EVEN:
+        assert "below break-even at this load: acceptance length" in why and "break-even " in why
+    else:
+        assert "map: " in why
+
+
+def test_the_break_even_is_read_between_the_levels_around_the_windows_load():
+    line = _line()
+    assert line.at(1.0) == (1.6, "c=1") and line.at(0.85) == (1.6, "c=1")  # from 0.8 x the first level's batch
+    floor, where = line.at(2.45)
+    assert floor == pytest.approx(1.6 + 1.45 * 2.9 / 2.9) and where == "between c=1 and c=4"
+    assert line.at(4.5) == (4.5, "c=4") and line.at(0.7) is None and line.at(5.9) is None  # 1.5 x 3.9 = 5.85
+    assert _line(floor1=None, where1="below").at(2.0) == (None, "c=1")  # pays at every length there
+
+
+def test_the_break_even_margin_is_the_widest_a_bounded_count_allows():
+    line = _line()
+    # accepted per draft in [0, 4] with mean 3.2: variance at most 3.2 * 0.8 (Bhatia-Davis)
+    assert line.margin(4.2, 100) == pytest.approx(3.0 * (3.2 * 0.8 / 100) ** 0.5)
+    assert line.margin(1.0, 100) == 0.0 and line.margin(5.0, 100) == 0.0
+
+
+def test_promtool_fires_the_break_even_alert_only_below_the_map_at_a_measured_load(tmp_path, demo):
+    require(shutil.which("promtool") is not None, "promtool", "make prometheus installs Debian's prometheus")
+    lab = 'job="vllm"'
+    groups = rule_groups(demo, lab, window_s=60, for_s=120, line=_line())
+    rules = tmp_path / "map.rules.yml"
+    rules.write_text(yaml.safe_dump(groups))
+    check = subprocess.run([PROMTOOL, "check", "rules", str(rules)], capture_output=True, text=True,
+                           timeout=guard("child_start"))
+    assert check.returncode == 0, check.stdout + check.stderr
+    (alert,) = [r for r in groups["groups"][0]["rules"] if r.get("alert") == "SpecDecodeBelowBreakEven"]
+
+    def series(running, drafts_per_min, length):
+        return [{"series": f'vllm:num_requests_running{{{lab}}}', "values": f"{running}x30"},
+                {"series": f'vllm:spec_decode_num_drafts_total{{{lab}}}', "values": f"0+{drafts_per_min}x30"},
+                {"series": f'vllm:spec_decode_num_draft_tokens_total{{{lab}}}', "values": f"0+{drafts_per_min * 4}x30"},
+                {"series": f'vllm:spec_decode_num_accepted_tokens_total{{{lab}}}',
+                 "values": f"0+{drafts_per_min * (length - 1)}x30"}]
+
+    cases = [("pays at c=1", series(1, 1000, 4.2), None), ("below at c=4", series(4, 1000, 4.2), 4.2),
+             ("too few drafts", series(4, 20, 4.2), None), ("past the map", series(10, 1000, 4.2), None),
+             ("within the margin", series(4, 100, 4.2), None), ("low but at c=1", series(1.2, 1000, 1.3), 1.3)]
+    labels = {"severity": "warning", "specnb_run": "demo", "specnb_arm": "ngram-k4", "specnb_workload": "copy",
+              "specnb_map": "map"}
+
+    def said(value):  # the annotations with $value rendered as the series make it
+        tmpl = '{{ $value | printf "%.2f" }}'
+        return {k: v.replace(tmpl, f"{value:.2f}") for k, v in alert["annotations"].items()}
+
+    tests = {"rule_files": [rules.name], "evaluation_interval": "1m", "tests": [
+        {"name": name, "interval": "1m", "input_series": s, "alert_rule_test": [
+            {"eval_time": "10m", "alertname": "SpecDecodeBelowBreakEven",
+             "exp_alerts": [{"exp_labels": labels, "exp_annotations": said(fires)}] if fires else []}]}
+        for name, s, fires in cases]}
+    spec = tmp_path / "map.test.yml"
+    spec.write_text(yaml.safe_dump(tests))
+    run = subprocess.run([PROMTOOL, "test", "rules", spec.name], capture_output=True, text=True,
+                         timeout=guard("child_start"), cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "c=4 (3.9 running): 4.50 (costs at every length up to it)" in alert["annotations"]["description"]
+
+
+def test_a_run_that_paid_everywhere_says_measure_past_its_top_never_turn_off(demo):
+    paid = replace(demo, kind="above", threshold_running=None)
+    names = {r.get("alert"): r for r in rule_groups(paid)["groups"][0]["rules"]}
+    assert "SpecDecodeAboveThreshold" not in names
+    unmeasured = names["SpecDecodeUnmeasuredLoad"]["annotations"]
+    assert "nobody measured this one" in unmeasured["description"]
+    assert "turn the drafter off" not in unmeasured["description"].lower()
+    assert "unmeasured" in unmeasured["summary"]
+
+
+MAP = paths.LEDGERS / "map" / "cpu" / "20261206T103239Z"
+
+
+def test_the_committed_map_gives_the_served_drafters_line_in_running_requests(demo):
+    from specnb.commands.watch import load_map_line
+
+    line = load_map_line(MAP, demo)  # the demo's ngram-k4: the map's n-gram kind at K=4
+    assert (line.kind, line.k, line.workload) == ("ngram(prompt_lookup_max=4)", 4, "copy")
+    c1, c4 = sorted(line.levels, key=lambda lv: lv.concurrency)
+    assert 0 < c1.running < c4.running <= 4  # a closed loop's batch: at most its concurrency
+    assert c1.where == c4.where == "inside" and 1.0 < c1.floor < c4.floor  # the break-even rises with load
+
+
+def test_a_map_that_cannot_judge_the_served_drafter_is_refused_in_one_line(tmp_path, capsys, demo):
+    head = replace(demo, speculative_config={"method": "eagle3", "model": "x/other-head", "num_speculative_tokens": 3})
+    from specnb.commands.watch import load_map_line
+    from specnb.errors import SpecnbError
+
+    with pytest.raises(SpecnbError, match=r"no curve for eagle3:other-head at K=3 \(it has: eagle3:SmolLM2"):
+        load_map_line(MAP, head)
+    assert main(["alerts", str(DEMO), "--out", str(tmp_path), "--map", str(tmp_path / "none")]) == 2
+    assert main(["watch", "http://127.0.0.1:9", "--map", str(MAP), "--once"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "--map" in err[0] and "no such run folder" in err[0] and "--map needs --run" in err[1]
+    assert not list(tmp_path.glob("*.yml"))

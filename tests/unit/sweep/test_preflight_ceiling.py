@@ -74,8 +74,8 @@ def test_plugin_that_cannot_patch_this_build_is_refused(engine, status):
 
 
 def test_drafter_that_does_not_run_on_cpu_is_refused(engine):
-    eagle = {**CEILING, "method": "eagle3", "model": "org/head"}
-    _one_line_error(spec({"name": "ceil", "speculative_config": eagle}), "method 'eagle3'")
+    mtp = {k: v for k, v in CEILING.items() if not k.startswith("prompt_")} | {"method": "mtp"}
+    _one_line_error(spec({"name": "ceil", "speculative_config": mtp}), "method 'mtp'")
     draft = {k: v for k, v in CEILING.items() if not k.startswith("prompt_") and k != "method"}
     prepare(spec({"name": "ceil", "speculative_config": {**draft, "model": "org/draft"}}))  # draft_model runs
 
