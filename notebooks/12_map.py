@@ -30,11 +30,13 @@
 # `acceptance_map.real`, each kind's own drafter runs beside its cells, and the map predicts its
 # speedup from its measured acceptance.
 #
-# The CPU default (`make measure-map`, about 30 minutes on two cores): n-gram at K=4 and the
-# EAGLE-3 head trained here at K=3, acceptance lengths 1.25 to 4.5, copy-style work at c=1 and 4,
-# three server starts per arm. `notebooks/params/gpu/map.yaml` is the same study for a GPU: the
-# map is what a GPU user measures first (one baseline and a few cells answer for every drafter
-# of a kind they might train).
+# The CPU default (`make measure-map`): n-gram at K=4 and the EAGLE-3 head trained here at K=3,
+# acceptance lengths 1.25 to 4.5, copy-style work at c=1 and 4, four server starts per arm: 10
+# servers per start, about 39 minutes on two cores (the committed run: 29.5 min for three starts,
+# 10 for the fourth); `-p` or a parameter file with `acceptance_map.real = False` leaves the two
+# real drafters out (8 servers per start, about 31 minutes). `notebooks/params/gpu/map.yaml` is the
+# same study for a GPU: the map is what a GPU user measures first (one baseline and a few cells
+# answer for every drafter of a kind they might train).
 
 # %% tags=["parameters"]
 measure = False  # True: start vLLM and measure a new run before the analysis (minutes)

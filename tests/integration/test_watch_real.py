@@ -214,7 +214,8 @@ def test_a_real_prometheus_fires_the_measured_alerts_on_a_real_server(ngram_serv
         with Traffic(url, model, "", 4, max_tokens=128, texts=LISTS):
             # lists of names at the map's c=4 batch: ", " recurs, so the n-gram proposer drafts at
             # nearly every step and the model names something else each time (acceptance length
-            # 1.65 over 245 drafts in 15 s here, 2026-12-06), below the map's break-even there (3.04)
+            # 1.65 over 245 drafts in 15 s here, 2026-12-06), below the length under which the map's
+            # cells lose there (its band's lower end, 2.15; the break-even is 3.04)
             seen = pool.submit(watch, WINDOW_S, WINDOW_S)
             costs = _until(lambda f: "SpecDecodeBelowBreakEven" in f, 150, prom)
             rc, line = said(seen)

@@ -190,8 +190,8 @@ def _below_break_even(line: BreakEvenLine, rec: dict[str, str], labels: dict[str
         terms.append(f"({rec['acceptance_length']} < {floor} - {margin} and {rec['running']} >= {lo:.4g} "
                      f"and {rec['running']} {upper} {hi:.4g} and {n} >= {MIN_DRAFTS})")
     levels = "; ".join(f"c={lv.concurrency} ({lv.running:.1f} running): "
-                       + ("pays at every length" if lv.floor is None else
-                          f"{lv.floor:.2f}" + ("" if lv.where == "inside" else " (costs at every length up to it)"))
+                       + ("no cell shown to lose" if lv.floor is None else
+                          f"{lv.floor:.2f}" + ("" if lv.band_lo is not None else " (every cell loses up to it)"))
                        for lv in placed)
     return {
         "alert": "SpecDecodeBelowBreakEven",
@@ -201,9 +201,9 @@ def _below_break_even(line: BreakEvenLine, rec: dict[str, str], labels: dict[str
         "annotations": {
             "summary": "acceptance length {{ $value | printf \"%.2f\" }} is below the break-even at this load: "
                        "the drafter now costs, whatever traffic it meets",
-            "description": f"map {line.run} ({line.kind} K={line.k} on {line.workload}); the least acceptance "
-                           f"length that pays, per level: {levels}. Turn the drafter off at this load, or give it "
-                           "traffic it accepts more of.",
+            "description": f"map {line.run} ({line.kind} K={line.k} on {line.workload}); the acceptance length "
+                           f"below which the map's cells lose (its band's lower end), per level: {levels}. Turn the "
+                           "drafter off at this load, or give it traffic it accepts more of.",
         },
     }
 

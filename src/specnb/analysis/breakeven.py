@@ -38,6 +38,8 @@ import numpy as np
 import pandas as pd
 
 from specnb.analysis.ceiling import SYNTHETIC_KEYS, is_ceiling
+from specnb.analysis.schedule import SCHEDULE_KEYS
+from specnb.ledger.names import PLAIN_CONDITION
 from specnb.ledger.schema import synthetic_rates
 
 __all__ = ["ACCEPTANCE_NOT_AS_SET", "AcceptanceCheck", "Z_ACCEPTANCE", "acceptance_check", "kind_of", "drafter_rows",
@@ -99,7 +101,13 @@ def acceptance_check(config: Mapping[str, Any] | None, spec_decode: Mapping[str,
 
 
 def _proposer(config: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in config.items() if k not in SYNTHETIC_KEYS and k != K_KEY}
+    """The proposer: what drafts, without K, a K schedule (a tune or policy run's) or acceptance."""
+    return {k: v for k, v in config.items() if k not in SYNTHETIC_KEYS and k not in (K_KEY, *SCHEDULE_KEYS)}
+
+
+def method_of(kind: str) -> str:
+    """A kind's method (``eagle3`` of ``eagle3:head``, ``ngram`` of ``ngram(prompt_lookup_max=4)``)."""
+    return kind.split("(")[0].split(":")[0]
 
 
 def kind_of(config: Mapping[str, Any] | None) -> str | None:
@@ -126,6 +134,8 @@ def drafter_rows(table: pd.DataFrame, configs: Mapping[str, Mapping[str, Any] | 
     if table.empty:
         return pd.DataFrame()
     t = table.copy()
+    if "condition" not in t.columns:  # a table without conditions is one (every curve keyed alike)
+        t.insert(0, "condition", PLAIN_CONDITION)
     cfg = {a: configs.get(a) for a in t["arm"].unique()}
     t["kind"] = t["arm"].map(lambda a: kind_of(cfg.get(a)))
     t["k"] = t["arm"].map(lambda a: (cfg.get(a) or {}).get(K_KEY))
@@ -159,6 +169,8 @@ def _crossing(xs: np.ndarray, ys: np.ndarray) -> tuple[float | None, str]:
     """Where y crosses 1.0 going up in x, linear between the two points around it; with where
     it lies: 'inside', 'below' (y >= 1 at the first point: pays at every x measured), 'above'
     (y < 1 at the last: costs at every x measured)."""
+    if len(ys) == 0 or np.isnan(ys).any():  # an interval end missing (one start): no band
+        return None, "n/a"
     if ys[0] >= 1.0:
         return None, "below"
     for i in range(1, len(xs)):
@@ -222,6 +234,8 @@ def _interp(x: float, xs: np.ndarray, ys: np.ndarray) -> tuple[float | None, str
 
 def _curves(cells: pd.DataFrame) -> dict[tuple[Any, ...], pd.DataFrame]:
     """(condition, workload, kind, K, level) -> that curve's cells, by measured acceptance length."""
+    if cells.empty or "cell" not in cells.columns:
+        return {}
     c = cells[cells["cell"]].dropna(subset=["acceptance_length", "speedup"])
     keys = [k for k in ("condition", "workload", "kind", "k", "concurrency") if k in c.columns]
     return {key: g.sort_values("acceptance_length") for key, g in c.groupby(keys, sort=True)
@@ -257,6 +271,8 @@ def predict(cells: pd.DataFrame, shares: pd.Series | None = None, real: pd.DataF
         return pd.DataFrame()
     curves = _curves(cells)
     same_run = real is None
+    if not same_run and (real.empty or "cell" not in real.columns):
+        return pd.DataFrame()
     cell_shares = shares if same_run and cell_shares is None else cell_shares
     rows_in = cells[~cells["cell"].astype(bool)] if same_run else real[~real["cell"].astype(bool)]
     rows = []
@@ -296,11 +312,12 @@ def _where(r: Mapping[str, Any]) -> str:
         return f"pays at every length measured (from {r['lengths'][0]:.2f})"
     if r["where"] == "above":
         return f"costs at every length measured (up to {r['lengths'][-1]:.2f})"
-    lo = (_fmt(r["band_lo"]) if r["band_lo_where"] == "inside"
-          else f"<{r['lengths'][0]:.2f}" if r["band_lo_where"] == "below" else f">{r['lengths'][-1]:.2f}")
-    hi = (_fmt(r["band_hi"]) if r["band_hi_where"] == "inside"
-          else f">{r['lengths'][-1]:.2f}" if r["band_hi_where"] == "above" else f"<{r['lengths'][0]:.2f}")
-    return f"break-even at acceptance length {r['break_even']:.2f} [{lo}, {hi}]"
+    def end(name: str) -> str:  # a band end, or the side of the cells it lies beyond
+        where = r[f"{name}_where"]
+        return {"inside": _fmt(r[name]), "below": f"<{r['lengths'][0]:.2f}",
+                "above": f">{r['lengths'][-1]:.2f}"}.get(where, "n/a")
+
+    return f"break-even at acceptance length {r['break_even']:.2f} [{end('band_lo')}, {end('band_hi')}]"
 
 
 def break_even_lines(be: pd.DataFrame) -> list[str]:
@@ -344,9 +361,10 @@ MIN_DRAFTS = 50
 @dataclass(frozen=True)
 class MapLevel:
     """One level of a map's curve, in the scheduler's units: the mean running requests its cells
-    ran at, and the least acceptance length that can pay there (``floor``: the break-even where the
-    curve crosses among the cells; the top cell's length where it costs at every length measured, a
-    bound the break-even lies above; None where it pays at every length measured)."""
+    ran at, and ``floor``, the acceptance length below which the cells are shown to lose there: the
+    band's lower end (where the cells' upper interval ends reach 1.0); the top cell's length where
+    every cell's interval lies below 1.0; None where no cell is shown to lose (nothing to fall below).
+    A window below the floor costs by the map's own interval, not only by its estimate."""
 
     concurrency: int
     running: float
@@ -385,8 +403,8 @@ class BreakEvenLine:
         linear in running requests between the two levels around it (both with a floor); the level's
         own below the first level's batch and past the last; ``(None, where)`` where the level below
         pays at every length the map set; None outside the judged range (unmeasured)."""
-        for lo, hi, lv, nxt in self.segments():
-            if lo <= running <= hi:
+        for lo, hi, lv, nxt in self.segments():  # a boundary belongs to the level above it, as in PromQL
+            if lo <= running < hi or (nxt is None and running == hi):
                 if lv.floor is None or nxt is None or nxt.floor is None or running <= lv.running:
                     return lv.floor, f"c={lv.concurrency}"
                 slope = (nxt.floor - lv.floor) / (nxt.running - lv.running)
@@ -429,12 +447,16 @@ def break_even_line(df: pd.DataFrame, run: str, kind: str, k: int, workload: str
         if workload is None:
             raise AnalysisError(f"map {run} has no {kind} K={k} curve on that workload (it has {workloads})")
     mine = mine[mine["workload"] == workload]
-    batch = measured_batch(ok[ok["workload"] == workload])
+    conditions = sorted(set(mine["condition"]))
+    if len(conditions) > 1:
+        raise AnalysisError(f"map {run} has {kind} K={k} under conditions {conditions}: give a map of one condition")
+    batch = measured_batch(ok[(ok["workload"] == workload) & (ok["condition"] == conditions[0])]
+                           if "condition" in ok.columns else ok[ok["workload"] == workload])
     levels = []
     for r in mine.sort_values("concurrency").to_dict("records"):
         cells = [a for a, cfg in configs.items() if is_ceiling(cfg) and kind_of(cfg) == kind and cfg.get(K_KEY) == k]
         ran = [batch[(a, int(r["concurrency"]))] for a in cells if (a, int(r["concurrency"])) in batch]
-        floor = r["break_even"] if r["where"] == "inside" else (max(r["lengths"]) if r["where"] == "above" else None)
+        floor = {"inside": r["band_lo"], "above": max(r["lengths"])}.get(r["band_lo_where"])
         levels.append(MapLevel(int(r["concurrency"]), float(np.mean(ran)) if ran else float(r["concurrency"]),
                                floor, r["where"], _num(r["break_even"]), _num(r["band_lo"]), _num(r["band_hi"])))
     return BreakEvenLine(run=run, kind=kind, k=k, workload=workload, levels=levels)
@@ -457,10 +479,11 @@ def below_break_even(line: BreakEvenLine, length: float | None, drafts: float | 
     if length is None or not drafts or drafts < MIN_DRAFTS:
         return None, f"{drafts or 0:.0f} drafts in the window ({MIN_DRAFTS} needed to judge it against the map)"
     if floor is None:
-        return False, f"the map's {line.kind} K={line.k} pays at every length it measured at {where}"
+        return None, (f"no cell of the map's {line.kind} K={line.k} is shown to lose at {where}: nothing to fall "
+                      "below there")
     margin = line.margin(length, drafts)
-    text = (f"acceptance length {length:.2f} against the map's break-even {floor:.2f} at {running:.1f} running "
-            f"({where}; less {margin:.2f} for this window's {drafts:.0f} drafts)")
+    text = (f"acceptance length {length:.2f} against {floor:.2f}, below which the map's cells lose at "
+            f"{running:.1f} running ({where}; less {margin:.2f} for this window's {drafts:.0f} drafts)")
     return length < floor - margin, text
 
 
@@ -473,15 +496,17 @@ def at_length(cells: pd.DataFrame, length: float, k: int, method: str | None = N
     rows = []
     for key, ce in _curves(cells).items():
         cond, wl, kind, kk, c = key
-        if int(kk) != int(k) or (method and not str(kind).startswith(method)):
+        if int(kk) != int(k) or (method and method_of(str(kind)) != method):
             continue
         xs = ce["acceptance_length"].to_numpy(float)
         p, where = _interp(float(length), xs, ce["speedup"].to_numpy(float))
         lo, _ = _interp(float(length), xs, ce["speedup_lo"].to_numpy(float))
         hi, _ = _interp(float(length), xs, ce["speedup_hi"].to_numpy(float))
-        b = be[(be["kind"] == kind) & (be["k"] == kk) & (be["concurrency"] == c) & (be["workload"] == wl)]
+        b = be[(be["condition"] == cond) & (be["kind"] == kind) & (be["k"] == kk) & (be["concurrency"] == c)
+               & (be["workload"] == wl)]
         b = b.iloc[0] if len(b) else None
-        rows.append({"workload": wl, "kind": kind, "k": int(kk), "concurrency": c, "length": float(length),
+        rows.append({"condition": cond, "workload": wl, "kind": kind, "k": int(kk), "concurrency": c,
+                     "length": float(length),
                      "predicted": p, "predicted_lo": lo, "predicted_hi": hi, "where": where,
                      "break_even": None if b is None else _num(b["break_even"]),
                      "break_even_where": None if b is None else b["where"]})

@@ -331,5 +331,5 @@ def status_line(w: WindowStats, verdict: Verdict, why: str) -> str:
     rate = f"{w.acceptance_rate:.0%}" if w.acceptance_rate is not None else "-"
     length = f"{w.acceptance_length:.2f}" if w.acceptance_length is not None else "-"
     drafts = f"{w.draft_tok_s:.1f}" if w.draft_tok_s is not None else "-"
-    return (f"{verdict.value:<15} acc {rate:>4} len {length:>5} draft {drafts:>6} tok/s  out {w.output_tok_s:7.1f} tok/s  "
+    return (f"{verdict.value:<16} acc {rate:>4} len {length:>5} draft {drafts:>6} tok/s  out {w.output_tok_s:7.1f} tok/s  "
             f"running {w.running_mean:5.1f} waiting {w.waiting_mean:4.1f}  {why}")

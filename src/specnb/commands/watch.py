@@ -145,8 +145,8 @@ class Watch(Command):
         exp = load_expectation(a.run, a.arm, a.workload) if a.run else None
         line = load_map_line(a.map, exp) if a.map else None
         refused = check_endpoint(a.url, exp)
-        for line in refused:
-            print(f"specnb: {line}", file=sys.stderr)
+        for why in refused:
+            print(f"specnb: {why}", file=sys.stderr)
         if refused:
             return EXIT_BAD_INPUT
         if exp is not None and not a.json:

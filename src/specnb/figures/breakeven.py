@@ -52,9 +52,10 @@ def _break_even_panel(ax, be: pd.DataFrame, real: pd.DataFrame) -> None:
         top = max(max(r["lengths"]) for r in g.to_dict("records"))
         bottom = min(min(r["lengths"]) for r in g.to_dict("records"))
         # a band end outside the cells is drawn to the cells' edge (the end lies beyond it)
-        lo = [r["band_lo"] if r["band_lo_where"] == "inside" else (bottom if r["band_lo_where"] == "below" else top)
+        side = {"below": bottom, "above": top}  # "n/a" (an interval end missing): no band there
+        lo = [r["band_lo"] if r["band_lo_where"] == "inside" else side.get(r["band_lo_where"], np.nan)
               for r in g.to_dict("records")]
-        hi = [r["band_hi"] if r["band_hi_where"] == "inside" else (top if r["band_hi_where"] == "above" else bottom)
+        hi = [r["band_hi"] if r["band_hi_where"] == "inside" else side.get(r["band_hi_where"], np.nan)
               for r in g.to_dict("records")]
         ax.fill_between(x, lo, hi, color=color, alpha=0.18, lw=0)
         y = g["break_even"].to_numpy(float)

@@ -16,7 +16,8 @@ from specnb.figures.panels import new_figure
 __all__ = ["VERDICT_COLORS", "watch_figure"]
 
 VERDICT_COLORS = {"pays": "#2ca02c", "idle": "#bdbdbd", "above_threshold": "#d62728", "acceptance_fell": "#ff7f0e",
-                  "spec_off": "#9467bd", "cannot_tell": "#7f7f7f"}
+                  "spec_off": "#9467bd", "cannot_tell": "#7f7f7f",
+                  "below_break_even": "#8c564b"}
 
 
 def _minutes(log: pd.DataFrame) -> np.ndarray:

@@ -239,3 +239,33 @@ def test_the_calculator_reads_a_length_off_the_maps_curve_of_its_kind_and_k():
     assert at_length(map_cells(t, CONFIGS), 3.0, 2, "ngram").empty  # no curve at K=2
     assert at_length(map_cells(t, CONFIGS), 3.0, 4, "eagle3").empty  # nor of another kind
     assert at_length(map_cells(t, CONFIGS), 4.0, 4).iloc[0]["where"] == "above"  # never extrapolated
+
+
+def test_a_table_without_conditions_keys_its_curves_alike():
+    from specnb.analysis.breakeven import at_length
+
+    t = table([("ng-L1.5", 1, 1.5, 0.8, 0.7, 0.9), ("ng-L2.5", 1, 2.5, 1.2, 1.1, 1.3),
+               ("ngram-k4", 1, 2.0, 1.1, 1.0, 1.2)]).drop(columns="condition")
+    cells = map_cells(t, CONFIGS)
+    assert predict(cells).iloc[0]["predicted"] == pytest.approx(1.0)
+    assert at_length(cells, 2.0, 4).iloc[0]["predicted"] == pytest.approx(1.0)
+    assert break_even(cells).iloc[0]["break_even"] == pytest.approx(2.0)
+
+
+def test_review_cases_a_missing_interval_end_a_schedule_and_empty_inputs():
+    from specnb.analysis.breakeven import at_length
+
+    t = table([("ng-L1.5", 1, 1.5, 0.8, 0.7, 0.9), ("ng-L2.5", 1, 2.5, 1.2, np.nan, np.nan)])  # one start: no interval
+    be = break_even(map_cells(t, CONFIGS)).iloc[0]
+    assert be["break_even"] == pytest.approx(2.0) and be["band_lo_where"] == be["band_hi_where"] == "n/a"
+    assert "break-even at acceptance length 2.00 [n/a, n/a]" in break_even_lines(break_even(map_cells(t, CONFIGS)))[0]
+    # a tune or policy run's drafter (a K schedule) is the same kind as its fixed-K self
+    sched = {**NGRAM, "num_speculative_tokens": 4, "num_speculative_tokens_per_batch_size": [[1, 4, 4], [5, 64, 0]]}
+    assert kind_of(sched) == kind_of(cell(4, 2.0))
+    # the calculator names a method: eagle is not eagle3
+    head = {"method": "eagle3", "model": "h", "num_speculative_tokens": 4, "rejection_sample_method": "synthetic"}
+    cfg = {"e-L1.5": {**head, "synthetic_acceptance_length": 1.5}, "e-L2.5": {**head, "synthetic_acceptance_length": 2.5}}
+    e = table([("e-L1.5", 1, 1.5, 0.8, 0.7, 0.9), ("e-L2.5", 1, 2.5, 1.2, 1.1, 1.3)])
+    assert len(at_length(map_cells(e, cfg), 2.0, 4, "eagle3")) == 1 and at_length(map_cells(e, cfg), 2.0, 4, "eagle").empty
+    assert at_length(map_cells(e.iloc[0:0], cfg), 2.0, 4).empty
+    assert predict(map_cells(e, cfg), real=drafter_rows(e.iloc[0:0], cfg)).empty

@@ -218,8 +218,8 @@ def _line(floor1=1.6, where1="inside"):
     from specnb.analysis.breakeven import BreakEvenLine, MapLevel
 
     return BreakEvenLine(run="map", kind="ngram(prompt_lookup_max=4)", k=4, workload="copy", levels=[
-        MapLevel(1, 1.0, floor1, where1, floor1 if where1 == "inside" else None, None, None),
-        MapLevel(4, 3.9, 4.5, "above", None, None, None)])
+        MapLevel(1, 1.0, floor1, where1, None, floor1, None),  # floor: the band's lower end
+        MapLevel(4, 3.9, 4.5, "above", None, None, None)])  # every cell's interval below 1.0 up to 4.5
 
 
 @pytest.mark.parametrize("window,verdict", [
@@ -235,7 +235,7 @@ def test_a_window_is_judged_against_the_break_even_at_its_load(demo, window, ver
     got, why = judge(_w(**window), demo, _line())
     assert got == verdict, why
     if verdict == Verdict.BELOW_BREAK_EVEN:
-        assert "below break-even at this load: acceptance length" in why and "break-even " in why
+        assert "below break-even at this load: acceptance length" in why and "below which the map's cells lose" in why
     else:
         assert "map: " in why
 
@@ -294,7 +294,7 @@ def test_promtool_fires_the_break_even_alert_only_below_the_map_at_a_measured_lo
     run = subprocess.run([PROMTOOL, "test", "rules", spec.name], capture_output=True, text=True,
                          timeout=guard("child_start"), cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    assert "c=4 (3.9 running): 4.50 (costs at every length up to it)" in alert["annotations"]["description"]
+    assert "c=4 (3.9 running): 4.50 (every cell loses up to it)" in alert["annotations"]["description"]
 
 
 def test_a_run_that_paid_everywhere_says_measure_past_its_top_never_turn_off(demo):
@@ -317,7 +317,9 @@ def test_the_committed_map_gives_the_served_drafters_line_in_running_requests(de
     assert (line.kind, line.k, line.workload) == ("ngram(prompt_lookup_max=4)", 4, "copy")
     c1, c4 = sorted(line.levels, key=lambda lv: lv.concurrency)
     assert 0 < c1.running < c4.running <= 4  # a closed loop's batch: at most its concurrency
-    assert c1.where == c4.where == "inside" and 1.0 < c1.floor < c4.floor  # the break-even rises with load
+    assert c1.where == c4.where == "inside" and c1.break_even < c4.break_even  # the break-even rises with load
+    # the floor is the band's lower end: at c=1 no cell is shown to lose (the band starts below the cells)
+    assert c1.floor is None and c4.floor == c4.band_lo and 2.0 < c4.floor < c4.break_even
 
 
 def test_a_map_that_cannot_judge_the_served_drafter_is_refused_in_one_line(tmp_path, capsys, demo):
