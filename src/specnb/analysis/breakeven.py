@@ -158,11 +158,7 @@ def map_cells(table: pd.DataFrame, configs: Mapping[str, Mapping[str, Any] | Non
 
 def is_map_run(table: pd.DataFrame, configs: Mapping[str, Mapping[str, Any] | None]) -> bool:
     """True when some kind and level has cells at two acceptance lengths or more (a curve)."""
-    cells = map_cells(table, configs)
-    if cells.empty:
-        return False
-    c = cells[cells["cell"]]
-    return bool(len(c) and c.groupby(_group_keys(c))["set_length"].nunique().max() >= 2)
+    return bool(_curves(map_cells(table, configs)))
 
 
 def _crossing(xs: np.ndarray, ys: np.ndarray) -> tuple[float | None, str]:
@@ -187,19 +183,13 @@ def break_even(cells: pd.DataFrame) -> pd.DataFrame:
     (``band_lo``: where the cells' upper interval ends cross 1.0; ``band_hi``: where their lower
     ends do; NaN where that end lies outside the cells, ``band_lo_where``/``band_hi_where`` say which
     side)."""
-    c = cells[cells["cell"]] if len(cells) else cells
-    if c.empty:
-        return pd.DataFrame()
     rows = []
-    for key, g in c.dropna(subset=["acceptance_length", "speedup"]).groupby(_group_keys(c), sort=True):
-        g = g.sort_values("acceptance_length")
-        if g["set_length"].nunique() < 2:
-            continue
+    for key, g in _curves(cells).items():
         xs = g["acceptance_length"].to_numpy(float)
         be, where = _crossing(xs, g["speedup"].to_numpy(float))
         lo, lo_where = _crossing(xs, g["speedup_hi"].to_numpy(float))
         hi, hi_where = _crossing(xs, g["speedup_lo"].to_numpy(float))
-        rows.append({**dict(zip(_group_keys(c), key, strict=True)), "cells": len(g),
+        rows.append({**dict(zip(_group_keys(g), key, strict=True)), "cells": len(g),
                      "lengths": [round(x, 3) for x in xs], "speedups": [round(y, 3) for y in g["speedup"]],
                      "break_even": be, "where": where, "band_lo": lo, "band_lo_where": lo_where,
                      "band_hi": hi, "band_hi_where": hi_where, "n_repeats": int(g["n_repeats"].min())})
@@ -237,8 +227,7 @@ def _curves(cells: pd.DataFrame) -> dict[tuple[Any, ...], pd.DataFrame]:
     if cells.empty or "cell" not in cells.columns:
         return {}
     c = cells[cells["cell"]].dropna(subset=["acceptance_length", "speedup"])
-    keys = [k for k in ("condition", "workload", "kind", "k", "concurrency") if k in c.columns]
-    return {key: g.sort_values("acceptance_length") for key, g in c.groupby(keys, sort=True)
+    return {key: g.sort_values("acceptance_length") for key, g in c.groupby(_group_keys(c), sort=True)
             if g["set_length"].nunique() >= 2}
 
 
