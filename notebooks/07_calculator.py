@@ -84,6 +84,7 @@ import dataclasses
 import math
 
 import ipywidgets as w
+import numpy as np
 from IPython.display import Markdown, display
 
 from specnb import paths
@@ -257,8 +258,10 @@ if gpu_costs == "published-fit":
 
 
 def scenario(alpha=alpha, k=k, prompt_tokens=prompt_tokens):
+    # the published fit's steps add memory and compute (the published step-time model's form)
     return sc.Scenario(hw, target, drafter, k=k, alpha=alpha, prompt_tokens=prompt_tokens,
-                       output_tokens=output_tokens, cached_prompt_share=cached_prompt_share)
+                       output_tokens=output_tokens, cached_prompt_share=cached_prompt_share,
+                       sharpness=gpufit.SHARPNESS if gpu_costs == "published-fit" else None)
 
 
 fig = calc.stepcost_figure(scenario(), c_max=concurrency_max)
@@ -276,14 +279,22 @@ display(Markdown(
 if held_out is not None:
     err = held_out["log_error"].abs()
     worst = gpufit.loso_summary(held_out).sort_values("median_abs_log_error").iloc[-1]
+    band = gpufit.band_width(held_out)
+    banded = gpufit.prediction_band(held_out)
+    curve = sc.predict(scenario(), 2.0 ** np.linspace(0.0, math.log2(concurrency_max), 161))
+    ends = gpufit.crossing_band(list(curve["concurrency"]), list(curve["speedup"]), band)
     display(Markdown(
-        f"Speculative costs from the published GPU fit (section 7): {1e3 * drafter.step_overhead_s:.3g} ms per step, "
-        f"{1e3 * drafter.per_pass_s:.3g} ms per drafting pass, {1e3 * drafter.per_token_s:.3g} ms per proposed token "
-        f"and request, compute at {gfit.terms.compute_efficiency:.2f} x the preset's peak over its bandwidth. "
+        f"Speculative costs from the published GPU fit (section 7): {gfit.terms.step_ms:.3g} ms per engine step, "
+        f"{gfit.terms.spec_step_ms:.3g} ms per speculative step, {gfit.terms.draft_pass_ms:.3g} ms per drafting pass "
+        f"on the device, bandwidth at {gfit.terms.bandwidth_efficiency:.2f} and compute at "
+        f"{gfit.terms.compute_efficiency:.2f} of the preset's peaks. "
+        f"Its 90 % band: the speedup within x{math.exp(band):.2f} either way, so the crossing lies between "
+        f"**{ends[0]} and {ends[1]}** (where the band's lower and upper ends reach 1.0). "
         f"On held-out published curves this model was off by a factor **{math.exp(err.median()):.2f}** (median over "
         f"{len(err)} points of {held_out['ledger_id'].nunique()} sources; worst source {worst['ledger_id']}: "
-        f"x{worst['median_factor']:.2f}) and put {100 * held_out['same_side'].mean():.0f} % of the points on the "
-        "published side of 1.0: read the crossing as that uncertain."))
+        f"x{worst['median_factor']:.2f}), put {100 * held_out['same_side'].mean():.0f} % of the points on the "
+        f"published side of 1.0, and each source's band, sized from the other sources alone, held "
+        f"{100 * banded['covered'].mean():.0f} % of its points."))
 if SLIDERS:
     calc.explore(lambda alpha, k, prompt_tokens: calc.stepcost_figure(scenario(alpha, k, prompt_tokens),
                                                                       c_max=concurrency_max),
@@ -352,17 +363,22 @@ else:
 # %% [markdown]
 # ## 7 · The GPU terms, fitted to published GPU curves and held out source by source
 #
-# On a GPU the model knows a step's roofline from the spec sheet and nothing of what speculation
-# costs beyond it. `ledgers/published` holds speedup curves published for named GPUs, targets,
-# drafters and K (seed 000's three B200 rows; SpecDecode-Bench's Llama-3.1-8B EAGLE curves on H100,
-# read off its Figure 1; a vLLM issue's EAGLE K sweep at batch size 1 on H100), each input the
-# source does not state listed as inferred (`specnb.ledger.published.published_curves`). The fit
-# (`specnb.models.gpufit`) sets four dimensionless terms: the compute efficiency (effective FLOP/s
-# over bandwidth relative to the spec sheet), a fixed speculative-step cost and a cost per
-# drafting pass (in weight-read times), and a cost per proposed token (in token-compute times).
-# The spread is a bootstrap over whole curves; a term whose 68 % interval spans more than a factor
-# 3 either way is not pinned down by these curves. Then each source is left out in turn: the
-# terms are fitted to the others and the held-out curves predicted (dashed in the figure).
+# On a GPU the model prices a step from the spec sheet (the weights it reads, for a mixture of experts
+# the experts its tokens touch; each request's KV reads; the FLOPs of its tokens, attention's growing
+# with context) and knows nothing of what an engine adds. `ledgers/published` holds speedup curves
+# published for named GPUs, targets, drafters and K (seed 000's B200 rows; SpecDecode-Bench's
+# Llama-3.1-8B EAGLE curves on H100; a vLLM issue's EAGLE K sweep; the EAGLE-3 paper's SGLang batch
+# table; MagicDec's long-context self-speculation on 8 A100s and 8 H100s), each input the source does
+# not state listed as inferred (`specnb.ledger.published.published_curves`). The engine's own terms
+# (bandwidth and compute efficiency, a fixed cost per step) cannot be told apart by speedup ratios:
+# they are fixed from a published step-time model (SpecDecode-Bench's simulator, fitted to vLLM's H100
+# steps: `gpufit.anchor_terms`). The fit (`specnb.models.gpufit`) sets what speculation adds, in
+# milliseconds: a fixed cost per speculative step and a fixed cost per drafting pass on the device,
+# each drafter costed as it runs (n-gram on the host; an EAGLE head one target layer per pass, K
+# passes; a draft model its own forward per pass; MTP or block one pass). The spread is a bootstrap
+# over whole curves; then each source is left out in turn: the terms are fitted to the others and the
+# held-out curves predicted (dashed), with a 90 % band sized from the *other* sources' held-out errors,
+# so whether a source's points fall inside it is itself out of sample.
 
 # %%
 gfit_all = gpufit.fit_gpu_terms(points, presets)
@@ -372,11 +388,18 @@ display(gpufit.term_summary(gfit_all, samples).round(3))
 loso = held_out if held_out is not None else gpufit.leave_one_source_out(points, presets)
 loso_table = gpufit.loso_summary(loso)
 display(loso_table.round(3))
+banded_all = gpufit.prediction_band(loso)
+display(gpufit.band_summary(banded_all).round(3))
+err_all = loso["log_error"].abs()
+print(f"held out over {loso['ledger_id'].nunique()} sources: median |log error| {err_all.median():.3f} (a factor "
+      f"{math.exp(err_all.median()):.2f}; goal <= 0.20), same side of 1.0 at {100 * loso['same_side'].mean():.0f} % of "
+      f"{len(loso)} levels (goal >= 90 %), {100 * banded_all['covered'].mean():.0f} % inside their out-of-sample 90 % band")
 display(gpufit.loso_levels(loso).round(3))
-fig = calc.published_fit_figure(loso, loso_table)
+fig = calc.published_fit_figure(banded_all, loso_table)
 save_figure(fig, "calculator-published-fit", [PUBLISHED_DIR / f"{i}.json" for i in sorted(points["ledger_id"].unique())],
             out_dir=figures_dir, notebook=NB,
-            caption="step-cost model with the GPU terms fitted without each source, against that source's published curves")
+            caption="step-cost model with the GPU terms fitted without each source, against that source's published "
+                    "curves, with its 90 % band sized from the other sources")
 
 # %% [markdown]
 # ## 8 · The cost side measured: a break-even map

@@ -288,37 +288,49 @@ def published_fit_figure(loso: pd.DataFrame, summary: pd.DataFrame) -> plt.Figur
     """Held-out prediction against published speedup, one panel per source.
 
     ``loso`` is :func:`specnb.models.gpufit.leave_one_source_out` (each point predicted by a fit
-    that never saw its source), ``summary`` its :func:`~specnb.models.gpufit.loso_summary`. Along
-    each curve's own axis (concurrency, or K for a curve at one batch size): published points
-    (hollow where read off a figure or computed, not printed) and the held-out prediction (dashed).
+    that never saw its source), with :func:`~specnb.models.gpufit.prediction_band`'s columns when the
+    band is to be drawn; ``summary`` its :func:`~specnb.models.gpufit.loso_summary`. Along each curve's
+    own axis (concurrency, or K for a curve at one batch size): published points (hollow where read
+    off a figure or computed, not printed), the held-out prediction (dashed) and its band (shaded,
+    sized without the source).
     """
     sources = list(summary["ledger_id"])
     apply_style()
-    fig, axes = plt.subplots(1, len(sources), figsize=(4.6 * len(sources), 3.8), squeeze=False)
+    cols = min(4, len(sources))
+    rows = -(-len(sources) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.6 * rows), squeeze=False)
     stats = summary.set_index("ledger_id")
-    for ax, src in zip(axes[0], sources, strict=True):
+    banded = "band_low" in loso.columns
+    for ax, src in zip(axes.flat, sources, strict=False):
         sel = loso[loso["ledger_id"] == src]
         along_k = (sel["axis"] == "num_speculative_tokens").all()
         xcol = "k" if along_k else "concurrency"
         for i, (cond, g) in enumerate(sel.groupby("condition", sort=True)):
             g = g.sort_values(xcol)
-            color = f"C{i}"
+            color = f"C{i % 10}"
             ax.plot(g[xcol], g["predicted"], color=color, linestyle="--", lw=1.2)
+            if banded:
+                ax.fill_between(g[xcol], g["band_low"], g["band_high"], color=color, alpha=0.12, lw=0)
             printed = ~g["inferred"].astype(bool)
             if printed.any():
-                ax.plot(g.loc[printed, xcol], g.loc[printed, "value"], "o", color=color, label=cond)
+                ax.plot(g.loc[printed, xcol], g.loc[printed, "value"], "o", color=color, ms=4, label=cond)
             if not printed.all():
-                ax.plot(g.loc[~printed, xcol], g.loc[~printed, "value"], "o", mfc="none", color=color,
+                ax.plot(g.loc[~printed, xcol], g.loc[~printed, "value"], "o", mfc="none", color=color, ms=4,
                         label=None if printed.any() else cond)
         ax.axhline(1.0, color="grey", lw=0.8)
-        if not along_k:
+        if not along_k and sel["concurrency"].nunique() > 1:
             ax.set_xscale("log", base=2)
         s = stats.loc[src]
+        cover = (f", in band {100 * sel['covered'].mean():.0f} %" if banded else "")
         ax.set(xlabel="K (batch size 1)" if along_k else "concurrency", ylabel="speculative / baseline",
-               title=f"{src}\nheld out: median off x{s['median_factor']:.2f}, same side {100 * s['same_side_share']:.0f} %")
+               title=f"{src}\nheld out: median off x{s['median_factor']:.2f}, same side {100 * s['same_side_share']:.0f} %"
+                     + cover)
         ax.title.set_fontsize(8)
-        ax.legend(fontsize=6, loc="lower left")
-        ax.text(0.99, 0.99, "dots: published (hollow: read off a figure or computed)\ndashed: model fitted without this source",
-                transform=ax.transAxes, fontsize=6, color="0.35", va="top", ha="right", style="italic")
-    fig.tight_layout()
+        ax.legend(fontsize=5, loc="lower left")
+    for ax in list(axes.flat)[len(sources):]:
+        ax.axis("off")
+    fig.text(0.99, 0.001, "dots: published (hollow: read off a figure or computed); dashed: the model fitted without "
+             "the source; shaded: its 90 % band, sized from the other sources' held-out errors",
+             fontsize=7, color="0.35", ha="right", va="bottom", style="italic")
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
     return fig

@@ -77,7 +77,7 @@ RatioType = Literal["aggregate_throughput", "per_user_speed", "latency_at_rate",
 DrafterKind = Literal["draft_model", "eagle", "block", "mtp", "ngram"]
 
 _ID = r"^[a-z0-9][a-z0-9-]*$"
-_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
 # Columns load_published adds from the ledger; a row's params may not shadow them.
 _LEDGER_COLUMNS = ("ledger_id", "kind", "publisher", "seed_file", "url", "locator", "row", "path")
 # The frame's fixed columns, in order; each row's params follow, then the path.
@@ -219,6 +219,12 @@ class Curve(_Model):
     target_head_dim: int = Field(ge=1)
     weight_bytes_per_param: float = Field(gt=0)
     kv_bytes_per_value: float = Field(2.0, gt=0)
+    target_attention_heads: int | None = Field(
+        None, ge=1, description="query heads (attention's FLOPs grow with context); None: attention compute left out")
+    target_active_params_b: float | None = Field(
+        None, gt=0, description="a mixture of experts: parameters each token runs through; None: dense")
+    target_experts: int | None = Field(None, ge=2, description="a mixture of experts: routed experts per layer")
+    target_experts_per_token: int | None = Field(None, ge=1, description="a mixture of experts: experts per token")
     drafter: str = Field(description="the drafter, as named")
     drafter_kind: DrafterKind
     drafter_params_b: float = Field(0.0, ge=0, description="0: no weights of its own counted (its cost is fitted)")
@@ -227,8 +233,26 @@ class Curve(_Model):
         None, ge=1, description="mean tokens emitted per verification step; None: per row (params)")
     prompt_tokens: float = Field(ge=0)
     output_tokens: float = Field(gt=0)
+    prefill_tokens: float | None = Field(
+        None, ge=0, description="prompt tokens prefilled inside the timed window per request (None: prompt_tokens, a "
+        "closed loop that replaces finished requests; 0: a decode-only ratio)")
+    drafter_kv_bytes_per_token: float | None = Field(
+        None, ge=0, description="the drafter's KV bytes per token of context it reads (None: one target layer's for an "
+        "EAGLE or MTP head, none otherwise)")
+    drafter_context_tokens: float | None = Field(
+        None, gt=0, description="context the drafter reads KV for, at most (a sparse or windowed draft KV); None: all")
     inferred: list[str] = Field(default_factory=list, description="inputs the source does not state")
     basis: str = Field(min_length=1, description="where each input comes from")
+
+    @model_validator(mode="after")
+    def _experts_whole(self) -> Curve:
+        moe = (self.target_active_params_b, self.target_experts, self.target_experts_per_token)
+        if any(v is not None for v in moe) and any(v is None for v in moe):
+            raise ValueError(f"curve {self.condition!r}: a mixture of experts needs target_active_params_b, "
+                             "target_experts and target_experts_per_token together")
+        if self.target_active_params_b is not None and self.target_active_params_b >= self.target_params_b:
+            raise ValueError(f"curve {self.condition!r}: active parameters must be fewer than the target's")
+        return self
 
 
 class PublishedLedger(_Model):

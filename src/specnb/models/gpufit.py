@@ -1,30 +1,27 @@
-"""The step-cost model's GPU terms, fitted to published speedup curves and held out source by source.
+"""The step-cost model's GPU terms in absolute units, fitted to published speedup curves and held out source by source.
 
-On a GPU the step-cost model (:mod:`specnb.models.stepcost`) knows the roofline of a step from a
-spec sheet, and nothing of what a speculative step costs beyond it: proposing, rejection sampling,
-metadata, kernels that run far from peak at small batch. Those terms are fitted here to published
-curves (:func:`specnb.ledger.published.published_curves`: each point a published speedup at a
-concurrency, or at a K, with the target's shape, the drafter, K and tokens per step). Every term is
-dimensionless, so one fit applies to any GPU preset and target:
+On a GPU the step-cost model (:mod:`specnb.models.stepcost`) prices a step from a spec sheet: the
+roofline of the weights a step reads (for a mixture of experts, the experts its tokens touch), each
+request's KV reads, and the FLOPs of its tokens (attention's grow with context). What a spec sheet
+does not give is fitted here to published curves (:func:`specnb.ledger.published.published_curves`:
+each point a published speedup at a concurrency, or at a K, with the target's shape, the drafter,
+K and tokens per step), as absolute quantities that carry across models and GPUs:
 
-- ``compute_efficiency``: effective FLOP/s over the preset's peak, with the bandwidth at its peak;
-  a ratio of speedups only sees FLOP/s over bandwidth, so this is that ratio relative to the spec
-  sheet's, not the FLOP/s alone;
-- ``spec_step_frac``: what a speculative step costs regardless of batch and K, in units of the
-  target's weight-read time (weight bytes / bandwidth): a drafter that is not counted by size,
-  launches, bookkeeping;
-- ``draft_pass_frac``: what one drafting pass costs regardless of batch, in weight-read times; a
-  sequential drafter (EAGLE, a draft model) makes K passes a step, a block or MTP drafter one;
-- ``per_token_frac``: what each proposed token costs beyond its FLOPs through the target, in units
-  of one token's target compute time (2 * params / effective FLOP/s), applied per request: the
-  verification's inefficiency, which grows with the batch;
-- ``step_overhead_frac`` (off by default): a fixed engine cost in both arms, in weight-read times.
+- ``bandwidth_efficiency`` and ``compute_efficiency``: the share of the spec sheet's bandwidth and
+  FLOP/s a serving engine reaches;
+- ``step_ms``: a fixed cost per engine step in both arms (scheduling, launches, sampling), ms;
+- ``spec_step_ms``: what a speculative step adds whatever the drafter's size (proposal bookkeeping,
+  rejection sampling, the n-gram proposer on the host), ms;
+- ``draft_pass_ms``: the fixed cost of one drafting pass on the device (launches), ms.
 
-The fit is least squares on log speedup, each source weighted equally. :func:`bootstrap_terms`
-resamples curves to give each term's spread; :func:`leave_one_source_out` fits on every source but
-one and predicts the held-out one. Once a user's own sweep exists, :func:`published_fit_gap` says
-how far the published fit is from it (their measured speedups, with their own acceptance), next to
-what :func:`specnb.models.calibration.calibrate` refits on it. Pure functions: the caller passes
+Each drafter is costed as it runs (:func:`curve_models`): n-gram on the host (no device pass), an
+EAGLE head one layer of the target's shape per pass, K passes; a draft model its full forward per
+pass; an MTP or block drafter one pass. The fit is least squares on log speedup, each source
+weighted equally. :func:`bootstrap_terms` resamples curves to give each term's spread;
+:func:`leave_one_source_out` fits on every source but one and predicts the held-out one, and
+:func:`prediction_band` turns the held-out errors into a band whose coverage is itself checked out of
+sample (each source's band from the other sources' held-out errors). Once a user's own sweep exists,
+:func:`published_fit_gap` says how far the published fit is from it. Pure functions: the caller passes
 the curves frame and the hardware presets (:func:`specnb.models.hardware.hardware_presets`).
 """
 
@@ -39,19 +36,30 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specnb.models.crossing import crossing
 from specnb.models.hardware import Hardware, StepCostError
 from specnb.models.optimize import nelder_mead
 from specnb.models.stepcost import Drafter, TargetModel, step_terms
 
 __all__ = ["TERMS", "DEFAULT_TERMS", "GpuTerms", "GpuFit", "curve_models", "predict_speedups", "fit_gpu_terms",
            "bootstrap_terms", "term_summary", "leave_one_source_out", "loso_summary", "loso_levels",
-           "published_fit_gap", "gap_line", "measured_on_gpu"]
+           "prediction_band", "band_summary", "band_width", "crossing_band", "anchor_terms", "SHARPNESS", "published_fit_gap", "gap_line", "measured_on_gpu",
+           "drafter_for"]
 
-TERMS = ("compute_efficiency", "spec_step_frac", "draft_pass_frac", "per_token_frac", "step_overhead_frac")
-DEFAULT_TERMS = ("compute_efficiency", "spec_step_frac", "draft_pass_frac", "per_token_frac")
+TERMS = ("bandwidth_efficiency", "compute_efficiency", "step_ms", "spec_step_ms", "draft_pass_ms")
+# speedup ratios cannot tell an engine's efficiency from its fixed cost (both scale every step alike):
+# those are fixed from a published step-time model (anchor_terms), the speculative costs fitted
+DEFAULT_TERMS = ("spec_step_ms", "draft_pass_ms")
+# a step's memory and compute times add (the p-norm with p = 1): the published step-time model's form
+# (SpecDecode-Bench's target step = KV term + token term + fixed), not a hard roofline max
+SHARPNESS = 1.0
+STEP_MODEL_LEDGER = "specdecode-bench-step-model"
 # starting values of the multi-start fit, per term (each tried at 0.1x, 1x and 10x)
-_START = {"compute_efficiency": 0.3, "spec_step_frac": 0.1, "draft_pass_frac": 0.03, "per_token_frac": 1.0,
-          "step_overhead_frac": 0.1}
+_START = {"bandwidth_efficiency": 0.7, "compute_efficiency": 0.5, "step_ms": 1.0, "spec_step_ms": 1.0,
+          "draft_pass_ms": 0.3}
+# efficiencies are shares of a spec sheet's peak: the fit keeps them at or below this
+_MAX_EFFICIENCY = 1.0
+_EFFICIENCY = ("bandwidth_efficiency", "compute_efficiency")
 _NEED = ("ledger_id", "condition", "hardware_preset", "gpus", "compute_dtype", "target_params_b", "target_layers",
          "target_kv_heads", "target_head_dim", "weight_bytes_per_param", "kv_bytes_per_value", "drafter_kind",
          "drafter_params_b", "k", "tokens_per_step", "prompt_tokens", "output_tokens", "concurrency", "value")
@@ -64,28 +72,29 @@ def _with(obj: Any, **changes: Any) -> Any:
 
 @dataclass(frozen=True)
 class GpuTerms:
-    """The fitted terms; zero costs and full efficiency are the spec-sheet model."""
+    """The fitted terms; full efficiency and no fixed cost are the spec-sheet model."""
 
+    bandwidth_efficiency: float = 1.0
     compute_efficiency: float = 1.0
-    spec_step_frac: float = 0.0
-    draft_pass_frac: float = 0.0
-    per_token_frac: float = 0.0
-    step_overhead_frac: float = 0.0
+    step_ms: float = 0.0
+    spec_step_ms: float = 0.0
+    draft_pass_ms: float = 0.0
 
     def apply(self, hw: Hardware, target: TargetModel, drafter: Drafter) -> tuple[Hardware, Drafter]:
-        """``hw`` and ``drafter`` with these terms in seconds for ``target`` (added to what they carry)."""
-        read_s = target.weight_bytes / hw.bandwidth_bytes_s
-        flop_s = hw.flop_s * self.compute_efficiency
-        hw2 = _with(hw, flop_s=flop_s, step_overhead_s=hw.step_overhead_s + self.step_overhead_frac * read_s)
-        d2 = _with(drafter, step_overhead_s=drafter.step_overhead_s + self.spec_step_frac * read_s,
-                   per_pass_s=drafter.per_pass_s + self.draft_pass_frac * read_s,
-                   per_token_s=drafter.per_token_s + self.per_token_frac * 2.0 * target.params / flop_s)
+        """``hw`` and ``drafter`` with these terms (added to the fixed costs they carry); ``target``
+        is not needed by absolute terms and kept for the callers' symmetry."""
+        del target
+        hw2 = _with(hw, bandwidth_bytes_s=hw.bandwidth_bytes_s * self.bandwidth_efficiency,
+                    flop_s=hw.flop_s * self.compute_efficiency, step_overhead_s=hw.step_overhead_s + self.step_ms / 1e3)
+        d2 = _with(drafter, step_overhead_s=drafter.step_overhead_s + self.spec_step_ms / 1e3,
+                   per_pass_s=drafter.per_pass_s + self.draft_pass_ms / 1e3)
         return hw2, d2
 
     def seconds(self, hw: Hardware, target: TargetModel) -> dict[str, float]:
-        """The speculative costs in seconds on ``hw`` for ``target``: per step, per drafting pass, per proposed token."""
-        _, d = self.apply(hw, target, Drafter("fit"))
-        return {"step_overhead_s": d.step_overhead_s, "per_pass_s": d.per_pass_s, "per_token_s": d.per_token_s}
+        """The fixed costs in seconds: per engine step, per speculative step, per drafting pass."""
+        del hw, target
+        return {"engine_step_s": self.step_ms / 1e3, "step_overhead_s": self.spec_step_ms / 1e3,
+                "per_pass_s": self.draft_pass_ms / 1e3}
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,51 @@ class _Curve:
     arrays: dict[str, Any]
     tau: np.ndarray
     value: np.ndarray
+
+
+def _given(r: Any, column: str) -> float | None:
+    v = r.get(column) if hasattr(r, "get") else None
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) or pd.isna(v) else float(v)
+
+
+def _target_of(r: Any, name: str) -> TargetModel:
+    """A curve's target from its row: dense shape, attention's FLOPs where the query heads are
+    given, a mixture of experts where its active parameters and expert counts are."""
+    layers = int(r["target_layers"])
+    target = TargetModel.dense(name, float(r["target_params_b"]) * 1e9,
+                               bytes_per_param=float(r["weight_bytes_per_param"]), layers=layers,
+                               kv_heads=int(r["target_kv_heads"]), head_dim=int(r["target_head_dim"]),
+                               kv_bytes_per_value=float(r["kv_bytes_per_value"]))
+    heads = _given(r, "target_attention_heads")
+    if heads:
+        target = target.with_attention(layers, int(heads), int(r["target_head_dim"]))
+    active = _given(r, "target_active_params_b")
+    if active:
+        target = target.with_experts(active * 1e9, int(_given(r, "target_experts") or 0),
+                                     int(_given(r, "target_experts_per_token") or 0))
+    return target
+
+
+def drafter_for(kind: str, target: TargetModel, params: float = 0.0, *, layers: int,
+                kv_bytes_per_token: float | None = None, context_cap: float = 0.0) -> Drafter:
+    """A drafter costed as it runs: n-gram on the host (no pass on the device); an EAGLE head one layer
+    of the target's shape per pass (``params`` when given), K passes; a draft model its own forward per
+    pass (``params`` needed); an MTP or block drafter one pass (one target layer when ``params`` is 0).
+    A drafter counted by size reads its weights in bf16; ``kv_bytes_per_token`` (default: one target
+    layer's for an EAGLE or MTP head, none otherwise) over at most ``context_cap`` tokens of context."""
+    if kind == "ngram":
+        return Drafter("ngram", host=True)
+    if kind == "draft_model" and params <= 0:
+        raise StepCostError("a draft model's cost needs its size (drafter_params_b)")
+    if params > 0:
+        p, w = params, 2.0 * params
+    else:
+        per_layer = (target.active_params or target.params) / layers
+        p, w = per_layer, 2.0 * per_layer
+    if kv_bytes_per_token is None:
+        kv_bytes_per_token = target.kv_bytes_per_token / layers if kind in ("eagle", "mtp") else 0.0
+    return Drafter(kind, params=p, weight_bytes=w, kv_bytes_per_token=kv_bytes_per_token,
+                   parallel=kind in ("block", "mtp"), context_cap=context_cap)
 
 
 def curve_models(points: pd.DataFrame, presets: Mapping[str, Hardware]) -> list[_Curve]:
@@ -119,18 +173,16 @@ def curve_models(points: pd.DataFrame, presets: Mapping[str, Hardware]) -> list[
         n = float(r["gpus"])
         hw = replace(base, bandwidth_bytes_s=base.bandwidth_bytes_s * n, flop_s=base.flop_s * n,
                      memory_bytes=None, step_overhead_s=0.0)
-        target = TargetModel.dense(str(cond), float(r["target_params_b"]) * 1e9,
-                                   bytes_per_param=float(r["weight_bytes_per_param"]), layers=int(r["target_layers"]),
-                                   kv_heads=int(r["target_kv_heads"]), head_dim=int(r["target_head_dim"]),
-                                   kv_bytes_per_value=float(r["kv_bytes_per_value"]))
-        dp = float(r["drafter_params_b"]) * 1e9
-        # a drafter counted by size reads its weights in bf16; a block or MTP drafter proposes K in one pass
-        drafter = Drafter(str(r["drafter_kind"]), params=dp, weight_bytes=2.0 * dp,
-                          parallel=r["drafter_kind"] in ("block", "mtp"))
+        target = _target_of(r, str(cond))
+        drafter = drafter_for(str(r["drafter_kind"]), target, float(r["drafter_params_b"]) * 1e9,
+                              layers=int(r["target_layers"]), kv_bytes_per_token=_given(r, "drafter_kv_bytes_per_token"),
+                              context_cap=_given(r, "drafter_context_tokens") or 0.0)
         batch = g["concurrency"].to_numpy(float)
-        arrays = dict(batch=batch, prompt=g["prompt_tokens"].to_numpy(float), prefill=g["prompt_tokens"].to_numpy(float),
+        prefill = g["prefill_tokens"] if "prefill_tokens" in g.columns else g["prompt_tokens"]
+        prefill = prefill.fillna(g["prompt_tokens"]).to_numpy(float)
+        arrays = dict(batch=batch, prompt=g["prompt_tokens"].to_numpy(float), prefill=prefill,
                       output=g["output_tokens"].to_numpy(float), k=g["k"].to_numpy(float), q=np.ones_like(batch),
-                      sharpness=None)
+                      sharpness=SHARPNESS)
         out.append(_Curve(str(lid), str(cond), g.index.to_numpy(), hw, target, drafter, arrays,
                           g["tokens_per_step"].to_numpy(float), g["value"].to_numpy(float)))
     return out
@@ -157,10 +209,12 @@ class _Stack:
         hw = SimpleNamespace(bandwidth_bytes_s=per_point(lambda c: c.hw.bandwidth_bytes_s),
                              flop_s=per_point(lambda c: c.hw.flop_s), step_overhead_s=per_point(lambda c: c.hw.step_overhead_s))
         target = SimpleNamespace(**{f: per_point(lambda c, f=f: getattr(c.target, f))
-                                    for f in ("params", "weight_bytes", "kv_bytes_per_token")})
+                                    for f in ("params", "weight_bytes", "kv_bytes_per_token", "attn_flops_per_context",
+                                              "expert_bytes", "experts", "experts_per_token", "active_params")})
         drafter = SimpleNamespace(**{f: per_point(lambda c, f=f: getattr(c.drafter, f))
-                                     for f in ("params", "weight_bytes", "kv_bytes_per_token", "parallel", "per_request_s",
-                                               "step_overhead_s", "per_token_s", "per_pass_s")})
+                                     for f in ("params", "weight_bytes", "kv_bytes_per_token", "parallel", "host",
+                                               "context_cap",
+                                               "per_request_s", "step_overhead_s", "per_token_s", "per_pass_s")})
         n = sum(c.tau.size for c in curves)
         arrays = {k: np.concatenate([c.arrays[k] for c in curves] * 2) for k in ("batch", "prompt", "prefill", "output", "k", "q")}
         arrays["tau"] = np.concatenate([np.ones(n)] + [c.tau for c in curves])
@@ -170,7 +224,7 @@ class _Stack:
     def speedups(self, terms: GpuTerms) -> np.ndarray:
         """Every point's predicted speedup, curve after curve in the order given."""
         hw, d = terms.apply(self.hw, self.target, self.drafter)
-        both = step_terms(hw, self.target, d, sharpness=None, **self.arrays)
+        both = step_terms(hw, self.target, d, sharpness=SHARPNESS, **self.arrays)
         return both.tok_s[self.n:] / both.tok_s[:self.n]
 
 
@@ -206,12 +260,36 @@ def _weights(points: pd.DataFrame) -> np.ndarray:
 
 def _terms_from(x: np.ndarray, free: Sequence[str], fixed: GpuTerms) -> GpuTerms:
     x = np.clip(x, -30.0, 10.0)
-    return replace(fixed, **{t: float(np.exp(v)) for t, v in zip(free, x, strict=True)})
+    # an efficiency is a share of the spec sheet's peak: capped at it
+    return replace(fixed, **{t: float(np.exp(min(v, math.log(_MAX_EFFICIENCY)) if t in _EFFICIENCY else v))
+                             for t, v in zip(free, x, strict=True)})
+
+
+def anchor_terms(presets: Mapping[str, Hardware], ledger: Any = None) -> GpuTerms:
+    """The engine terms fixed from a published step-time model (SpecDecode-Bench's, fitted on one H100 to
+    Llama-3.1-8B's vLLM steps; ``ledgers/published/specdecode-bench-step-model.json``): the bandwidth
+    efficiency is the weights' read time at the H100's spec-sheet bandwidth over its fixed forward time,
+    the compute efficiency 2 x params at the spec sheet's FLOP/s over its cost per token, the engine's
+    fixed cost its constant per step. ``ledger``: a :class:`~specnb.ledger.published.PublishedLedger`
+    (default: the committed one)."""
+    from specnb.ledger.published import read_published
+
+    led = ledger if ledger is not None else read_published(STEP_MODEL_LEDGER)
+    c = {r.metric: r.value for r in led.rows}
+    need = ("target_c_fixed", "target_c_compute", "overhead_constant_per_step")
+    if any(c.get(k) is None for k in need):
+        raise StepCostError(f"{led.id}: a step-time model ledger needs {list(need)}")
+    h100 = presets["h100-sxm"]
+    params = 8.03e9  # Llama-3.1-8B, counted from its config (TargetModel.from_hf_config), bf16
+    return GpuTerms(bandwidth_efficiency=min(1.0, 2.0 * params / h100.bandwidth_bytes_s / c["target_c_fixed"]),
+                    compute_efficiency=min(1.0, 2.0 * params / h100.flop_s / c["target_c_compute"]),
+                    step_ms=1e3 * c["overhead_constant_per_step"])
 
 
 def fit_gpu_terms(points: pd.DataFrame, presets: Mapping[str, Hardware], terms: Sequence[str] = DEFAULT_TERMS,
-                  *, fixed: GpuTerms = GpuTerms(), start: GpuTerms | None = None) -> GpuFit:
-    """Least squares of log speedup over the published points; ``terms`` are fitted, the rest stay at ``fixed``.
+                  *, fixed: GpuTerms | None = None, start: GpuTerms | None = None) -> GpuFit:
+    """Least squares of log speedup over the published points; ``terms`` are fitted, the rest stay at ``fixed``
+    (default: :func:`anchor_terms`, the engine terms of the published step-time model).
 
     ``start`` (e.g. a previous fit) replaces the multi-start grid with one start and a polish.
     """
@@ -221,6 +299,8 @@ def fit_gpu_terms(points: pd.DataFrame, presets: Mapping[str, Hardware], terms: 
         raise StepCostError(f"cannot fit {bad}; terms: {list(TERMS)}")
     if not free:
         raise StepCostError("name at least one term to fit")
+    if fixed is None:
+        fixed = anchor_terms(presets)
     curves = curve_models(points, presets)
     if len(points) <= len(free):
         raise StepCostError(f"{len(points)} points cannot fit {len(free)} terms")
@@ -289,7 +369,7 @@ def term_summary(fit: GpuFit, samples: pd.DataFrame, pinned_factor: float = 3.0)
 
 
 def leave_one_source_out(points: pd.DataFrame, presets: Mapping[str, Hardware],
-                         terms: Sequence[str] = DEFAULT_TERMS) -> pd.DataFrame:
+                         terms: Sequence[str] = DEFAULT_TERMS, *, fixed: GpuTerms | None = None) -> pd.DataFrame:
     """Fit on every source but one, predict the held-out source's points: one row per point, with
     ``predicted`` (held out), ``log_error`` and ``same_side`` (both above, or both at or below, 1.0)."""
     sources = sorted(points["ledger_id"].unique())
@@ -298,7 +378,7 @@ def leave_one_source_out(points: pd.DataFrame, presets: Mapping[str, Hardware],
     parts = []
     for held in sources:
         train, test = points[points["ledger_id"] != held], points[points["ledger_id"] == held].copy()
-        f = fit_gpu_terms(train, presets, terms)
+        f = fit_gpu_terms(train, presets, terms, fixed=fixed)
         test["predicted"] = predict_speedups(test, presets, f.terms)
         for t in f.free:
             test[f"fit_{t}"] = getattr(f.terms, t)
@@ -327,6 +407,59 @@ def loso_levels(loso: pd.DataFrame) -> pd.DataFrame:
     return loso.assign(level=level)[cols].reset_index(drop=True)
 
 
+def band_width(loso: pd.DataFrame, level: float = 0.9) -> float:
+    """The half-width, in log speedup, of the ``level`` prediction band: the ``level`` quantile of the
+    held-out |log error| with each source weighted once (:func:`leave_one_source_out`'s rows)."""
+    if not 0.0 < level < 1.0:
+        raise StepCostError(f"level must be in (0, 1), got {level}")
+    if loso.empty:
+        raise StepCostError("no held-out points to size a band from")
+    err = loso["log_error"].abs().to_numpy(float)
+    w = 1.0 / loso.groupby("ledger_id")["log_error"].transform("size").to_numpy(float)
+    order = np.argsort(err)
+    cum = np.cumsum(w[order]) / w.sum()
+    return float(err[order][min(np.searchsorted(cum, level), err.size - 1)])
+
+
+def prediction_band(loso: pd.DataFrame, level: float = 0.9) -> pd.DataFrame:
+    """Each held-out point with its ``level`` band, sized without its own source: the band of a source's
+    points is :func:`band_width` of the *other* sources' held-out errors, so whether a point falls inside
+    (``covered``) is itself out of sample. Adds ``band_log``, ``band_low``, ``band_high`` and ``covered``."""
+    if loso["ledger_id"].nunique() < 2:
+        raise StepCostError("a band checked out of sample needs two or more sources")
+    out = loso.copy()
+    for held in out["ledger_id"].unique():
+        mine = out["ledger_id"] == held
+        out.loc[mine, "band_log"] = band_width(out[~mine], level)
+    out["band_low"] = out["predicted"] * np.exp(-out["band_log"])
+    out["band_high"] = out["predicted"] * np.exp(out["band_log"])
+    out["covered"] = (out["value"] >= out["band_low"]) & (out["value"] <= out["band_high"])
+    return out
+
+
+def band_summary(banded: pd.DataFrame) -> pd.DataFrame:
+    """Per held-out source and overall: points, the band's half-width as a factor, and the share of
+    the source's published points inside its out-of-sample band (:func:`prediction_band`)."""
+    g = banded.groupby("ledger_id", sort=True)
+    out = g.agg(points=("value", "size"), band_log=("band_log", "first"), coverage=("covered", "mean")).reset_index()
+    out["band_factor"] = np.exp(out["band_log"])
+    total = pd.DataFrame([{"ledger_id": "all (each source once)", "points": int(len(banded)),
+                           "band_log": float("nan"), "coverage": float(out["coverage"].mean()),
+                           "band_factor": float("nan")}])
+    return pd.concat([out, total], ignore_index=True)
+
+
+def crossing_band(concurrency: Sequence[float], speedup: Sequence[float], band_log: float) -> tuple[str, str]:
+    """Where a predicted curve's band crosses 1.0: the lower band's crossing and the upper's, each as a
+    phrase ("c~12", "below c=1": already below 1.0 there, "past c=4096": still above 1.0 there)."""
+    out = []
+    for shift in (-band_log, band_log):
+        kind, at = crossing(concurrency, np.exp(shift) * np.asarray(speedup, float))
+        out.append(f"c~{at:.0f}" if at is not None else
+                   f"past c={max(concurrency):g}" if kind == "above" else f"below c={min(concurrency):g}")
+    return out[0], out[1]
+
+
 def published_fit_gap(table: pd.DataFrame, acceptance: pd.DataFrame, hw: Hardware, target: TargetModel,
                       drafter: Drafter, terms: GpuTerms) -> pd.DataFrame:
     """How far the published GPU fit is from a measured sweep, point by point.
@@ -351,7 +484,7 @@ def published_fit_gap(table: pd.DataFrame, acceptance: pd.DataFrame, hw: Hardwar
         one = np.ones(1)
         kw = dict(batch=float(r.concurrency) * one, prompt=float(a["prompt_tokens_mean"]) * one,
                   prefill=float(a["prompt_tokens_mean"]) * one, output=float(a["output_tokens_mean"]) * one,
-                  k=float(a["k"]) * one, q=float(a["draft_fraction"]) * one, sharpness=None)
+                  k=float(a["k"]) * one, q=float(a["draft_fraction"]) * one, sharpness=SHARPNESS)
         base = step_terms(hw2, target, d2, tau=one, spec=np.zeros(1, bool), **kw)
         spec = step_terms(hw2, target, d2, tau=float(a["tokens_per_step"]) * one, spec=np.ones(1, bool), **kw)
         pred = float(spec.tok_s[0] / base.tok_s[0])

@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,11 +67,44 @@ class TargetModel:
     params: float
     weight_bytes: float
     kv_bytes_per_token: float  # K and V over all layers, one token of context
+    # attention's FLOPs per new token per context token (QK^T and AV: 4 * layers * query heads * head dim);
+    # 0 leaves attention compute out (the KV reads are in the memory term either way)
+    attn_flops_per_context: float = 0.0
+    # a mixture of experts: the routed experts' bytes (part of weight_bytes), how many experts a layer
+    # routes over and how many each token takes; params per token (compute) is active_params (0: params)
+    expert_bytes: float = 0.0
+    experts: int = 0
+    experts_per_token: int = 0
+    active_params: float = 0.0
 
     def __post_init__(self) -> None:
         positive("params", self.params)
         positive("weight_bytes", self.weight_bytes)
         positive("kv_bytes_per_token", self.kv_bytes_per_token, zero_ok=True)
+        positive("attn_flops_per_context", self.attn_flops_per_context, zero_ok=True)
+        positive("active_params", self.active_params, zero_ok=True)
+        if not 0.0 <= self.expert_bytes < self.weight_bytes:
+            raise StepCostError(f"expert_bytes must be in [0, weight_bytes), got {self.expert_bytes}")
+        if self.expert_bytes and not 0 < self.experts_per_token <= self.experts:
+            raise StepCostError(f"a mixture of experts needs 0 < experts_per_token <= experts, got "
+                                f"{self.experts_per_token} of {self.experts}")
+
+    def with_attention(self, layers: int, heads: int, head_dim: int) -> TargetModel:
+        """This model with attention's FLOPs counted: 4 * layers * query heads * head dim per token of context."""
+        return replace(self, attn_flops_per_context=4.0 * layers * heads * head_dim)
+
+    def with_experts(self, active_params: float, experts: int, experts_per_token: int) -> TargetModel:
+        """This model as a mixture of experts: ``active_params`` per token of its ``params``; the routed experts
+        hold params - active over 1 - experts_per_token / experts of the weights (the rest is always read)."""
+        if not 0 < experts_per_token < experts:
+            raise StepCostError(f"experts_per_token must be in (0, experts), got {experts_per_token} of {experts}")
+        if not 0 < active_params < self.params:
+            raise StepCostError(f"active_params must be in (0, params), got {active_params:g} of {self.params:g}")
+        routed = (self.params - active_params) / (1.0 - experts_per_token / experts)
+        if routed >= self.params:
+            raise StepCostError("these active params leave no dense part: check active_params and the expert counts")
+        return replace(self, expert_bytes=routed * self.weight_bytes / self.params, experts=experts,
+                       experts_per_token=experts_per_token, active_params=active_params)
 
     @classmethod
     def dense(cls, name: str, params: float, *, bytes_per_param: float = 2.0, layers: int,
@@ -120,6 +153,8 @@ class Drafter:
     """What speculation adds to a step. The default costs nothing but its fixed terms (n-gram).
 
     ``parallel``: a block drafter proposes all K tokens in one pass; otherwise K passes.
+    ``host``: the drafter runs on the host (n-gram): no drafting pass on the device, so ``per_pass_s``
+    and a size do not apply.
     ``draft_fraction``: share of steps that carry a draft (n-gram drafts only on a match).
     ``step_overhead_s``, ``per_request_s`` and ``per_token_s`` (per proposed token: B * q * K
     per step): what speculation costs beyond the drafter's roofline, e.g. proposing, rejection
@@ -138,6 +173,8 @@ class Drafter:
     draft_fraction: float = 1.0
     per_token_s: float = 0.0
     per_pass_s: float = 0.0
+    host: bool = False
+    context_cap: float = 0.0  # the drafter reads KV for at most this much context (0: all of it)
 
     def __post_init__(self) -> None:
         for name in ("params", "weight_bytes", "kv_bytes_per_token", "per_request_s", "step_overhead_s",
@@ -147,7 +184,7 @@ class Drafter:
             raise StepCostError(f"draft_fraction must be in [0, 1], got {self.draft_fraction}")
 
 
-NGRAM = Drafter("ngram")
+NGRAM = Drafter("ngram", host=True)
 
 
 @dataclass(frozen=True)
@@ -189,6 +226,17 @@ def tokens_per_step(alpha: float, k: int, draft_fraction: float = 1.0) -> float:
     return 1.0 + draft_fraction * (acceptance_length(alpha, k) - 1.0)
 
 
+def _weights_read(target: TargetModel, step_tokens: np.ndarray) -> np.ndarray:
+    """Weight bytes a step reads: all of a dense model's; for a mixture of experts the dense part and
+    the routed experts its tokens touch (each token picks experts_per_token of experts, uniformly: the
+    share touched is 1 - (1 - k/E)^tokens)."""
+    experts = np.asarray(target.experts, float)
+    share = np.divide(np.asarray(target.experts_per_token, float), experts, out=np.zeros_like(experts),
+                      where=experts > 0)
+    untouched = (1.0 - share) ** step_tokens
+    return target.weight_bytes - target.expert_bytes * untouched
+
+
 def _roofline(memory: np.ndarray, compute: np.ndarray, sharpness: float | None) -> np.ndarray:
     if sharpness is None:
         return np.maximum(memory, compute)
@@ -210,20 +258,25 @@ def step_terms(hw: Hardware, target: TargetModel, drafter: Drafter, batch: np.nd
            spec: np.ndarray, sharpness: float | None) -> StepTerms:
     """Vectorised step cost: one element per (batch, traffic, acceptance, arm) point."""
     context = prompt + output / 2.0
-    memory = (target.weight_bytes + batch * target.kv_bytes_per_token * context) / hw.bandwidth_bytes_s
     # tokens through the target per request per step: 1 decoded (or 1 + qK verified) plus the
     # prefill a closed loop adds (each request's prompt spread over its output / tau steps)
     tokens = np.where(spec, 1.0 + q * k, 1.0) + tau * prefill / output
-    compute = 2.0 * target.params * batch * tokens / hw.flop_s
+    memory = (_weights_read(target, batch * tokens) + batch * target.kv_bytes_per_token * context) / hw.bandwidth_bytes_s
+    active = np.where(np.asarray(target.active_params) > 0, target.active_params, target.params)
+    compute = (2.0 * active + target.attn_flops_per_context * context) * batch * tokens / hw.flop_s
     target_s = _roofline(memory, compute, sharpness)
     drafting = drafter.step_overhead_s + drafter.per_request_s * batch + drafter.per_token_s * batch * q * k
-    # the drafter's fields may be arrays too (one drafter per element: gpufit stacks its curves)
-    passes = np.where(drafter.parallel, 1.0, k)
+    # the drafter's fields may be arrays too (one drafter per element: gpufit stacks its curves);
+    # a host drafter (n-gram) makes no pass on the device
+    device = ~np.asarray(drafter.host, bool)
+    passes = np.where(drafter.parallel, 1.0, k) * device
     drafting = drafting + drafter.per_pass_s * passes
-    sized = (np.asarray(drafter.params) > 0) | (np.asarray(drafter.weight_bytes) > 0)
+    sized = ((np.asarray(drafter.params) > 0) | (np.asarray(drafter.weight_bytes) > 0)) & device
     if np.any(sized):
         per_pass = np.where(drafter.parallel, k, 1.0)
-        d_mem = (drafter.weight_bytes + batch * drafter.kv_bytes_per_token * context) / hw.bandwidth_bytes_s
+        cap = np.asarray(drafter.context_cap, float)
+        d_context = np.where(cap > 0, np.minimum(context, np.where(cap > 0, cap, 1.0)), context)
+        d_mem = (drafter.weight_bytes + batch * drafter.kv_bytes_per_token * d_context) / hw.bandwidth_bytes_s
         d_comp = 2.0 * drafter.params * batch * per_pass / hw.flop_s
         drafting = drafting + np.where(sized, passes * _roofline(d_mem, d_comp, sharpness), 0.0)
     drafting = np.where(spec, drafting, 0.0)
