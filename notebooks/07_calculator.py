@@ -232,7 +232,8 @@ drafter = sc.Drafter(drafter_name, params=drafter_params_b * 1e9,
                      weight_bytes=drafter_params_b * 1e9 * drafter_bytes_per_param,
                      kv_bytes_per_token=drafter_kv_bytes_per_token, parallel=drafter_parallel,
                      per_request_s=drafter_per_request_ms / 1e3, step_overhead_s=drafter_step_overhead_ms / 1e3,
-                     per_token_s=drafter_per_token_ms / 1e3, draft_fraction=draft_fraction)
+                     per_token_s=drafter_per_token_ms / 1e3, draft_fraction=draft_fraction,
+                     host=drafter_method == "ngram")  # n-gram proposes on the host: no drafting pass on the device
 if drafter_costs_from is not None:  # the drafter's costs learned from the engine's own profile of it
     from specnb.analysis.anatomy import anatomy_frame, load_anatomy
 
@@ -367,15 +368,16 @@ else:
 # the experts its tokens touch; each request's KV reads; the FLOPs of its tokens, attention's growing
 # with context) and knows nothing of what an engine adds. `ledgers/published` holds speedup curves
 # published for named GPUs, targets, drafters and K (seed 000's B200 rows; SpecDecode-Bench's
-# Llama-3.1-8B EAGLE curves on H100; a vLLM issue's EAGLE K sweep; the EAGLE-3 paper's SGLang batch
+# Llama-3.1-8B EAGLE and n-gram curves on H100; a vLLM issue's EAGLE K sweep; the EAGLE-3 paper's SGLang batch
 # table; MagicDec's long-context self-speculation on 8 A100s and 8 H100s), each input the source does
 # not state listed as inferred (`specnb.ledger.published.published_curves`). The engine's own terms
 # (bandwidth and compute efficiency, a fixed cost per step) cannot be told apart by speedup ratios:
 # they are fixed from a published step-time model (SpecDecode-Bench's simulator, fitted to vLLM's H100
-# steps: `gpufit.anchor_terms`). The fit (`specnb.models.gpufit`) sets what speculation adds, in
-# milliseconds: a fixed cost per speculative step and a fixed cost per drafting pass on the device,
-# each drafter costed as it runs (n-gram on the host; an EAGLE head one target layer per pass, K
-# passes; a draft model its own forward per pass; MTP or block one pass). The spread is a bootstrap
+# steps: `gpufit.anchor_terms`), and so is a speculative step's own fixed cost (none there: its
+# constant per step is the same in both arms). The fit (`specnb.models.gpufit`) sets the one cost left,
+# a drafting pass's fixed cost on the device in milliseconds, each drafter costed as it runs (n-gram
+# on the host; an EAGLE head its layer and LM head per pass, K passes; a draft model its own forward per
+# pass; MTP or block one pass). The spread is a bootstrap
 # over whole curves; then each source is left out in turn: the terms are fitted to the others and the
 # held-out curves predicted (dashed), with a 90 % band sized from the *other* sources' held-out errors,
 # so whether a source's points fall inside it is itself out of sample.

@@ -1,39 +1,38 @@
-"""Tokens per verification step of EAGLE at K = 3, from SpecDecode-Bench's published acceptance traces.
+"""Tokens per verification step of EAGLE or n-gram at K, from SpecDecode-Bench's published acceptance traces.
 
-Provenance of ``tokens_per_step`` (and the mean prompt and output lengths) of the EAGLE curves in
+Provenance of ``tokens_per_step`` (and the mean prompt and output lengths) of the EAGLE and n-gram curves in
 ledgers/published/specdecode-bench-batch-speedup.json. The traces are data/llama3.1-8B/combined_<dataset>.jsonl
 of github.com/SpecDecode-Bench/simulator at commit 2fdccbd61b62be339fb85fd90caf43f5e8392aa6 (profiled on
-H100 by the same study; not committed here). Each record's ``acc_eagle.acc_len[i]`` is the number of
-tokens a step starting at output position i emits with unlimited drafts; with K = 3 a step emits
-min(acc_len, K + 1), the rule of the study's own simulator (simulator.py: accepted_tokens =
+H100 by the same study; not committed here). Each record's ``acc_eagle.acc_len[i]`` (``acc_ngram`` for
+n-gram) is the number of tokens a step starting at output position i emits with unlimited drafts; with K
+a step emits min(acc_len, K + 1), the rule of the study's own simulator (simulator.py: accepted_tokens =
 min(step_gen_len, proposed + 1)). Usage: python tools/published/specdecode_tokens_per_step.py DATA_DIR
+[eagle|ngram] [K]  (default eagle 3)
 """
 
 import json
 import sys
 from pathlib import Path
 
-K = 3
 
-
-def main(folder: str) -> None:
+def main(folder: str, drafter: str = "eagle", k: int = 3) -> None:
     for dataset in ("gsm8k", "cnn", "sharegpt", "instructcoder"):
         tokens = steps = 0
         prompts, outputs = [], []
         for line in (Path(folder) / f"combined_{dataset}.jsonl").read_text().splitlines():
             rec = json.loads(line)
-            acc = rec["acc_eagle"]["acc_len"]
+            acc = rec[f"acc_{drafter}"]["acc_len"]
             prompts.append(len(rec["prompt_token_ids"]))
             outputs.append(len(acc))
             done = 1  # the first token comes from the prefill
             while done < len(acc):
-                emitted = min(acc[done - 1], K + 1)
+                emitted = min(acc[done - 1], k + 1)
                 done += emitted
                 tokens += emitted
                 steps += 1
-        print(f"{dataset}: {len(prompts)} requests, tokens per step {tokens / steps:.3f}, "
+        print(f"{dataset} ({drafter}, K={k}): {len(prompts)} requests, tokens per step {tokens / steps:.3f}, "
               f"prompt {sum(prompts) / len(prompts):.0f}, output {sum(outputs) / len(outputs):.0f} tokens")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], *(sys.argv[2:3]), *(int(a) for a in sys.argv[3:4]))

@@ -39,17 +39,19 @@ import pandas as pd
 from specnb.models.crossing import crossing
 from specnb.models.hardware import Hardware, StepCostError
 from specnb.models.optimize import nelder_mead
-from specnb.models.stepcost import Drafter, TargetModel, step_terms
+from specnb.models.stepcost import Drafter, TargetModel, step_terms, weights_read
 
 __all__ = ["TERMS", "DEFAULT_TERMS", "GpuTerms", "GpuFit", "curve_models", "predict_speedups", "fit_gpu_terms",
            "bootstrap_terms", "term_summary", "leave_one_source_out", "loso_summary", "loso_levels",
-           "prediction_band", "band_summary", "band_width", "crossing_band", "anchor_terms", "SHARPNESS", "published_fit_gap", "gap_line", "measured_on_gpu",
+           "prediction_band", "band_summary", "band_width", "crossing_band", "anchor_terms", "engine_terms_from_steps", "SHARPNESS", "published_fit_gap", "gap_line", "measured_on_gpu",
            "drafter_for"]
 
 TERMS = ("bandwidth_efficiency", "compute_efficiency", "step_ms", "spec_step_ms", "draft_pass_ms")
 # speedup ratios cannot tell an engine's efficiency from its fixed cost (both scale every step alike):
-# those are fixed from a published step-time model (anchor_terms), the speculative costs fitted
-DEFAULT_TERMS = ("spec_step_ms", "draft_pass_ms")
+# those are fixed from a published step-time model (anchor_terms); so is a speculative step's own fixed
+# cost, 0 there (its constant per step is the same in both arms, its n-gram proposal 0.59 % of the
+# verification): only the cost of a drafting pass on the device is fitted
+DEFAULT_TERMS = ("draft_pass_ms",)
 # a step's memory and compute times add (the p-norm with p = 1): the published step-time model's form
 # (SpecDecode-Bench's target step = KV term + token term + fixed), not a hard roofline max
 SHARPNESS = 1.0
@@ -265,25 +267,51 @@ def _terms_from(x: np.ndarray, free: Sequence[str], fixed: GpuTerms) -> GpuTerms
                              for t, v in zip(free, x, strict=True)})
 
 
+def engine_terms_from_steps(hw: Hardware, target: TargetModel, batch: Sequence[float], context: Sequence[float],
+                            tokens: Sequence[float], step_s: Sequence[float]) -> GpuTerms:
+    """An engine's terms from its step times: the bandwidth and compute efficiency on ``hw``'s spec
+    sheet and the fixed cost per step, for steps of ``batch`` requests at ``context`` tokens each, each
+    processing ``tokens`` tokens. The additive step (:data:`SHARPNESS` = 1) is linear in the fixed cost,
+    1 / bandwidth efficiency and 1 / compute efficiency, so this is least squares on the relative error
+    (each step weighted by 1 / its time), exact for steps the model itself generated."""
+    b, ctx, n, t = (np.asarray(v, float) for v in (batch, context, tokens, step_s))
+    if not (b.size == ctx.size == n.size == t.size) or b.size < 4:
+        raise StepCostError("step times need batch, context, tokens and time for 4 steps or more, one each")
+    if np.any(t <= 0) or np.any(b <= 0) or np.any(n <= 0) or np.any(ctx < 0):
+        raise StepCostError("step times, batches and tokens must be positive, contexts not negative")
+    memory = (weights_read(target, b * n) + b * target.kv_bytes_per_token * ctx) / hw.bandwidth_bytes_s
+    active = target.active_params or target.params
+    compute = (2.0 * active + target.attn_flops_per_context * ctx) * b * n / hw.flop_s
+    design = np.column_stack([np.ones_like(t), memory, compute]) / t[:, None]
+    coef, *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
+    fixed, inv_bw, inv_flop = (float(c) for c in coef)
+    if inv_bw <= 0 or inv_flop <= 0 or fixed < 0:
+        raise StepCostError(f"these steps give no physical engine terms (fixed {1e3 * fixed:.3g} ms, 1/bandwidth share "
+                            f"{inv_bw:.3g}, 1/compute share {inv_flop:.3g}): steps across more batches are needed")
+    return GpuTerms(bandwidth_efficiency=1.0 / inv_bw, compute_efficiency=1.0 / inv_flop, step_ms=1e3 * fixed)
+
+
 def anchor_terms(presets: Mapping[str, Hardware], ledger: Any = None) -> GpuTerms:
     """The engine terms fixed from a published step-time model (SpecDecode-Bench's, fitted on one H100 to
-    Llama-3.1-8B's vLLM steps; ``ledgers/published/specdecode-bench-step-model.json``): the bandwidth
-    efficiency is the weights' read time at the H100's spec-sheet bandwidth over its fixed forward time,
-    the compute efficiency 2 x params at the spec sheet's FLOP/s over its cost per token, the engine's
-    fixed cost its constant per step. ``ledger``: a :class:`~specnb.ledger.published.PublishedLedger`
-    (default: the committed one)."""
+    Llama-3.1-8B's vLLM steps "with instructcoder bs=1,8,16,32,64"; ``ledgers/published/
+    specdecode-bench-step-model.json``): its baseline step (target forward plus its constant per step)
+    evaluated at those batches and at contexts of 0 to 4,096 tokens, read back by
+    :func:`engine_terms_from_steps` on the H100 preset. Its KV term is what tells the bandwidth apart from
+    the fixed cost (its fixed forward cost alone cannot: weights and launches do not vary with the batch);
+    the model's additive step has the simulator's form, so the steps come back exactly.
+    ``ledger``: a :class:`~specnb.ledger.published.PublishedLedger` (default: the committed one)."""
     from specnb.ledger.published import read_published
 
     led = ledger if ledger is not None else read_published(STEP_MODEL_LEDGER)
     c = {r.metric: r.value for r in led.rows}
-    need = ("target_c_fixed", "target_c_compute", "overhead_constant_per_step")
+    need = ("target_c_fixed", "target_c_compute", "target_c_kv", "overhead_constant_per_step")
     if any(c.get(k) is None for k in need):
         raise StepCostError(f"{led.id}: a step-time model ledger needs {list(need)}")
-    h100 = presets["h100-sxm"]
-    params = 8.03e9  # Llama-3.1-8B, counted from its config (TargetModel.from_hf_config), bf16
-    return GpuTerms(bandwidth_efficiency=min(1.0, 2.0 * params / h100.bandwidth_bytes_s / c["target_c_fixed"]),
-                    compute_efficiency=min(1.0, 2.0 * params / h100.flop_s / c["target_c_compute"]),
-                    step_ms=1e3 * c["overhead_constant_per_step"])
+    batch, context = (g.ravel() for g in np.meshgrid([1.0, 8.0, 16.0, 32.0, 64.0], [0.0, 302.0, 1024.0, 4096.0]))
+    step = (c["target_c_fixed"] + batch * c["target_c_compute"] + batch * context * c["target_c_kv"]
+            + c["overhead_constant_per_step"])
+    llama8b = TargetModel.dense("Llama-3.1-8B", 8.03e9, layers=32, kv_heads=8, head_dim=128)
+    return engine_terms_from_steps(presets["h100-sxm"], llama8b, batch, context, np.ones_like(batch), step)
 
 
 def fit_gpu_terms(points: pd.DataFrame, presets: Mapping[str, Hardware], terms: Sequence[str] = DEFAULT_TERMS,

@@ -56,7 +56,7 @@ from specnb.models.hardware import Hardware, StepCostError, positive
 from specnb.models.theory import acceptance_length
 
 __all__ = ["TargetModel", "Drafter", "NGRAM", "Scenario", "tokens_per_step", "predict", "predicted_crossing",
-           "max_concurrency", "step_terms"]
+           "max_concurrency", "step_terms", "weights_read"]
 
 
 @dataclass(frozen=True)
@@ -226,7 +226,7 @@ def tokens_per_step(alpha: float, k: int, draft_fraction: float = 1.0) -> float:
     return 1.0 + draft_fraction * (acceptance_length(alpha, k) - 1.0)
 
 
-def _weights_read(target: TargetModel, step_tokens: np.ndarray) -> np.ndarray:
+def weights_read(target: TargetModel, step_tokens: np.ndarray) -> np.ndarray:
     """Weight bytes a step reads: all of a dense model's; for a mixture of experts the dense part and
     the routed experts its tokens touch (each token picks experts_per_token of experts, uniformly: the
     share touched is 1 - (1 - k/E)^tokens)."""
@@ -261,7 +261,7 @@ def step_terms(hw: Hardware, target: TargetModel, drafter: Drafter, batch: np.nd
     # tokens through the target per request per step: 1 decoded (or 1 + qK verified) plus the
     # prefill a closed loop adds (each request's prompt spread over its output / tau steps)
     tokens = np.where(spec, 1.0 + q * k, 1.0) + tau * prefill / output
-    memory = (_weights_read(target, batch * tokens) + batch * target.kv_bytes_per_token * context) / hw.bandwidth_bytes_s
+    memory = (weights_read(target, batch * tokens) + batch * target.kv_bytes_per_token * context) / hw.bandwidth_bytes_s
     active = np.where(np.asarray(target.active_params) > 0, target.active_params, target.params)
     compute = (2.0 * active + target.attn_flops_per_context * context) * batch * tokens / hw.flop_s
     target_s = _roofline(memory, compute, sharpness)

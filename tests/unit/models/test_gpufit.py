@@ -139,14 +139,13 @@ def test_attention_compute_grows_with_context():
 
 def test_the_engine_terms_come_from_the_published_step_model_and_match_its_steps():
     """anchor_terms reads SpecDecode-Bench's fitted H100 step model; the GPU model with those terms
-    gives that model's Llama-3.1-8B baseline steps back within 15 % from batch 1 to 64."""
+    gives that model's Llama-3.1-8B baseline steps back (the same additive form) from batch 1 to 64."""
     from specnb.ledger.published import read_published
 
     led = read_published(gpufit.STEP_MODEL_LEDGER)
     c = {r.metric: r.value for r in led.rows}
     terms = gpufit.anchor_terms(PRESETS)
-    assert 0.5 < terms.bandwidth_efficiency < 1.0 and 0.5 < terms.compute_efficiency < 1.0
-    assert terms.step_ms == pytest.approx(1e3 * c["overhead_constant_per_step"])
+    assert 0.5 < terms.bandwidth_efficiency <= 1.0 and 0.5 < terms.compute_efficiency <= 1.0 and terms.step_ms > 0
     hw, d = terms.apply(load_hardware("h100-sxm"), None, Drafter())  # type: ignore[arg-type]
     t = TargetModel.dense("8b", 8.03e9, layers=32, kv_heads=8, head_dim=128)
     batch = np.array([1.0, 8, 16, 32, 64])
@@ -155,10 +154,30 @@ def test_the_engine_terms_come_from_the_published_step_model_and_match_its_steps
                       k=np.zeros(5), tau=np.ones(5), q=np.ones(5), spec=np.zeros(5, bool), sharpness=gpufit.SHARPNESS).step_s
     theirs = (batch * ctx * c["target_c_kv"] + batch * c["target_c_compute"] + c["target_c_fixed"]
               + c["overhead_constant_per_step"])
-    assert ours == pytest.approx(theirs, rel=0.15)
+    assert ours == pytest.approx(theirs, rel=1e-6)
     broken = led.model_copy(update={"rows": [r for r in led.rows if r.metric != "target_c_fixed"]})
     with pytest.raises(StepCostError, match="needs"):
         gpufit.anchor_terms(PRESETS, broken)
+
+
+def test_known_engine_terms_are_recovered_from_synthetic_step_times():
+    hw = load_hardware("h100-sxm")
+    known = GpuTerms(bandwidth_efficiency=0.85, compute_efficiency=0.6, step_ms=1.7)
+    for target in (TargetModel.dense("8b", 8e9, layers=32, kv_heads=8, head_dim=128).with_attention(32, 32, 128),
+                   TargetModel.dense("moe", 100e9, layers=48, kv_heads=8, head_dim=128).with_experts(20e9, 16, 2)):
+        b, ctx = (g.ravel() for g in np.meshgrid([1.0, 4, 16, 64, 256], [0.0, 2048, 16384]))
+        n = np.where(b > 16, 1.0, 4.0)  # verification-sized steps too
+        hw2, d = known.apply(hw, target, Drafter())
+        steps = step_terms(hw2, target, d, batch=b, prompt=ctx, prefill=0 * b, output=np.full_like(b, 1e-9), k=n - 1,
+                           tau=np.ones_like(b), q=np.ones_like(b), spec=np.ones(b.size, bool),
+                           sharpness=gpufit.SHARPNESS).step_s
+        got = gpufit.engine_terms_from_steps(hw, target, b, ctx, n, steps)
+        for term in ("bandwidth_efficiency", "compute_efficiency", "step_ms"):
+            assert getattr(got, term) == pytest.approx(getattr(known, term), rel=1e-6), (target.name, term)
+    with pytest.raises(StepCostError, match="4 steps or more"):
+        gpufit.engine_terms_from_steps(hw, target, [1, 2], [0, 0], [1, 1], [1e-3, 2e-3])
+    with pytest.raises(StepCostError, match="no physical engine terms"):
+        gpufit.engine_terms_from_steps(hw, target, [1, 2, 4, 8], [0, 0, 0, 0], [1, 1, 1, 1], [8e-3, 4e-3, 2e-3, 1e-3])
 
 
 def test_the_band_is_sized_without_the_source_it_covers():
@@ -224,9 +243,10 @@ def test_all_curves_in_one_call_give_each_curve_what_it_gives_alone():
 
 
 def test_known_terms_are_recovered_from_synthetic_curves():
-    fit = gpufit.fit_gpu_terms(_synthetic(), PRESETS, fixed=KNOWN)
-    assert fit.free == gpufit.DEFAULT_TERMS
-    for term in gpufit.DEFAULT_TERMS:
+    both = ("spec_step_ms", "draft_pass_ms")
+    fit = gpufit.fit_gpu_terms(_synthetic(), PRESETS, both, fixed=replace(KNOWN, spec_step_ms=0.1, draft_pass_ms=0.1))
+    assert fit.free == both
+    for term in both:
         assert getattr(fit.terms, term) == pytest.approx(getattr(KNOWN, term), rel=0.05), term
     assert fit.rms_log_error < 1e-3
     assert fit.points["predicted"].to_numpy() == pytest.approx(fit.points["value"].to_numpy(), rel=1e-3)
@@ -270,8 +290,9 @@ def test_the_published_curves_fit_better_than_the_spec_sheet():
     fit = gpufit.fit_gpu_terms(pts, PRESETS)
     plain_err = np.sqrt(np.mean(np.log(plain / pts["value"]) ** 2))
     assert fit.rms_log_error < plain_err
-    # the spec-sheet model is too kind where speculation stops paying: the fit is not
-    assert (plain > pts["value"]).mean() > 0.8
+    # with no cost for drafting on the device, the spec-sheet model is too kind to every drafter that does
+    device = pts["drafter_kind"] != "ngram"
+    assert (plain[device] > pts.loc[device, "value"]).mean() > 0.8
     assert 0 < fit.terms.draft_pass_ms and fit.terms.compute_efficiency == gpufit.anchor_terms(PRESETS).compute_efficiency
 
 
