@@ -67,6 +67,7 @@ drafter_per_request_ms = 0.0  # drafting cost per request per step, ms
 drafter_per_token_ms = 4.2  # cost per proposed draft token beyond its compute (rejection sampling, bookkeeping), ms (likewise fitted)
 drafter_method = "ngram"  # the drafter's kind as vLLM names it (ngram, eagle3, draft_model): which arms of drafter_costs_from to read
 drafter_costs_from = None  # an anatomy run (specnb anatomy) on the preset's machine with arms of drafter_method's kind: the drafter becomes the costs its profiled steps show over the baseline's (a fixed and a per-proposed-token cost, everything it adds, its own passes included) and its profiled draft share, replacing drafter_params_b .. drafter_per_token_ms and draft_fraction; None: those values
+gpu_engine = "vllm"  # the serving engine (vllm, sglang, ...): with gpu_costs = "published-fit" its drafting pass cost is the one fitted to its sources (all sources' where none measured it)
 gpu_costs = None  # where a GPU preset's speculative costs come from: "published-fit" (fitted to ledgers/published, section 7) or a sentence naming the measurement behind drafter_*_ms; None: drafter_*_ms as they are
 fit_resamples = 100  # bootstrap resamples of the published GPU fit (whole curves drawn with replacement)
 prompt_tokens = 184  # prompt tokens per request (demo copy prompts, mean)
@@ -85,6 +86,7 @@ import math
 
 import ipywidgets as w
 import numpy as np
+import pandas as pd
 from IPython.display import Markdown, display
 
 from specnb import paths
@@ -253,8 +255,9 @@ presets = hardware.hardware_presets()
 held_out = None
 hw_given, drafter_given = hw, drafter  # before any published fit: what section 6 holds the fit against
 if gpu_costs == "published-fit":
-    gfit = gpufit.fit_gpu_terms(points, presets)
-    hw, drafter = gfit.terms.apply(hw, target, drafter)
+    engine_fits = gpufit.fit_by_engine(points, presets)
+    gterms, gwhose = gpufit.terms_for(engine_fits, gpu_engine)
+    hw, drafter = gterms.apply(hw, target, drafter)
     held_out = gpufit.leave_one_source_out(points, presets)
 
 
@@ -285,10 +288,10 @@ if held_out is not None:
     curve = sc.predict(scenario(), 2.0 ** np.linspace(0.0, math.log2(concurrency_max), 161))
     ends = gpufit.crossing_band(list(curve["concurrency"]), list(curve["speedup"]), band)
     display(Markdown(
-        f"Speculative costs from the published GPU fit (section 7): {gfit.terms.step_ms:.3g} ms per engine step, "
-        f"{gfit.terms.spec_step_ms:.3g} ms per speculative step, {gfit.terms.draft_pass_ms:.3g} ms per drafting pass "
-        f"on the device, bandwidth at {gfit.terms.bandwidth_efficiency:.2f} and compute at "
-        f"{gfit.terms.compute_efficiency:.2f} of the preset's peaks. "
+        f"Speculative costs from the published GPU fit (section 7) for {gpu_engine} ({gwhose}'s curves): "
+        f"{gterms.step_ms:.3g} ms per engine step, {gterms.spec_step_ms:.3g} ms per speculative step, "
+        f"{gterms.draft_pass_ms:.3g} ms per drafting pass on the device, bandwidth at {gterms.bandwidth_efficiency:.2f} "
+        f"and compute at {gterms.compute_efficiency:.2f} of the preset's peaks. "
         f"Its 90 % band: the speedup within x{math.exp(band):.2f} either way, so the crossing lies between "
         f"**{ends[0]} and {ends[1]}** (where the band's lower and upper ends reach 1.0). "
         f"On held-out published curves this model was off by a factor **{math.exp(err.median()):.2f}** (median over "
@@ -354,7 +357,7 @@ else:
                         "predicted_tok_s"]].round(1))
     if gpu_costs == "published-fit":
         if gpufit.measured_on_gpu(df):
-            gap = gpufit.published_fit_gap(table, measured, hw_given, target, drafter_given, gfit.terms)
+            gap = gpufit.published_fit_gap(table, measured, hw_given, target, drafter_given, gterms)
             print(gpufit.gap_line(gap))
             display(gap.round(3))
         else:
@@ -379,7 +382,8 @@ else:
 # on the host; an EAGLE head its layer and LM head per pass, K passes; a draft model its own forward per
 # pass; MTP or block one pass). The spread is a bootstrap
 # over whole curves; then each source is left out in turn: the terms are fitted to the others and the
-# held-out curves predicted (dashed), with a 90 % band sized from the *other* sources' held-out errors,
+# held-out curves predicted (dashed; by the pass cost fitted to the other sources of the same engine where
+# there are any, as an answer for an engine reads it), with a 90 % band sized from the *other* sources' held-out errors,
 # so whether a source's points fall inside it is itself out of sample.
 
 # %%
@@ -387,6 +391,10 @@ gfit_all = gpufit.fit_gpu_terms(points, presets)
 print(gfit_all.summary())
 samples = gpufit.bootstrap_terms(points, presets, gfit_all, n=fit_resamples, seed=0)
 display(gpufit.term_summary(gfit_all, samples).round(3))
+per_engine = gpufit.fit_by_engine(points, presets)
+display(pd.DataFrame([{"engine": name or "all sources", "sources": int(f.points["ledger_id"].nunique()),
+                       "points": len(f.points), **{t: getattr(f.terms, t) for t in f.free},
+                       "rms_log_error": f.rms_log_error} for name, f in per_engine.items()]).round(3))
 loso = held_out if held_out is not None else gpufit.leave_one_source_out(points, presets)
 loso_table = gpufit.loso_summary(loso)
 display(loso_table.round(3))

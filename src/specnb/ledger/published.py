@@ -241,6 +241,10 @@ class Curve(_Model):
         "EAGLE or MTP head, none otherwise)")
     drafter_context_tokens: float | None = Field(
         None, gt=0, description="context the drafter reads KV for, at most (a sparse or windowed draft KV); None: all")
+    engine: str | None = Field(
+        None, pattern=r"^[a-z0-9][a-z0-9-]*$",
+        description="the serving engine's family (vllm, sglang, trtllm, or the authors' own): what speculation costs "
+        "beyond the roofline is fitted per engine; None: pooled with every source")
     inferred: list[str] = Field(default_factory=list, description="inputs the source does not state")
     basis: str = Field(min_length=1, description="where each input comes from")
 

@@ -43,7 +43,7 @@ from specnb.models.stepcost import Drafter, TargetModel, step_terms, weights_rea
 
 __all__ = ["TERMS", "DEFAULT_TERMS", "GpuTerms", "GpuFit", "curve_models", "predict_speedups", "fit_gpu_terms",
            "bootstrap_terms", "term_summary", "leave_one_source_out", "loso_summary", "loso_levels",
-           "prediction_band", "band_summary", "band_width", "crossing_band", "anchor_terms", "engine_terms_from_steps", "SHARPNESS", "published_fit_gap", "gap_line", "measured_on_gpu",
+           "prediction_band", "band_summary", "band_width", "crossing_band", "anchor_terms", "engine_terms_from_steps", "SHARPNESS", "engine_of", "fit_by_engine", "terms_for", "published_fit_gap", "gap_line", "measured_on_gpu",
            "drafter_for"]
 
 TERMS = ("bandwidth_efficiency", "compute_efficiency", "step_ms", "spec_step_ms", "draft_pass_ms")
@@ -396,20 +396,58 @@ def term_summary(fit: GpuFit, samples: pd.DataFrame, pinned_factor: float = 3.0)
     return pd.DataFrame(rows)
 
 
+def engine_of(points: pd.DataFrame) -> pd.Series:
+    """Each point's engine family (its curve's ``engine``), ``""`` where the curve names none."""
+    if "engine" not in points.columns:
+        return pd.Series("", index=points.index)
+    return points["engine"].fillna("").astype(str)
+
+
+def fit_by_engine(points: pd.DataFrame, presets: Mapping[str, Hardware], terms: Sequence[str] = DEFAULT_TERMS,
+                  *, fixed: GpuTerms | None = None) -> dict[str, GpuFit]:
+    """The fit per engine family (each on its own sources' points) and pooled over every source (key ``""``):
+    what speculation costs beyond the roofline differs between engines (their drafting loops, graphs and
+    launches), so an answer for an engine reads that engine's terms where any source measured it."""
+    engines = engine_of(points)
+    fits = {"": fit_gpu_terms(points, presets, terms, fixed=fixed)}
+    for name in sorted(set(engines) - {""}):
+        mine = points[engines == name]
+        if len(mine) > len(tuple(terms)):
+            fits[name] = fit_gpu_terms(mine, presets, terms, fixed=fixed)
+    return fits
+
+
+def terms_for(fits: Mapping[str, GpuFit], engine: str | None) -> tuple[GpuTerms, str]:
+    """The terms an answer for ``engine`` reads, and whose: its own fit where one exists, the pooled one else."""
+    if engine and engine in fits:
+        return fits[engine].terms, engine
+    return fits[""].terms, "all sources"
+
+
 def leave_one_source_out(points: pd.DataFrame, presets: Mapping[str, Hardware],
-                         terms: Sequence[str] = DEFAULT_TERMS, *, fixed: GpuTerms | None = None) -> pd.DataFrame:
+                         terms: Sequence[str] = DEFAULT_TERMS, *, fixed: GpuTerms | None = None,
+                         by_engine: bool = True) -> pd.DataFrame:
     """Fit on every source but one, predict the held-out source's points: one row per point, with
-    ``predicted`` (held out), ``log_error`` and ``same_side`` (both above, or both at or below, 1.0)."""
+    ``predicted`` (held out), ``log_error`` and ``same_side`` (both above, or both at or below, 1.0).
+    ``by_engine``: the held-out source is predicted with the terms fitted to the other sources of its
+    engine where there are any (``fit_engine`` names them), else with those fitted to all the others,
+    as :func:`terms_for` answers a user's engine."""
     sources = sorted(points["ledger_id"].unique())
     if len(sources) < 2:
         raise StepCostError("leave-one-source-out needs two or more sources")
+    engines = engine_of(points)
     parts = []
     for held in sources:
-        train, test = points[points["ledger_id"] != held], points[points["ledger_id"] == held].copy()
-        f = fit_gpu_terms(train, presets, terms, fixed=fixed)
-        test["predicted"] = predict_speedups(test, presets, f.terms)
-        for t in f.free:
-            test[f"fit_{t}"] = getattr(f.terms, t)
+        mine = points["ledger_id"] == held
+        train, test = points[~mine], points[mine].copy()
+        engine = engines[mine].iloc[0]
+        fits = (fit_by_engine(train, presets, terms, fixed=fixed) if by_engine
+                else {"": fit_gpu_terms(train, presets, terms, fixed=fixed)})
+        chosen, whose = terms_for(fits, engine)
+        test["predicted"] = predict_speedups(test, presets, chosen)
+        test["fit_engine"] = whose
+        for t in fits[""].free:
+            test[f"fit_{t}"] = getattr(chosen, t)
         parts.append(test)
     out = pd.concat(parts).sort_index()
     out["log_error"] = np.log(out["predicted"]) - np.log(out["value"])

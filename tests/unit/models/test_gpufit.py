@@ -261,6 +261,28 @@ def test_held_out_synthetic_sources_are_predicted():
     assert {"c=1", "c=128", "K=2", "K=7"} <= set(levels["level"])
 
 
+def test_a_held_out_source_reads_the_pass_cost_of_its_own_engine():
+    fast, slow = replace(KNOWN, draft_pass_ms=0.2), replace(KNOWN, draft_pass_ms=2.0)
+    parts = []
+    for lid, engine, terms in (("v1", "vllm", fast), ("v2", "vllm", fast), ("s1", "sglang", slow), ("s2", "sglang", slow),
+                               ("o1", "own", slow)):
+        pts = _curve(lid, f"{lid} 8b", "h100-sxm", 8.0).assign(engine=engine)
+        pts["value"] = gpufit.predict_speedups(pts, PRESETS, terms).to_numpy()
+        parts.append(pts)
+    pts = pd.concat(parts, ignore_index=True)
+    fits = gpufit.fit_by_engine(pts, PRESETS, fixed=KNOWN)
+    assert set(fits) == {"", "vllm", "sglang", "own"}
+    assert fits["vllm"].terms.draft_pass_ms == pytest.approx(0.2, rel=0.02)
+    assert fits["sglang"].terms.draft_pass_ms == pytest.approx(2.0, rel=0.02)
+    assert gpufit.terms_for(fits, "trtllm") == (fits[""].terms, "all sources")
+    assert gpufit.terms_for(fits, "vllm") == (fits["vllm"].terms, "vllm")
+    loso = gpufit.leave_one_source_out(pts, PRESETS, fixed=KNOWN).set_index("ledger_id")
+    assert (loso.loc[["v1", "v2", "s1", "s2"], "log_error"].abs() < 0.01).all()  # predicted by its engine's peer
+    assert set(loso.loc["o1", "fit_engine"]) == {"all sources"}  # no other source of its engine
+    pooled = gpufit.leave_one_source_out(pts, PRESETS, fixed=KNOWN, by_engine=False).set_index("ledger_id")
+    assert pooled.loc[["v1", "s1"], "log_error"].abs().median() > loso.loc[["v1", "s1"], "log_error"].abs().median()
+
+
 def test_bootstrap_spread_and_what_is_not_pinned():
     pts = _synthetic()
     fit = gpufit.fit_gpu_terms(pts, PRESETS)
