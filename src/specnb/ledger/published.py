@@ -239,6 +239,9 @@ class Curve(_Model):
     drafter_kv_bytes_per_token: float | None = Field(
         None, ge=0, description="the drafter's KV bytes per token of context it reads (None: one target layer's for an "
         "EAGLE or MTP head, none otherwise)")
+    draft_fraction: float | None = Field(
+        None, gt=0, le=1, description="share of a request's steps that carry a draft (n-gram drafts only on a match); "
+        "None: every step")
     drafter_context_tokens: float | None = Field(
         None, gt=0, description="context the drafter reads KV for, at most (a sparse or windowed draft KV); None: all")
     engine: str | None = Field(

@@ -182,8 +182,9 @@ def curve_models(points: pd.DataFrame, presets: Mapping[str, Hardware]) -> list[
         batch = g["concurrency"].to_numpy(float)
         prefill = g["prefill_tokens"] if "prefill_tokens" in g.columns else g["prompt_tokens"]
         prefill = prefill.fillna(g["prompt_tokens"]).to_numpy(float)
+        q = g["draft_fraction"].fillna(1.0).to_numpy(float) if "draft_fraction" in g.columns else np.ones_like(batch)
         arrays = dict(batch=batch, prompt=g["prompt_tokens"].to_numpy(float), prefill=prefill,
-                      output=g["output_tokens"].to_numpy(float), k=g["k"].to_numpy(float), q=np.ones_like(batch),
+                      output=g["output_tokens"].to_numpy(float), k=g["k"].to_numpy(float), q=q,
                       sharpness=SHARPNESS)
         out.append(_Curve(str(lid), str(cond), g.index.to_numpy(), hw, target, drafter, arrays,
                           g["tokens_per_step"].to_numpy(float), g["value"].to_numpy(float)))
@@ -424,26 +425,16 @@ def terms_for(fits: Mapping[str, GpuFit], engine: str | None) -> tuple[GpuTerms,
     return fits[""].terms, "all sources"
 
 
-def leave_one_source_out(points: pd.DataFrame, presets: Mapping[str, Hardware],
-                         terms: Sequence[str] = DEFAULT_TERMS, *, fixed: GpuTerms | None = None,
-                         by_engine: bool = True) -> pd.DataFrame:
-    """Fit on every source but one, predict the held-out source's points: one row per point, with
-    ``predicted`` (held out), ``log_error`` and ``same_side`` (both above, or both at or below, 1.0).
-    ``by_engine``: the held-out source is predicted with the terms fitted to the other sources of its
-    engine where there are any (``fit_engine`` names them), else with those fitted to all the others,
-    as :func:`terms_for` answers a user's engine."""
-    sources = sorted(points["ledger_id"].unique())
-    if len(sources) < 2:
-        raise StepCostError("leave-one-source-out needs two or more sources")
+def _held_out(points: pd.DataFrame, presets: Mapping[str, Hardware], terms: Sequence[str], fixed: GpuTerms | None,
+               by_engine: bool) -> pd.DataFrame:
     engines = engine_of(points)
     parts = []
-    for held in sources:
+    for held in sorted(points["ledger_id"].unique()):
         mine = points["ledger_id"] == held
         train, test = points[~mine], points[mine].copy()
-        engine = engines[mine].iloc[0]
         fits = (fit_by_engine(train, presets, terms, fixed=fixed) if by_engine
                 else {"": fit_gpu_terms(train, presets, terms, fixed=fixed)})
-        chosen, whose = terms_for(fits, engine)
+        chosen, whose = terms_for(fits, engines[mine].iloc[0])
         test["predicted"] = predict_speedups(test, presets, chosen)
         test["fit_engine"] = whose
         for t in fits[""].free:
@@ -452,6 +443,27 @@ def leave_one_source_out(points: pd.DataFrame, presets: Mapping[str, Hardware],
     out = pd.concat(parts).sort_index()
     out["log_error"] = np.log(out["predicted"]) - np.log(out["value"])
     out["same_side"] = (out["predicted"] > 1.0) == (out["value"] > 1.0)
+    return out
+
+
+def leave_one_source_out(points: pd.DataFrame, presets: Mapping[str, Hardware],
+                         terms: Sequence[str] = DEFAULT_TERMS, *, fixed: GpuTerms | None = None,
+                         by_engine: bool = True, nested: bool = True) -> pd.DataFrame:
+    """Fit on every source but one, predict the held-out source's points: one row per point, with
+    ``predicted`` (held out), ``log_error`` and ``same_side`` (both above, or both at or below, 1.0).
+    ``by_engine``: the held-out source is predicted with the terms fitted to the other sources of its
+    engine where there are any (``fit_engine`` names them; a source's engine is its first curve's), else
+    with those fitted to all the others, as :func:`terms_for` answers a user's engine. ``nested``: for
+    each source, the same held-out errors of the *other* sources with that source removed too (kept in
+    ``attrs["inner_errors"]`` for :func:`prediction_band`, so a source's band never saw it); needs three
+    sources or more."""
+    if points["ledger_id"].nunique() < 2:
+        raise StepCostError("leave-one-source-out needs two or more sources")
+    out = _held_out(points, presets, terms, fixed, by_engine)
+    if nested and points["ledger_id"].nunique() >= 3:
+        out.attrs["inner_errors"] = {
+            held: _held_out(points[points["ledger_id"] != held], presets, terms, fixed, by_engine)[["ledger_id", "log_error"]]
+            for held in sorted(points["ledger_id"].unique())}
     return out
 
 
@@ -488,15 +500,19 @@ def band_width(loso: pd.DataFrame, level: float = 0.9) -> float:
 
 
 def prediction_band(loso: pd.DataFrame, level: float = 0.9) -> pd.DataFrame:
-    """Each held-out point with its ``level`` band, sized without its own source: the band of a source's
-    points is :func:`band_width` of the *other* sources' held-out errors, so whether a point falls inside
-    (``covered``) is itself out of sample. Adds ``band_log``, ``band_low``, ``band_high`` and ``covered``."""
+    """Each held-out point with its ``level`` band, sized without its own source: a source's band is
+    :func:`band_width` of the other sources' held-out errors, read from ``inner_log_error`` where
+    :func:`leave_one_source_out` computed it (``nested=True``: those errors come from fits that never saw
+    the source either, so whether its points fall inside is out of sample), else from their ordinary
+    held-out errors (fits that did see it). Adds ``band_log``, ``band_low``, ``band_high`` and ``covered``."""
     if loso["ledger_id"].nunique() < 2:
         raise StepCostError("a band checked out of sample needs two or more sources")
     out = loso.copy()
     for held in out["ledger_id"].unique():
         mine = out["ledger_id"] == held
-        out.loc[mine, "band_log"] = band_width(out[~mine], level)
+        inner = out.attrs.get("inner_errors", {}).get(held)
+        others = inner if inner is not None else out.loc[~mine, ["ledger_id", "log_error"]]
+        out.loc[mine, "band_log"] = band_width(others, level)
     out["band_low"] = out["predicted"] * np.exp(-out["band_log"])
     out["band_high"] = out["predicted"] * np.exp(out["band_log"])
     out["covered"] = (out["value"] >= out["band_low"]) & (out["value"] <= out["band_high"])
@@ -517,10 +533,14 @@ def band_summary(banded: pd.DataFrame) -> pd.DataFrame:
 
 def crossing_band(concurrency: Sequence[float], speedup: Sequence[float], band_log: float) -> tuple[str, str]:
     """Where a predicted curve's band crosses 1.0: the lower band's crossing and the upper's, each as a
-    phrase ("c~12", "below c=1": already below 1.0 there, "past c=4096": still above 1.0 there)."""
+    phrase ("c~12", "below c=1": already below 1.0 there, "past c=4096": still above 1.0 there; "n/a" for a
+    band or curve that is not a number)."""
+    values = np.asarray(speedup, float)
+    if not math.isfinite(band_log) or not np.isfinite(values).any():
+        return "n/a", "n/a"
     out = []
     for shift in (-band_log, band_log):
-        kind, at = crossing(concurrency, np.exp(shift) * np.asarray(speedup, float))
+        kind, at = crossing(concurrency, np.exp(shift) * values)
         out.append(f"c~{at:.0f}" if at is not None else
                    f"past c={max(concurrency):g}" if kind == "above" else f"below c={min(concurrency):g}")
     return out[0], out[1]

@@ -56,7 +56,7 @@ from specnb.models.hardware import Hardware, StepCostError, positive
 from specnb.models.theory import acceptance_length
 
 __all__ = ["TargetModel", "Drafter", "NGRAM", "Scenario", "tokens_per_step", "predict", "predicted_crossing",
-           "max_concurrency", "step_terms", "weights_read"]
+           "max_concurrency", "step_terms", "weights_read", "runs_on_host"]
 
 
 @dataclass(frozen=True)
@@ -178,13 +178,19 @@ class Drafter:
 
     def __post_init__(self) -> None:
         for name in ("params", "weight_bytes", "kv_bytes_per_token", "per_request_s", "step_overhead_s",
-                     "per_token_s", "per_pass_s"):
+                     "per_token_s", "per_pass_s", "context_cap"):
             positive(name, getattr(self, name), zero_ok=True)
         if not 0.0 <= self.draft_fraction <= 1.0:
             raise StepCostError(f"draft_fraction must be in [0, 1], got {self.draft_fraction}")
 
 
 NGRAM = Drafter("ngram", host=True)
+
+
+def runs_on_host(method: str, params: float) -> bool:
+    """Whether a drafter proposes on the host (no drafting pass on the device): vLLM's n-gram, which has
+    no weights; any drafter with a size runs on the device, whatever its method is called."""
+    return method == "ngram" and params <= 0
 
 
 @dataclass(frozen=True)

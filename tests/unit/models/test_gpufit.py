@@ -87,10 +87,14 @@ def test_each_drafter_is_costed_as_it_runs():
     assert drafting(eagle, 3) > 3 * (1e-3 + layer_read) * 0.99 and drafting(eagle, 6) > 2 * drafting(eagle, 3) * 0.99
     draft = gpufit.drafter_for("draft_model", t, 1e9, layers=32)
     assert draft.params == 1e9 and not draft.parallel
+    def pass_cost(d, k):  # what a fixed 1 ms per pass adds: 1 ms times the passes the drafter makes
+        plain = step_terms(hw, t, replace(d, per_pass_s=0.0), k=k * one, **kw).drafting_s[0]
+        return drafting(d, k) - plain
+
     for kind in ("mtp", "block"):
         d = gpufit.drafter_for(kind, t, layers=32)
-        assert d.parallel and drafting(d, 3) == pytest.approx(drafting(d, 3))
-        assert drafting(d, 5) < 2 * drafting(d, 1)  # one pass, whatever K
+        assert d.parallel and pass_cost(d, 3) == pytest.approx(1e-3) and pass_cost(d, 7) == pytest.approx(1e-3)
+    assert pass_cost(eagle, 3) == pytest.approx(3e-3) and pass_cost(ngram, 3) == 0.0
     with pytest.raises(StepCostError, match="draft model's cost needs its size"):
         gpufit.drafter_for("draft_model", t, layers=32)
     capped = gpufit.drafter_for("draft_model", t, 8e9, layers=32, kv_bytes_per_token=t.kv_bytes_per_token, context_cap=512)
@@ -98,6 +102,18 @@ def test_each_drafter_is_costed_as_it_runs():
     long = dict(kw, prompt=32000 * one, batch=64 * one)
     assert (step_terms(hw, t, capped, k=3 * one, **long).drafting_s[0]
             < 0.5 * step_terms(hw, t, full, k=3 * one, **long).drafting_s[0])
+
+
+def test_only_a_drafter_without_weights_proposes_on_the_host_and_the_gpu_file_drafts_on_the_device():
+    import yaml
+
+    from specnb import paths
+    from specnb.models.stepcost import runs_on_host
+
+    assert runs_on_host("ngram", 0.0) and not runs_on_host("ngram", 1e9) and not runs_on_host("draft_model", 0.0)
+    gpu = yaml.safe_load((paths.ROOT / "notebooks/params/gpu/calculator.yaml").read_text())
+    method = gpu.get("drafter_method", "ngram")  # the notebook's default when the file says nothing
+    assert not runs_on_host(method, gpu["drafter_params_b"] * 1e9), "the GPU file's draft model must draft on the device"
 
 
 def test_a_mixture_of_experts_reads_the_experts_its_tokens_touch():
@@ -184,9 +200,6 @@ def test_the_band_is_sized_without_the_source_it_covers():
     loso = pd.DataFrame({"ledger_id": ["a"] * 4 + ["b"] * 2 + ["c"] * 2,
                          "value": [1.0] * 8, "predicted": [1.1, 1.2, 0.9, 1.05, 2.0, 0.5, 1.01, 0.99]})
     loso["log_error"] = np.log(loso["predicted"] / loso["value"])
-    # each source weighted once: a's four points count as much as b's two
-    width = gpufit.band_width(loso, 0.5)
-    assert width == pytest.approx(abs(math.log(1.1)), rel=1e-9) or width == pytest.approx(abs(math.log(1.05)), rel=1e-9)
     banded = gpufit.prediction_band(loso, 0.9)
     b = banded[banded["ledger_id"] == "b"]
     assert b["band_log"].iloc[0] == pytest.approx(gpufit.band_width(loso[loso["ledger_id"] != "b"], 0.9))
@@ -200,6 +213,32 @@ def test_the_band_is_sized_without_the_source_it_covers():
         gpufit.band_width(loso, 1.5)
 
 
+def test_the_band_weighs_each_source_once():
+    # nine small errors of one source weigh as much as one large error of another
+    errs = pd.DataFrame({"ledger_id": ["a"] * 9 + ["b"], "log_error": [0.1] * 9 + [1.0]})
+    assert gpufit.band_width(errs, 0.75) == pytest.approx(1.0)
+    assert float(np.quantile(errs["log_error"].abs(), 0.75)) == pytest.approx(0.1)  # what counting points would say
+    assert gpufit.band_width(errs, 0.4) == pytest.approx(0.1)
+
+
+def test_a_nested_band_never_saw_its_source():
+    pts = _synthetic()
+    pts.loc[pts["ledger_id"] == "b", "value"] *= 1.5  # sources the others cannot explain
+    pts.loc[pts["ledger_id"] == "a", "value"] *= 1.2
+    loso = gpufit.leave_one_source_out(pts, PRESETS, fixed=KNOWN)
+    inner = loso.attrs["inner_errors"]
+    assert set(inner) == {"a", "b", "c"} and set(inner["a"]["ledger_id"]) == {"b", "c"}
+    banded = gpufit.prediction_band(loso)
+    for held in ("a", "b", "c"):
+        assert banded.loc[banded["ledger_id"] == held, "band_log"].iloc[0] == pytest.approx(
+            gpufit.band_width(inner[held]))
+    # the inner errors of b come from fits without a: they differ from the outer ones, which saw a
+    outer_b = loso.loc[loso["ledger_id"] == "b", "log_error"].to_numpy()
+    inner_b = inner["a"].loc[inner["a"]["ledger_id"] == "b", "log_error"].to_numpy()
+    assert not np.allclose(outer_b, inner_b)
+    assert "inner_errors" not in gpufit.leave_one_source_out(pts, PRESETS, fixed=KNOWN, nested=False).attrs
+
+
 def test_the_crossing_band_reads_where_the_band_ends_reach_one():
     conc = [1, 2, 4, 8, 16, 32, 64]
     speed = [1.8, 1.6, 1.4, 1.2, 1.0, 0.9, 0.8]
@@ -208,6 +247,8 @@ def test_the_crossing_band_reads_where_the_band_ends_reach_one():
     assert float(lo[2:]) < 16 < float(hi[2:])
     assert gpufit.crossing_band(conc, [3.0] * 7, 0.1) == ("past c=64", "past c=64")
     assert gpufit.crossing_band(conc, [0.5] * 7, 0.1) == ("below c=1", "below c=1")
+    assert gpufit.crossing_band(conc, [float("nan")] * 7, 0.1) == ("n/a", "n/a")
+    assert gpufit.crossing_band(conc, speed, float("nan")) == ("n/a", "n/a")
 
 
 def test_a_drafting_pass_is_paid_k_times_by_a_sequential_drafter_once_by_a_block_drafter():
