@@ -27,6 +27,7 @@ the curves frame and the hardware presets (:func:`specnb.models.hardware.hardwar
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -292,6 +293,14 @@ def engine_terms_from_steps(hw: Hardware, target: TargetModel, batch: Sequence[f
     return GpuTerms(bandwidth_efficiency=1.0 / inv_bw, compute_efficiency=1.0 / inv_flop, step_ms=1e3 * fixed)
 
 
+@functools.cache
+def _step_model_ledger() -> Any:
+    # read once a process: every fit without given engine terms (a nested leave-one-source-out makes dozens) needs it
+    from specnb.ledger.published import read_published
+
+    return read_published(STEP_MODEL_LEDGER)
+
+
 def anchor_terms(presets: Mapping[str, Hardware], ledger: Any = None) -> GpuTerms:
     """The engine terms fixed from a published step-time model (SpecDecode-Bench's, fitted on one H100 to
     Llama-3.1-8B's vLLM steps "with instructcoder bs=1,8,16,32,64"; ``ledgers/published/
@@ -301,9 +310,7 @@ def anchor_terms(presets: Mapping[str, Hardware], ledger: Any = None) -> GpuTerm
     the fixed cost (its fixed forward cost alone cannot: weights and launches do not vary with the batch);
     the model's additive step has the simulator's form, so the steps come back exactly.
     ``ledger``: a :class:`~specnb.ledger.published.PublishedLedger` (default: the committed one)."""
-    from specnb.ledger.published import read_published
-
-    led = ledger if ledger is not None else read_published(STEP_MODEL_LEDGER)
+    led = ledger if ledger is not None else _step_model_ledger()
     c = {r.metric: r.value for r in led.rows}
     need = ("target_c_fixed", "target_c_compute", "target_c_kv", "overhead_constant_per_step")
     if any(c.get(k) is None for k in need):
