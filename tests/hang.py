@@ -63,6 +63,9 @@ FIGURES: dict[str, Figure] = {
     "notebook": Figure(
         13.1, "the calculator notebook executed and its figures saved: test_calculator's longest case, 13.1 s in "
         "the clean clone of 60153d9 (2026-12-05)"),
+    "widget_redraw": Figure(
+        1.33, "a calculator slider's edit to its figure redrawn through the kernel: test_lab's slider test, 1.33 s "
+        "alone on a 2-core AVX-512 EPYC (2026-12-06)"),
     "fake_sweep": Figure(
         9.82, "the longest unit test on fake vLLM servers: test_sequential_rounds, 9.82 s in the clean clone of "
         "60153d9 (2026-12-05)"),
