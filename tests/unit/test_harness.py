@@ -3,11 +3,14 @@ failure; in CI a missing component or a skip fails; the shared pair's early laun
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from types import SimpleNamespace
 
 import pytest
 
+from specnb import paths
 from tests import conftest as budget
 from tests.hang import guard
 
@@ -309,3 +312,25 @@ def test_make_test_as_avx2_runs_make_test_with_an_avx2_machines_choices(tmp_path
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["argv"] == ["test"]
     assert got["env"] == {EMULATE_ENV: "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+
+
+def test_the_cpu_profile_records_each_phase_and_sums_modules(pytester, tmp_path, monkeypatch):
+    """The profile plugin (tests/cpu_profile.py) writes one line per phase of a real pytest run, and
+    its summary adds a module's phases: wall, busy share, idle core-seconds."""
+    from tests.cpu_profile import summary
+
+    out = tmp_path / "p.jsonl"
+    pytester.makepyfile(test_a="import time\ndef test_one():\n    time.sleep(0.2)\ndef test_two():\n    pass\n")
+    monkeypatch.setenv("SPECNB_CPU_PROFILE", str(out))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(paths.ROOT), os.environ.get("PYTHONPATH", "")]))
+    res = pytester.runpytest_subprocess("-p", "tests.cpu_profile", "-q", "-p", "no:cacheprovider")
+    res.assert_outcomes(passed=2)
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [(r["id"].split("::")[1], r["when"]) for r in rows] == [
+        (t, w) for t in ("test_one", "test_two") for w in ("setup", "call", "teardown")]
+    assert all(0 <= r["busy"] <= 1 for r in rows) and rows[1]["s"] >= 0.2
+    lines = summary([{"id": "m.py::a", "s": 10.0, "busy": 0.5}, {"id": "m.py::b", "s": 10.0, "busy": 1.0},
+                     {"id": "n.py::c", "s": 4.0, "busy": 0.0}], cores=2)
+    assert lines[1].split() == ["20.0", "75%", "10.0", "m.py"]
+    assert lines[2].split() == ["4.0", "0%", "8.0", "n.py"]
+    assert lines[-1].split()[:4] == ["24.0", "62%", "18.0", "all"]

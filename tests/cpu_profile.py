@@ -1,0 +1,79 @@
+"""Where a test pass's time goes, test by test: each phase's wall time and how busy the machine's
+cores were meanwhile (from /proc/stat), one JSON line per phase.
+
+A pytest plugin, loaded by name: ``make test PYTEST_ARGS="-p tests.cpu_profile"`` (or a pytest
+command with ``-p tests.cpu_profile``) appends to ``$SPECNB_CPU_PROFILE`` (default
+``/tmp/specnb-cpu-profile.jsonl``). ``python -m tests.cpu_profile FILE`` then prints, per test
+module, the wall seconds, the busy share and the core-seconds left idle: a phase with idle cores
+is one that could run beside another, a busy one only gets shorter by doing less. Linux only; a
+figure to read, never an assertion.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+DEFAULT = "/tmp/specnb-cpu-profile.jsonl"
+
+
+def _stat() -> tuple[int, int]:
+    """The machine's jiffies so far: (all, idle incl. iowait)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v), v[3] + v[4]
+
+
+def _phase(item, when: str):
+    t0, a = time.monotonic(), _stat()
+    yield
+    (total, idle), wall = _stat(), time.monotonic() - t0
+    dt, di = total - a[0], idle - a[1]
+    row = {"id": item.nodeid, "when": when, "s": round(wall, 3), "busy": round((dt - di) / dt, 3) if dt else 0.0,
+           "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}
+    with open(os.environ.get("SPECNB_CPU_PROFILE", DEFAULT), "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    yield from _phase(item, "setup")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    yield from _phase(item, "call")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):  # noqa: ARG001 - pytest's hook signature
+    yield from _phase(item, "teardown")
+
+
+def summary(rows: list[dict], cores: int) -> list[str]:
+    """Per module, slowest first: wall s, busy share, idle core-seconds; then the whole pass."""
+    by: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for r in rows:
+        acc = by[r["id"].split("::")[0]]
+        acc[0] += r["s"]
+        acc[1] += r["s"] * r["busy"]
+    lines = [f"{'wall s':>8} {'busy':>5} {'idle core-s':>11}  module"]
+    for mod, (wall, busy) in sorted(by.items(), key=lambda kv: -kv[1][0]):
+        if wall >= 1:
+            lines.append(f"{wall:8.1f} {busy / wall:5.0%} {(wall - busy) * cores:11.1f}  {mod}")
+    wall, busy = sum(w for w, _ in by.values()), sum(b for _, b in by.values())
+    if wall:
+        lines.append(f"{wall:8.1f} {busy / wall:5.0%} {(wall - busy) * cores:11.1f}  all ({len(rows)} phases, "
+                     f"{cores} cores)")
+    return lines
+
+
+if __name__ == "__main__":
+    path = Path(sys.argv[1] if len(sys.argv) > 1 else DEFAULT)
+    print("\n".join(summary([json.loads(x) for x in path.read_text().splitlines() if x.strip()], os.cpu_count() or 1)))
