@@ -7,7 +7,7 @@ vllm.entrypoints.openai.api_server``, alternating (fork, spawn, fork, ...). Two-
     .venv/bin/python benchmarks/forked_start.py [--rounds 2] [--requests 3] [--max-tokens 128]
 
 For each start: the wall time from launch to ``/v1/models`` answering, the machine's busy
-core-seconds over it (/proc/stat: run it with nothing else running), and a greedy decode's tok/s
+core-seconds over it (``specnb.engine.hostload.busy_seconds``: run it with nothing else running), and a greedy decode's tok/s
 after it (c=1, a fixed prompt, ``ignore_eos``; start-to-start spread on these machines is large, so
 a few requests say little). One JSON line per start and a summary per kind. An experiment for the
 test suite's time (docs/timing.md), not a launch path of specnb's: ``VllmServer`` launches fresh.
@@ -21,7 +21,6 @@ import json
 import os
 import runpy
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,7 +30,9 @@ import urllib.request
 from pathlib import Path
 
 from specnb import paths
+from specnb.engine.hostload import busy_seconds
 from specnb.engine.kernels import machine_dtype
+from specnb.engine.server import free_port
 from specnb.engine.vllm import engine_environment
 
 MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
@@ -42,18 +43,6 @@ PROMPT = "List 30 fruits, separated by commas."
 def _argv(port: int) -> list[str]:
     return ["--model", str(MODEL), "--served-model-name", "smol", "--enforce-eager", "--dtype", machine_dtype(),
             "--max-model-len", "2048", "--host", "127.0.0.1", "--port", str(port)]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _jiffies() -> tuple[int, int]:
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    return sum(v), v[3] + v[4]
 
 
 def _ready(port: int) -> bool:
@@ -116,21 +105,19 @@ def _stop(pid: int) -> None:
 
 
 def one_start(kind: str, folder: Path, requests: int, max_tokens: int) -> dict:
-    port = _free_port()
+    port = free_port()
     log = folder / f"{kind}-{port}.log"
-    hz = os.sysconf("SC_CLK_TCK")
-    a, t0 = _jiffies(), time.monotonic()
+    busy0, t0 = busy_seconds(), time.monotonic()
     pid = (_fork if kind == "fork" else _spawn)(port, log)
     try:
         while not _ready(port):
             if os.waitpid(pid, os.WNOHANG) != (0, 0):
                 raise RuntimeError(f"the {kind} server exited before it was ready: {log}")
             time.sleep(0.2)
-        wall, b = time.monotonic() - t0, _jiffies()
+        wall, busy = time.monotonic() - t0, busy_seconds() - busy0
         tok_s = _decode(port, requests, max_tokens)
     finally:
         _stop(pid)
-    busy = ((b[0] - a[0]) - (b[1] - a[1])) / hz
     return {"kind": kind, "wall_s": round(wall, 1), "busy_core_s": round(busy, 1), "tok_s": round(tok_s, 1)}
 
 

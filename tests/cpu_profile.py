@@ -1,12 +1,13 @@
 """Where a test pass's time goes, test by test: each phase's wall time and how busy the machine's
-cores were meanwhile (from /proc/stat), one JSON line per phase.
+cores were meanwhile (the host's busy CPU seconds, ``specnb.engine.hostload.busy_seconds``), one
+JSON line per phase.
 
 A pytest plugin, loaded by name: ``make test PYTEST_ARGS="-p tests.cpu_profile"`` (or a pytest
 command with ``-p tests.cpu_profile``) appends to ``$SPECNB_CPU_PROFILE`` (default
 ``/tmp/specnb-cpu-profile.jsonl``). ``python -m tests.cpu_profile FILE`` then prints, per test
 module, the wall seconds, the busy share and the core-seconds left idle: a phase with idle cores
-is one that could run beside another, a busy one only gets shorter by doing less. Linux only; a
-figure to read, never an assertion.
+is one that could run beside another, a busy one only gets shorter by doing less. A figure to
+read, never an assertion.
 """
 
 from __future__ import annotations
@@ -20,22 +21,18 @@ from pathlib import Path
 
 import pytest
 
+from specnb.engine.hostload import busy_seconds
+
+CORES = os.cpu_count() or 1
 DEFAULT = "/tmp/specnb-cpu-profile.jsonl"
 
 
-def _stat() -> tuple[int, int]:
-    """The machine's jiffies so far: (all, idle incl. iowait)."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    return sum(v), v[3] + v[4]
-
-
 def _phase(item, when: str):
-    t0, a = time.monotonic(), _stat()
+    t0, busy0 = time.monotonic(), busy_seconds()
     yield
-    (total, idle), wall = _stat(), time.monotonic() - t0
-    dt, di = total - a[0], idle - a[1]
-    row = {"id": item.nodeid, "when": when, "s": round(wall, 3), "busy": round((dt - di) / dt, 3) if dt else 0.0,
+    wall, busy = time.monotonic() - t0, busy_seconds() - busy0
+    share = min(1.0, busy / (wall * CORES)) if wall > 0 else 0.0
+    row = {"id": item.nodeid, "when": when, "s": round(wall, 3), "busy": round(share, 3),
            "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}
     with open(os.environ.get("SPECNB_CPU_PROFILE", DEFAULT), "a") as f:
         f.write(json.dumps(row) + "\n")
@@ -76,4 +73,4 @@ def summary(rows: list[dict], cores: int) -> list[str]:
 
 if __name__ == "__main__":
     path = Path(sys.argv[1] if len(sys.argv) > 1 else DEFAULT)
-    print("\n".join(summary([json.loads(x) for x in path.read_text().splitlines() if x.strip()], os.cpu_count() or 1)))
+    print("\n".join(summary([json.loads(x) for x in path.read_text().splitlines() if x.strip()], CORES)))

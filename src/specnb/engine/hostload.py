@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import psutil
 
-__all__ = ["HOST_BUSY_SHARE", "HOST_BUSY", "host_busy_cores", "HostLoad", "wait_for_quiet"]
+__all__ = ["HOST_BUSY_SHARE", "HOST_BUSY", "host_busy_cores", "busy_seconds", "HostLoad", "wait_for_quiet"]
 
 # share of the host's cores that processes neither the server nor specnb's own may use during a
 # point before it is flagged: on a shared machine a noisy neighbour moves one arm and not the other
@@ -30,6 +30,13 @@ def host_busy_cores(ncpu: int | None = None) -> float:
 
 
 HOST_BUSY = host_busy_cores()  # on this machine
+
+
+def busy_seconds() -> float:
+    """The host's busy CPU seconds so far, all cores (user, nice, system, interrupts, steal; not idle
+    or waiting on I/O)."""
+    t = psutil.cpu_times()
+    return sum(getattr(t, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal"))
 
 
 def _own_cpu() -> float:
@@ -52,10 +59,7 @@ class HostLoad:
         self._srv0 = self._tree(server_pid)
         self._own0 = _own_cpu()
 
-    @staticmethod
-    def _busy() -> float:
-        t = psutil.cpu_times()
-        return sum(getattr(t, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal"))
+    _busy = staticmethod(busy_seconds)
 
     @staticmethod
     def _tree(pid: int | None) -> float | None:
