@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from specnb import paths
+from specnb.engine.forkserver import OPT_IN as FORK_OPT_IN
 from specnb.engine.vllm import TWO_PROCESSES_OPT_IN
 from specnb.ledger.suite import cpu_family
 
@@ -18,6 +19,10 @@ from specnb.ledger.suite import cpu_family
 # what specnb does, not which layout is faster. The shared baseline server (tests/shared_pair.py)
 # keeps vLLM's own three-process layout, so both are started on every run.
 os.environ.setdefault(TWO_PROCESSES_OPT_IN, "1")
+# ... and is forked from a fork server that imported vLLM's entry point once (specnb.engine.forkserver:
+# about 6 s and 6 core-seconds less per start, the engine core still spawned afresh); the ledgers
+# record it (server.launcher) and test_sweep_real.py checks that the forked servers keep the CPUs.
+os.environ.setdefault(FORK_OPT_IN, "1")
 
 DEFAULT_MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
 

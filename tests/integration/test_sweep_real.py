@@ -7,6 +7,7 @@ They assert only what a measurement must satisfy, never generated text.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
@@ -297,3 +298,23 @@ def test_both_process_layouts_serve_and_say_so(swept, baseline_server):
 
     assert loader(srv.start_log()) == {"Worker"}
     assert loader((out / "logs" / "ngram-k4-r00.log").read_text()) == {"EngineCore"}
+
+
+def test_the_suites_servers_are_forked_and_run_on_the_launchers_cpus(swept, baseline_server):
+    """Every server of the suite is forked from a fork server (tests/conftest.py asks for it): the
+    ledgers say so, and a server's API server and engine core run on the CPUs of the process that
+    launched it (Intel OpenMP's fork handler once left a forked API server, and the engine core it
+    spawned, on one CPU of two: the engine then decoded on one core, a quarter slower here)."""
+    import psutil
+
+    _, outcome, _ = swept
+    assert {read_ledger(p).server.launcher for p in outcome.written} == {"fork-server"}
+    srv, ep = baseline_server.server, baseline_server.endpoint
+    assert ep.launcher == "fork-server" and srv.launcher == "fork-server"
+    # the API server and the engine core it spawns; vLLM's worker (a third process in this layout)
+    # binds its own threads, one CPU each, the same after a fresh launch
+    leader = psutil.Process(srv.proc.pid)
+    core = [p for p in leader.children(recursive=True) if "EngineCore" in p.name()]
+    assert len(core) == 1, [p.name() for p in leader.children(recursive=True)]
+    mine = os.sched_getaffinity(0)
+    assert set(leader.cpu_affinity()) == mine and set(core[0].cpu_affinity()) == mine

@@ -37,6 +37,7 @@ from typing import Any
 import psutil
 
 from specnb import paths
+from specnb.engine import forkserver
 from specnb.engine.vllm import (
     LOCALHOST,
     TWO_PROCESSES,
@@ -207,6 +208,7 @@ class Endpoint:
     kv: KvCapacity = field(default_factory=KvCapacity)
     pid: int | None = None
     ready_s: float | None = None
+    launcher: str | None = None  # a launched server's start: "exec" (afresh) or "fork-server"; None: attached
     api_key: str | None = field(default=None, repr=False)  # sent as a bearer token, never described
 
     @property
@@ -230,6 +232,7 @@ class Endpoint:
             "env": self.env,
             "kv_capacity": self.kv.as_dict(),
             "ready_s": self.ready_s,
+            "launcher": self.launcher,
         }
 
 
@@ -281,6 +284,7 @@ def live_servers() -> dict[int, VllmServer]:
 def _stop_all() -> None:
     for srv in list(_LIVE.values()):
         srv.stop()
+    forkserver.close_all()
 
 
 def _install_hooks() -> None:
@@ -354,13 +358,14 @@ class VllmServer:
         self.python = python or sys.executable
         self.log_path = Path(log_path)
         self.env_overrides = dict(env or {})
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | forkserver.ForkedProcess | None = None
         self.endpoint: Endpoint | None = None
         self._log_offset = 0
         self._stopped = False
         self.pid: int | None = None
         self.launched_at: float | None = None  # wall time (epoch s) of the last launch: start-up breakdown
         self._launch: dict[str, Any] | None = None  # what wait_ready() needs of the last launch
+        self.launcher: str | None = None  # how the last launch started it: "exec" or "fork-server"
 
     # argv and env are pure, so they are recorded in ledgers and tested without a server
     def argv(self, port: int) -> list[str]:
@@ -409,15 +414,32 @@ class VllmServer:
         self._log_offset = log.tell()  # a reused log holds earlier starts: parse only this one
         t0 = time.monotonic()
         self.launched_at = time.time()
-        self.proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True, cwd=str(paths.ROOT), preexec_fn=_die_with_parent,
-        )
+        self.proc = self._forked(argv, env, log)
+        if self.proc is None:
+            self.proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, start_new_session=True, cwd=str(paths.ROOT), preexec_fn=_die_with_parent,
+            )
         log.close()
         self.pid = self.proc.pid
         self._stopped = False
         _LIVE[self.proc.pid] = self
         self._launch = {"base_url": f"http://{self.host}:{port}", "t0": t0, "argv": argv, "env": env}
+
+    def _forked(self, argv: list[str], env: dict[str, str], log) -> forkserver.ForkedProcess | None:
+        """The server forked from a fork server where one is asked for (:mod:`specnb.engine.forkserver`);
+        None: launch it afresh (not asked for, or the fork server failed: its log line says why)."""
+        self.launcher = "exec"
+        if not forkserver.wanted(self.python, argv):
+            return None
+        try:
+            proc = forkserver.fork_launch(argv, len(serve_command(self.python)), env, str(paths.ROOT), self.log_path)
+        except forkserver.ForkServerError as exc:
+            log.write(f"# specnb: launched afresh: {exc}\n".encode())
+            log.flush()
+            return None
+        self.launcher = "fork-server"
+        return proc
 
     def wait_ready(self) -> Endpoint:
         """Wait for the launched server to answer; on any error (or Ctrl-C) it is stopped first."""
@@ -434,7 +456,7 @@ class VllmServer:
         ep = Endpoint(
             base_url=base_url, model=self.served_model_name, mode=EndpointMode.LAUNCHED,
             argv=argv, env=recorded_environment(env), kv=parse_kv_capacity(log_text),
-            pid=self.proc.pid, ready_s=time.monotonic() - t0,
+            pid=self.proc.pid, ready_s=time.monotonic() - t0, launcher=self.launcher,
         )
         try:
             ep.engine_version = _get_json(base_url + "/version").get("version")

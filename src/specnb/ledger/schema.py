@@ -279,6 +279,11 @@ class ServerRecord(_Model):
         None, description="what vLLM decided at start-up, read from its log (model runner, async scheduling, "
         "compilation and CUDA-graph mode, dtype, quantization, linear kernels, dynamic speculation); None: "
         "attached, or recorded before 2026-12-01")
+    launcher: Literal["exec", "fork-server"] | None = Field(
+        None, description="how a launched server's API server process started: 'exec' (a fresh process), "
+        "'fork-server' (forked from a process that had imported vLLM: SPECNB_FORK_API_SERVER=1, "
+        "specnb.engine.forkserver; its engine core is spawned afresh either way); None: attached, or recorded "
+        "before 2026-12-06")
 
 
 class Provenance(_Model):

@@ -50,6 +50,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from specnb.engine import forkserver
 from specnb.errors import SpecnbError
 from specnb.sweep.observers import SweepObserver
 from specnb.sweep.plan import Levels, sizing_path, superseded_path
@@ -261,6 +262,7 @@ def on_node(order: Any, keep: tuple[str, ...] = ("sweep.json",),
         node["ray_env_removed"] = sorted(removed)
         yield staging, shipper, node, send
     finally:
+        forkserver.close_all()  # a Ray worker outlives its block: the block's fork servers must not
         os.chdir(old)
         os.environ.pop(BLOCK_ENV, None)
         os.environ.update(removed)

