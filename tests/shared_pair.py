@@ -10,6 +10,7 @@ integration conftest's session fixture takes it (or makes it) and stops it at th
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +62,39 @@ EARLY: dict[str, VllmServer] = {}
 PAIR_CLAIMED: list[bool] = []
 
 
+class PairLauncher(threading.Thread):
+    """Launches the early pair off the test's thread (the first launch of a session may wait for
+    the fork server's imports, specnb.engine.forkserver: some 10 s the browser test need not wait),
+    then lives until the pair is stopped: a server launched afresh asks for SIGTERM when the thread
+    that launched it ends (PR_SET_PDEATHSIG)."""
+
+    def __init__(self, servers: dict[str, VllmServer]):
+        super().__init__(name="shared-pair-launcher", daemon=True)
+        self.servers = servers
+        self.launched = threading.Event()
+        self.release = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for srv in self.servers.values():
+                srv.launch()
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for the pair
+            self.error = exc
+        finally:
+            self.launched.set()
+        self.release.wait()
+
+    def wait_launched(self) -> None:
+        """Until both are launched; re-raises what stopped the launch."""
+        self.launched.wait()
+        if self.error is not None:
+            raise self.error
+
+
+LAUNCHER: list[PairLauncher] = []
+
+
 def launch_pair_early(tmp_path_factory) -> None:
     """Launch the shared pair now, without waiting: ``make test``'s second pass calls it after
     collection when the browser tests run first (they start no vLLM), so the pair's start runs
@@ -68,15 +102,38 @@ def launch_pair_early(tmp_path_factory) -> None:
     if EARLY or PAIR_CLAIMED or not (MODEL / "config.json").exists():
         return
     EARLY.update(make_pair(tmp_path_factory))
+    LAUNCHER.append(PairLauncher(dict(EARLY)))
+    LAUNCHER[-1].start()
+
+
+def take_early_pair() -> dict[str, VllmServer]:
+    """The early pair, launched (waits for its launcher thread); empty when none was launched early
+    or its launch failed (stopped then: the session makes its own)."""
+    servers = dict(EARLY)
+    EARLY.clear()
+    if not servers:
+        return {}
     try:
-        for srv in EARLY.values():
-            srv.launch()
-    except BaseException:
-        stop_early_pair()
-        raise
+        LAUNCHER[-1].wait_launched()
+    except Exception as exc:  # noqa: BLE001 - the fixture launches a pair of its own instead
+        print(f"the shared vLLM pair was not launched early ({exc}); launching it now")
+        for srv in servers.values():
+            srv.stop()
+        release_launcher()
+        return {}
+    return servers
+
+
+def release_launcher() -> None:
+    """The pair is stopped: its launcher thread may end."""
+    while LAUNCHER:
+        LAUNCHER.pop().release.set()
 
 
 def stop_early_pair() -> None:
     """The session's end: stop a pair launched early that no test took (stopped by its ids)."""
+    if LAUNCHER:
+        LAUNCHER[-1].launched.wait()
     while EARLY:
         EARLY.popitem()[1].stop()
+    release_launcher()

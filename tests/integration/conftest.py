@@ -25,7 +25,18 @@ from tests.hang import guard
 
 # the server arguments and the shared pair live in a harness module; named here too, where the
 # real-server tests take them from
-from tests.shared_pair import DTYPE, EARLY, MODEL, NGRAM, PAIR_CLAIMED, SERVER_ARGS, K, Shared, make_pair
+from tests.shared_pair import (
+    DTYPE,
+    MODEL,
+    NGRAM,
+    PAIR_CLAIMED,
+    SERVER_ARGS,
+    K,
+    Shared,
+    make_pair,
+    release_launcher,
+    take_early_pair,
+)
 
 __all__ = ["DTYPE", "K", "MODEL", "NGRAM", "SERVER_ARGS", "Shared", "CATEGORIES", "mixed_prompts", "sweep_spec",
            "RealSweep"]
@@ -73,11 +84,14 @@ def _shared_pair(tmp_path_factory) -> Iterator[dict[str, Shared]]:
     if not (MODEL / "config.json").exists():
         pytest.fail(f"{MODEL} missing: run `make setup` (make test does it)")
     PAIR_CLAIMED.append(True)
-    early = bool(EARLY)
-    servers = dict(EARLY) if early else make_pair(tmp_path_factory)
-    EARLY.clear()
-    with started_together(servers, launched=early) as eps:
-        yield {name: Shared(servers[name], ep) for name, ep in eps.items()}
+    servers = take_early_pair()
+    early = bool(servers)
+    servers = servers or make_pair(tmp_path_factory)
+    try:
+        with started_together(servers, launched=early) as eps:
+            yield {name: Shared(servers[name], ep) for name, ep in eps.items()}
+    finally:
+        release_launcher()
 
 
 @pytest.fixture(scope="session")

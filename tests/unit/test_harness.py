@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -270,6 +271,51 @@ def test_no_second_pair_is_launched_once_the_session_made_its_own(monkeypatch):
     monkeypatch.setattr(shared, "PAIR_CLAIMED", [True])
     shared.launch_pair_early(NoFactory())
     assert shared.EARLY == {}
+
+
+class _Launchable:
+    """A stand-in for a VllmServer: records the thread that launched it, and its stop."""
+
+    def __init__(self, fail: bool = False):
+        self.fail, self.thread, self.stopped = fail, None, False
+
+    def launch(self):
+        self.thread = threading.current_thread()
+        if self.fail:
+            raise RuntimeError("no start")
+
+    def stop(self):
+        self.stopped = True
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_the_early_pair_is_launched_off_the_tests_thread_which_lives_until_it_stops(tmp_path, monkeypatch, fail):
+    """The first launch of a session may wait for the fork server's imports: the browser test that
+    triggers the early launch does not wait for it; the launching thread outlives the servers (a
+    server launched afresh gets SIGTERM when its launching thread ends); a failed launch stops what
+    it launched and leaves the session fixture to make its own pair."""
+    import tests.shared_pair as shared
+
+    (tmp_path / "config.json").write_text("{}")
+    pair = {"baseline": _Launchable(), "ngram": _Launchable(fail=fail)}
+    monkeypatch.setattr(shared, "MODEL", tmp_path)
+    monkeypatch.setattr(shared, "make_pair", lambda factory: pair)
+    monkeypatch.setattr(shared, "EARLY", {})
+    monkeypatch.setattr(shared, "PAIR_CLAIMED", [])
+    monkeypatch.setattr(shared, "LAUNCHER", [])
+    shared.launch_pair_early("factory")
+    (launcher,) = shared.LAUNCHER
+    taken = shared.take_early_pair()
+    assert pair["baseline"].thread is launcher and launcher is not threading.current_thread()
+    if fail:
+        assert taken == {} and pair["baseline"].stopped and pair["ngram"].stopped and launcher.release.is_set()
+        launcher.join(5)
+        assert not launcher.is_alive()
+        return
+    assert taken == pair and launcher.is_alive()  # the servers run: their launching thread with them
+    shared.release_launcher()
+    launcher.join(5)
+    assert not launcher.is_alive()
 
 
 @pytest.mark.parametrize("ci,rc", [("true", 1), ("", 0)])

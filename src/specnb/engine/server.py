@@ -274,6 +274,7 @@ def attach(base_url: str, model: str | None = None, timeout: float = 10.0, api_k
 
 _LIVE: dict[int, VllmServer] = {}
 _HOOKS_INSTALLED = False
+_SIGTERM_HOOKED = False
 
 
 def live_servers() -> dict[int, VllmServer]:
@@ -288,13 +289,14 @@ def _stop_all() -> None:
 
 
 def _install_hooks() -> None:
-    """Stop every launched server when this process exits or is told to stop."""
-    global _HOOKS_INSTALLED
-    if _HOOKS_INSTALLED:
-        return
-    _HOOKS_INSTALLED = True
-    atexit.register(_stop_all)
-    if threading.current_thread() is threading.main_thread():
+    """Stop every launched server when this process exits or is told to stop (the SIGTERM handler
+    at the first launch from the main thread: a handler can only be set there)."""
+    global _HOOKS_INSTALLED, _SIGTERM_HOOKED
+    if not _HOOKS_INSTALLED:
+        _HOOKS_INSTALLED = True
+        atexit.register(_stop_all)
+    if not _SIGTERM_HOOKED and threading.current_thread() is threading.main_thread():
+        _SIGTERM_HOOKED = True
         if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
             def _on_term(signum, frame):  # noqa: ARG001
                 raise SystemExit(128 + signum)  # unwinds through every `with VllmServer`
