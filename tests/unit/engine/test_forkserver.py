@@ -4,6 +4,8 @@ engine's forked starts are every real-server test's: tests/conftest.py asks for 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -153,8 +155,49 @@ def test_a_fork_server_that_cannot_import_its_entry_launches_afresh(tmp_path, fo
         assert "launched afresh" in log and "specnb_no_such_module" in log
 
 
-def test_the_fork_server_stops_its_servers_when_its_starter_is_sigkilled(tmp_path):
-    pid_file = tmp_path / "server.pid"
+def _ignored(pid: int) -> int:
+    """The signals a process ignores (/proc/<pid>/status SigIgn), as a bit mask."""
+    with open(f"/proc/{pid}/status") as fh:
+        return int(next(line for line in fh if line.startswith("SigIgn:")).split()[1], 16)
+
+
+def test_a_forked_server_keeps_a_fresh_pythons_signal_dispositions(tmp_path, forking):
+    """A fresh Python ignores SIGPIPE (a client hanging up mid-stream raises BrokenPipeError); a forked
+    server that took the default instead would die of the first closed socket it wrote to."""
+    srv = _server(tmp_path, "signals")
+    with srv:
+        assert _ignored(srv.proc.pid) & (1 << (signal.SIGPIPE - 1))
+        assert not _ignored(srv.proc.pid) & (1 << (signal.SIGTERM - 1))
+
+
+def test_a_fork_answered_to_an_interrupted_request_is_stopped_not_left_running(tmp_path, forking):
+    """A request interrupted after it was written (Ctrl-C while waiting) leaves its answer unread: the
+    next request skips it, and the server forked for it, which nobody holds, is stopped."""
+    first = _server(tmp_path, "first")
+    name = f"orphan-{os.getpid()}-{time.time_ns()}"  # its title, to find it by
+    with first:
+        (fs,) = forkserver.running()
+        orphan = dict(argv=[*FAKE_ENTRY, "--port", str(server.free_port()), "--served-model-name", name],
+                      env=first.environment({"FAKE_VLLM_STATE": str(tmp_path)}), cwd=str(server.paths.ROOT),
+                      log=str(tmp_path / "orphan.log"))
+        fs.proc.stdin.write((json.dumps({"op": "fork", "seq": -1, **orphan}) + "\n").encode())  # never read
+        assert fs.poll(first.proc.pid) is None  # answered after the stale line, which it dropped
+
+        def orphans() -> list:
+            return [p for p in psutil.process_iter(["cmdline"]) if name in " ".join(p.info["cmdline"] or [])]
+
+        deadline = time.monotonic() + guard("child_start")
+        while orphans():
+            assert time.monotonic() < deadline, "the server forked for the interrupted request still runs"
+            time.sleep(0.1)
+        assert first.alive() and (tmp_path / "orphan.log").exists()  # it was forked, then stopped
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["pipe-closed", "pipe-held-by-a-forked-worker"])
+def test_the_fork_server_stops_its_servers_when_its_starter_is_sigkilled(tmp_path, held):
+    """However the starter dies: its end of the fork server's pipe closes, or, where a process it
+    forked without exec (a parse worker) still holds it, the fork server sees its starter gone."""
+    pid_file, holder_file = tmp_path / "server.pid", tmp_path / "holder.pid"
     parent = tmp_path / "parent.py"
     parent.write_text(
         "import sys, time\n"
@@ -165,7 +208,9 @@ def test_the_fork_server_stops_its_servers_when_its_starter_is_sigkilled(tmp_pat
         f"                        env={{'FAKE_VLLM_STATE': {str(tmp_path)!r}}})\n"
         "srv.start()\n"
         "assert srv.launcher == 'fork-server', srv.log_path.read_text()\n"
-        f"open({str(pid_file)!r}, 'w').write(str(srv.pid))\n"
+        + (f"import os\nif os.fork() == 0:\n    open({str(holder_file)!r}, 'w').write(str(os.getpid()))\n"
+           "    time.sleep(300)\n    os._exit(0)\n" if held else "")
+        + f"open({str(pid_file)!r}, 'w').write(str(srv.pid))\n"
         "time.sleep(300)\n"
     )
     proc = subprocess.Popen([sys.executable, str(parent)], cwd=str(server.paths.ROOT))
@@ -186,3 +231,6 @@ def test_the_fork_server_stops_its_servers_when_its_starter_is_sigkilled(tmp_pat
     finally:
         if proc.poll() is None:
             proc.kill()
+        if holder_file.exists() and holder_file.read_text():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(holder_file.read_text()), signal.SIGKILL)
