@@ -186,8 +186,12 @@ class ForkServer:
             if answer.get("seq") == seq:
                 return answer
             if "pid" in answer:  # forked for a request that was interrupted: nobody owns that server
+                pid = int(answer["pid"])
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(int(answer["pid"]), signal.SIGTERM)
+                    try:
+                        os.killpg(pid, signal.SIGTERM)
+                    except ProcessLookupError:  # not its own group's leader yet: itself, before it is
+                        os.kill(pid, signal.SIGTERM)
 
     def _ask(self, request: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
         with self._lock:
