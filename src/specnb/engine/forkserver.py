@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["OPT_IN", "MAX_SERVERS", "ForkServer", "ForkedProcess", "ForkServerError", "wanted", "fork_launch",
-           "close_all", "entry_modules", "fits", "running", "import_recording_reads"]
+           "close_all", "entry_modules", "fits", "running", "import_recording_reads", "die_with_parent"]
 
 OPT_IN = "SPECNB_FORK_API_SERVER"
 MAX_SERVERS = 3
@@ -343,7 +343,13 @@ def import_recording_reads(modules: tuple[str, ...]) -> set[str]:
     return {k for k in _RecordingEnviron.read if isinstance(k, str) and k.startswith("VLLM_")}
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """In a child before it runs the server (a launch's ``preexec_fn``, a fork's first steps): on Linux,
+    ask for SIGTERM when the process that started it dies, so a killed notebook kernel, a SIGKILLed
+    sweep or a dead fork server never leaves a server behind (atexit and signal handlers do not run on
+    SIGKILL). Elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
     try:
         import ctypes
 
@@ -359,10 +365,9 @@ def _become_server(req: dict[str, Any], reply_fd: int, effects: tuple[dict[str, 
     if req.get("affinity"):  # the launcher's CPUs, as a fresh process inherits them (Intel OpenMP's fork
         os.sched_setaffinity(0, req["affinity"])  # handler leaves the child bound to one CPU)
     os.setsid()
-    if sys.platform.startswith("linux"):
-        _die_with_parent()
-        if os.getppid() != req["parent"]:  # the fork server died before the death signal was asked for
-            os._exit(1)
+    die_with_parent()
+    if os.getppid() != req["parent"]:  # the fork server died before the death signal was asked for
+        os._exit(1)
     # signal dispositions are left as the fork server's: a fresh Python after the same imports
     # (SIGPIPE ignored, SIGINT raising KeyboardInterrupt); the fork server sets none of its own
     log = os.open(req["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -424,7 +424,7 @@ class VllmServer:
         if self.proc is None:
             self.proc = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, start_new_session=True, cwd=str(paths.ROOT), preexec_fn=_die_with_parent,
+                env=env, start_new_session=True, cwd=str(paths.ROOT), preexec_fn=forkserver.die_with_parent,
             )
         log.close()
         self.pid = self.proc.pid
@@ -584,21 +584,6 @@ def started_together(servers: Mapping[str, VllmServer], launched: bool = False) 
     finally:
         for srv in servers.values():
             srv.stop()
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: on Linux, ask for SIGTERM when the process that started the
-    server dies, so a killed notebook kernel or a SIGKILLed sweep never leaves a server behind
-    (atexit and signal handlers do not run on SIGKILL). Elsewhere a no-op."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _group_alive(pgid: int) -> bool:

@@ -180,9 +180,12 @@ def test_a_fork_answered_to_an_interrupted_request_is_stopped_not_left_running(t
                       env=first.environment({"FAKE_VLLM_STATE": str(tmp_path)}), cwd=str(server.paths.ROOT),
                       log=str(tmp_path / "orphan.log"))
         fs.proc.stdin.write((json.dumps({"op": "fork", "seq": -1, **orphan}) + "\n").encode())  # never read
-        assert fs.poll(first.proc.pid) is None  # answered after the stale line, which it dropped
-        # the fork happened (its child not collected yet: the fork server reaps at its next request)
+        deadline = time.monotonic() + guard("child_start")
+        while not (tmp_path / "orphan.log").exists():  # forked: the child opens its log at once
+            assert time.monotonic() < deadline, "the stale fork never ran"
+            time.sleep(0.05)
         (stale,) = [c for c in psutil.Process(fs.proc.pid).children() if c.pid != first.proc.pid]
+        assert fs.poll(first.proc.pid) is None  # answered after the stale line, which it dropped
         deadline = time.monotonic() + guard("child_start")
         while True:
             try:
