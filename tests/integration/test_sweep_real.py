@@ -318,6 +318,6 @@ def test_the_suites_servers_are_forked_and_run_on_the_launchers_cpus(swept, base
     core = [p for p in leader.children(recursive=True) if "EngineCore" in p.name()]
     assert len(core) == 1, [p.name() for p in leader.children(recursive=True)]
     assert core[0].ppid() == leader.pid
-    assert f"# specnb: forked pid {core[0].pid} from the API server (pid {leader.pid})" in srv.log_path.read_text()
+    assert f"# specnb fork: pid {core[0].pid} forked from the API server (pid {leader.pid})" in srv.log_path.read_text()
     mine = os.sched_getaffinity(0)
     assert set(leader.cpu_affinity()) == mine and set(core[0].cpu_affinity()) == mine

@@ -34,7 +34,8 @@ environment (a sweep's ``env``):
   server that dies, when a test says so);
 - ``FAKE_VLLM_ENGINE_LAUNCHER=1`` (read at import, so by a fork server importing this module): a
   stand-in for ``vllm.v1.engine.utils`` with its ``get_mp_context`` (spawn), from which the server
-  then starts its "engine core", as vLLM starts its own; a forked server has it fork instead;
+  then starts its "engine core", as vLLM starts its own, after binding its port (as vLLM does); a
+  forked server has it fork instead;
 - ``VLLM_API_KEY`` or ``--api-key``: ``/v1`` routes need ``Authorization: Bearer <key>``
   (as vLLM 0.32 guards them; ``/metrics`` and ``/health`` stay open).
 
@@ -497,9 +498,12 @@ def main(args: list[str]) -> None:  # pragma: no cover - runs in the server's pr
         sys.exit(1)
     # the "engine core": a child in the server's process group that outlives an abrupt exit
     launcher = sys.modules.get(ENGINE_LAUNCHER) if env.get("FAKE_VLLM_ENGINE_LAUNCHER") == "1" else None
-    if launcher is not None:
+    sock = None
+    if launcher is not None:  # as vLLM: the port bound before the engine starts, served after
+        import socket
         import time
 
+        sock = socket.create_server(("127.0.0.1", port))
         launcher.get_mp_context().Process(target=time.sleep, args=(600,), name="EngineCore", daemon=True).start()
     else:
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
@@ -580,7 +584,8 @@ def main(args: list[str]) -> None:  # pragma: no cover - runs in the server's pr
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/reset_prefix_cache", lambda r: web.json_response({}))
     app.router.add_post("/v1/chat/completions", chat)
-    web.run_app(app, host="127.0.0.1", port=port, print=None, handle_signals=True)
+    where = {"sock": sock} if sock is not None else {"host": "127.0.0.1", "port": port}
+    web.run_app(app, **where, print=None, handle_signals=True)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ this interpreter: on a GPU build the API server's imports are not known to leave
 to fork, and nothing here has run there. A ledger says which way its server started
 (``server.launcher``: ``"fork-server+engine-core"``, ``"fork-server"`` where this vLLM's engine
 launcher could not be asked to fork, or ``"exec"``), and a forked engine core's first line in the
-server's log says so (``# specnb: forked ...``).
+server's log says so (``# specnb fork: ...``).
 
 What a forked server shares with the fork server is what the imports read: a server whose
 environment differs from the fork server's in any variable outside vLLM's own, or in a ``VLLM_*``
@@ -53,6 +53,7 @@ import json
 import os
 import select
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -374,23 +375,44 @@ def _engine_launcher():
     return engine_utils if callable(getattr(engine_utils, "get_mp_context", None)) else None
 
 
+def _drop_inherited_sockets() -> None:
+    """Point every socket this process holds at /dev/null (the number stays taken, so an object that
+    still names it closes nothing else): in a process just forked, the parent's sockets, which a
+    spawned process never has."""
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            try:
+                if fd != null and stat.S_ISSOCK(os.fstat(fd).st_mode):
+                    os.dup2(null, fd)
+            except OSError:  # the listing's own descriptor, gone
+                continue
+    finally:
+        os.close(null)
+
+
 def _fork_engine_core(engine_utils) -> None:
     """In a forked API server: vLLM forks its engine core from it instead of spawning a fresh
     interpreter that imports torch and vLLM again. Only the engine launcher's context changes (the
     executor's worker, in the three-process layout, is spawned as before). Every process forked from
-    here takes back the API server's CPU set (Intel OpenMP's fork handler leaves it on one CPU),
-    runs vLLM's general plugins again when vLLM asks, as a spawned engine core does (their patches are
-    inherited; specnb's say so in the log), and says in the log that it was forked."""
+    here takes back the API server's CPU set (Intel OpenMP's fork handler leaves it on one CPU), lets
+    go of the API server's sockets as a spawned process never has them (vLLM binds the server's port
+    before it starts the engine: held by the engine core too, a dead API server's port took connections
+    that nobody answered), runs vLLM's
+    general plugins again when vLLM asks, as a spawned engine core does (their patches are inherited;
+    specnb's say so in the log), and says in the log that it was forked."""
     import multiprocessing
 
     cpus, parent = os.sched_getaffinity(0), os.getpid()
 
     def after_fork() -> None:
         os.sched_setaffinity(0, cpus)
+        _drop_inherited_sockets()
         plugins = sys.modules.get("vllm.plugins")
         if plugins is not None and hasattr(plugins, "plugins_loaded"):
             plugins.plugins_loaded = False
-        os.write(2, f"# specnb: forked pid {os.getpid()} from the API server (pid {parent}), "
+        os.write(2, f"# specnb fork: pid {os.getpid()} forked from the API server (pid {parent}), "
                     f"CPUs {sorted(cpus)}\n".encode())
 
     os.register_at_fork(after_in_child=after_fork)

@@ -11,6 +11,7 @@ import torch
 from specnb.engine.decisions import startup_decisions
 from specnb.engine.plugins import cpu_repairs
 from specnb.engine.plugins.cpu_repairs import REPAIRED_LOG_LINE, expand_tokens, expand_writes, repair
+from tests.hang import guard
 
 
 def _shipped(output, input_val, cu_num_tokens, replace_from, replace_to, MAX_NUM_TOKENS=None):  # noqa: N803
@@ -90,7 +91,7 @@ def test_a_forked_process_says_it_inherited_the_repairs(tmp_path):
     if not installed_vllm()["cpu_build"]:
         pytest.skip("not the CPU build of vLLM")
     out = subprocess.run([sys.executable, "-c", _FORKED], capture_output=True, text=True, check=True,
-                         timeout=300).stdout.splitlines()
+                         timeout=guard("vllm_child")).stdout.splitlines()
     parent, child = (int(w) for w in out[-1].split()[1::2])
     mine = [line.split(" ", 1)[1] for line in out if line.startswith(f"{child} ")]
     theirs = [line.split(" ", 1)[1] for line in out if line.startswith(f"{parent} ")]

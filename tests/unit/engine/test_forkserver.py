@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -67,6 +68,11 @@ def forking(monkeypatch):
     forkserver.close_all()
 
 
+def _fakes() -> list[forkserver.ForkServer]:
+    """This process's fork servers of the fake (a real-server test run before may have left its own)."""
+    return [fs for fs in forkserver.running() if fs.entry == FAKE_ENTRY]
+
+
 def _server(tmp_path, name: str, env: dict[str, str] | None = None, **kw) -> VllmServer:
     return VllmServer("m", served_model_name=name, log_path=tmp_path / f"{name}.log", ready_timeout_s=guard("child_start"),
                       stop_grace_s=2, env={"FAKE_VLLM_STATE": str(tmp_path), **(env or {})}, **kw)
@@ -79,7 +85,7 @@ def test_a_forked_server_is_its_own_group_answers_and_stops_by_its_id(tmp_path, 
         assert ep.launcher == "fork-server" and ep.describe()["launcher"] == "fork-server"
         pid = srv.proc.pid
         assert ep.pid == pid and os.getsid(pid) == pid and os.getpgid(pid) == pid
-        (fs,) = forkserver.running()
+        (fs,) = _fakes()
         assert psutil.Process(pid).ppid() == fs.proc.pid  # forked, not launched
         assert server.attach(ep.base_url).model == "a"
         (core,) = [p for p in group_members(pid) if p.pid != pid]  # the fake's "engine core", in its group
@@ -104,7 +110,7 @@ def test_a_forked_server_runs_on_the_launchers_cpus_not_the_fork_servers(tmp_pat
             os.sched_setaffinity(0, everything)
         pinned.wait_ready()
         assert {wide.launcher, pinned.launcher} == {"fork-server"}
-        (fs,) = forkserver.running()
+        (fs,) = _fakes()
         assert set(psutil.Process(fs.proc.pid).cpu_affinity()) == everything
         assert set(psutil.Process(wide.proc.pid).cpu_affinity()) == everything
         assert set(psutil.Process(pinned.proc.pid).cpu_affinity()) == one
@@ -133,8 +139,16 @@ def test_a_forked_server_forks_its_engine_core_on_the_launchers_cpus_and_says_so
         assert core.ppid() == pid and set(core.cpu_affinity()) == one
         # forked, not spawned: no fresh interpreter's command line, and the fork's line in the server's log
         assert "spawn_main" not in " ".join(core.cmdline())
-        assert f"# specnb: forked pid {core.pid} from the API server (pid {pid}), CPUs {sorted(one)}" in \
+        assert f"# specnb fork: pid {core.pid} forked from the API server (pid {pid}), CPUs {sorted(one)}" in \
             srv.log_path.read_text()
+        # the port was bound before the engine core was forked: the core let go of it, so once the API
+        # server is gone its port refuses connections instead of taking them for nobody to answer
+        assert not [c for c in core.net_connections("all") if c.status == psutil.CONN_LISTEN]
+        os.kill(pid, signal.SIGKILL)
+        assert srv.proc.wait(timeout=guard("child_start")) == -signal.SIGKILL
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", int(ep.base_url.rsplit(":", 1)[1])), timeout=guard("child_start"))
+        assert core.is_running()  # the fake's engine core outlives its API server; the group's stop ends it
     finally:
         srv.stop()
     assert group_members(pid) == []
@@ -158,7 +172,7 @@ def test_servers_share_a_fork_server_unless_a_variable_outside_vllm_differs(tmp_
         assert {s.launcher for s in (a, b, c)} == {"fork-server"}
         parents = {s.proc.pid: psutil.Process(s.proc.pid).ppid() for s in (a, b, c)}
         assert parents[a.proc.pid] == parents[b.proc.pid] != parents[c.proc.pid]
-        assert len(forkserver.running()) == 2
+        assert len(_fakes()) == 2
     finally:
         for s in (a, b, c):
             s.stop()
@@ -203,7 +217,7 @@ def test_a_fork_answered_to_an_interrupted_request_is_stopped_not_left_running(t
     next request skips it, and the server forked for it, which nobody holds, is stopped."""
     first = _server(tmp_path, "first")
     with first:
-        (fs,) = forkserver.running()
+        (fs,) = _fakes()
         orphan = dict(argv=[*FAKE_ENTRY, "--port", str(server.free_port()), "--served-model-name", "orphan"],
                       env=first.environment({"FAKE_VLLM_STATE": str(tmp_path)}), cwd=str(server.paths.ROOT),
                       log=str(tmp_path / "orphan.log"))
