@@ -7,10 +7,10 @@ API server, then the engine core it spawns: docs/timing.md). Forking the API ser
 that already holds those imports saves the first share; having vLLM fork its engine core from that
 API server (as vLLM does by default off the CPU platform, which asks for spawn) saves the second. The
 worker process of the three-process layout is still spawned by the engine core (a forked worker kept
-its OpenMP threads off their CPUs and decoded about a fifth slower). Measured on the 2-vCPU AVX-512
-EPYC, two-process layout: about 5 s to ready and 7 core-seconds a start, against 12-13 s and 14-15
-with the engine core spawned and 19-20 s with nothing forked; the decode after the start within a
-few per cent (docs/timing.md has the runs; ``benchmarks/forked_start.py`` repeats them).
+its OpenMP threads off their CPUs and decoded slower). Measured on the 2-vCPU AVX-512 EPYC,
+two-process layout (``benchmarks/forked_start.py --rounds 3``): 6.2 s to ready and 7.8 core-seconds
+a start against 21.0 s and 23.1 fresh (13.5 s and 15.3 with only the API server forked), the decode
+after it within the start-to-start spread (docs/timing.md has the runs).
 
 Opt-in (``SPECNB_FORK_API_SERVER=1``, which the test suite sets) and only for the CPU build run by
 this interpreter: on a GPU build the API server's imports are not known to leave the process safe
