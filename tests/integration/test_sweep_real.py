@@ -318,6 +318,10 @@ def test_the_suites_servers_are_forked_and_run_on_the_launchers_cpus(swept, base
     core = [p for p in leader.children(recursive=True) if "EngineCore" in p.name()]
     assert len(core) == 1, [p.name() for p in leader.children(recursive=True)]
     assert core[0].ppid() == leader.pid
-    assert f"# specnb fork: pid {core[0].pid} forked from the API server (pid {leader.pid})" in srv.log_path.read_text()
+    log = srv.log_path.read_text()
+    assert f"# specnb fork: pid {core[0].pid} forked from the API server (pid {leader.pid})" in log
+    # vLLM ran its general plugins again in the forked engine core, as in a spawned one: specnb's repair
+    # says there that it was made in the API server it was forked from
+    assert f"(EngineCore pid={core[0].pid})" in log and f"in pid {leader.pid}, which this process was forked from" in log
     mine = os.sched_getaffinity(0)
     assert set(leader.cpu_affinity()) == mine and set(core[0].cpu_affinity()) == mine

@@ -35,7 +35,8 @@ environment (a sweep's ``env``):
 - ``FAKE_VLLM_ENGINE_LAUNCHER=1`` (read at import, so by a fork server importing this module): a
   stand-in for ``vllm.v1.engine.utils`` with its ``get_mp_context`` (spawn), from which the server
   then starts its "engine core", as vLLM starts its own, after binding its port (as vLLM does); a
-  forked server has it fork instead;
+  forked server has it fork instead; with ``FAKE_VLLM_PIN_AT_FORK=1`` every child it forks starts on
+  one CPU, as Intel OpenMP's fork handler leaves it;
 - ``VLLM_API_KEY`` or ``--api-key``: ``/v1`` routes need ``Authorization: Bearer <key>``
   (as vLLM 0.32 guards them; ``/metrics`` and ``/health`` stay open).
 
@@ -504,6 +505,9 @@ def main(args: list[str]) -> None:  # pragma: no cover - runs in the server's pr
         import time
 
         sock = socket.create_server(("127.0.0.1", port))
+        if env.get("FAKE_VLLM_PIN_AT_FORK") == "1":  # as Intel OpenMP's fork handler: a forked child on one CPU
+            last = max(os.sched_getaffinity(0))
+            os.register_at_fork(after_in_child=lambda: os.sched_setaffinity(0, {last}))
         launcher.get_mp_context().Process(target=time.sleep, args=(600,), name="EngineCore", daemon=True).start()
     else:
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])

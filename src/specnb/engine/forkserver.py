@@ -62,10 +62,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["OPT_IN", "MAX_SERVERS", "ForkServer", "ForkedProcess", "ForkServerError", "wanted", "fork_launch",
+__all__ = ["OPT_IN", "FORK_LINE", "MAX_SERVERS", "ForkServer", "ForkedProcess", "ForkServerError", "wanted", "fork_launch",
            "close_all", "entry_modules", "fits", "running", "import_recording_reads", "die_with_parent"]
 
 OPT_IN = "SPECNB_FORK_API_SERVER"
+# how a forked engine core's line in the server's log begins (a "# specnb: " line marks a launch)
+FORK_LINE = "# specnb fork: pid"
 MAX_SERVERS = 3
 # set by the harness around every test phase: never read by the server
 IGNORED = frozenset({"PYTEST_CURRENT_TEST"})
@@ -376,48 +378,83 @@ def _engine_launcher():
 
 
 def _drop_inherited_sockets() -> None:
-    """Point every socket this process holds at /dev/null (the number stays taken, so an object that
-    still names it closes nothing else): in a process just forked, the parent's sockets, which a
-    spawned process never has."""
+    """Point every socket this process holds, past its standard streams, at /dev/null (the number
+    stays taken, so an object that still names it closes nothing else): in a process just forked, the
+    parent's sockets, which a spawned process never has."""
     null = os.open(os.devnull, os.O_RDWR)
     try:
         for name in os.listdir("/proc/self/fd"):
             fd = int(name)
             try:
-                if fd != null and stat.S_ISSOCK(os.fstat(fd).st_mode):
-                    os.dup2(null, fd)
+                if fd > 2 and fd != null and stat.S_ISSOCK(os.fstat(fd).st_mode):
+                    os.dup2(null, fd, inheritable=False)
             except OSError:  # the listing's own descriptor, gone
                 continue
     finally:
         os.close(null)
 
 
+def _as_if_spawned(cpus: set[int], parent: int) -> None:
+    """First steps of an engine core forked from the API server, before vLLM's target runs: each step
+    on its own, a failure said in the log and the others still taken."""
+    def cpu_set() -> None:  # Intel OpenMP's fork handler leaves a forked child on one CPU
+        os.sched_setaffinity(0, cpus)
+
+    def plugins() -> None:  # vLLM runs its general plugins in every process it starts: again here
+        module = sys.modules.get("vllm.plugins")
+        if module is not None and hasattr(module, "plugins_loaded"):
+            module.plugins_loaded = False
+
+    for step in (cpu_set, _drop_inherited_sockets, plugins):
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - said in the server's log; the engine starts anyway
+            os.write(2, f"# specnb fork: {step.__name__} failed: {type(exc).__name__}: {exc}\n".encode())
+    os.write(2, f"{FORK_LINE} {os.getpid()} forked from the API server (pid {parent}), "
+                f"CPUs {sorted(os.sched_getaffinity(0))}\n".encode())
+
+
 def _fork_engine_core(engine_utils) -> None:
     """In a forked API server: vLLM forks its engine core from it instead of spawning a fresh
     interpreter that imports torch and vLLM again. Only the engine launcher's context changes (the
-    executor's worker, in the three-process layout, is spawned as before). Every process forked from
-    here takes back the API server's CPU set (Intel OpenMP's fork handler leaves it on one CPU), lets
-    go of the API server's sockets as a spawned process never has them (vLLM binds the server's port
-    before it starts the engine: held by the engine core too, a dead API server's port took connections
-    that nobody answered), runs vLLM's
-    general plugins again when vLLM asks, as a spawned engine core does (their patches are inherited;
-    specnb's say so in the log), and says in the log that it was forked."""
-    import multiprocessing
+    executor's worker, in the three-process layout, is spawned as before), and only where vLLM itself
+    would not insist on spawn (``--numa-bind``, a Ray actor) and the CPU platform has not changed
+    ``LD_PRELOAD`` since the API server started (a fork cannot load what a spawned process would
+    preload). A process started from that context, and only such a process, first takes back the API
+    server's CPU set, lets go of the API server's sockets as a spawned process never has them (vLLM
+    binds the server's port before it starts the engine: held by the engine core too, a dead API
+    server's port took connections that nobody answered), has vLLM's general plugins run again when
+    vLLM asks, as in a spawned engine core (their patches are inherited; specnb's say so in the log),
+    and says in the log that it was forked (``# specnb fork: ...``)."""
+    import multiprocessing.context as mp_context
 
-    cpus, parent = os.sched_getaffinity(0), os.getpid()
+    cpus, parent, preload = os.sched_getaffinity(0), os.getpid(), os.environ.get("LD_PRELOAD")
+    original = engine_utils.get_mp_context
 
-    def after_fork() -> None:
-        os.sched_setaffinity(0, cpus)
-        _drop_inherited_sockets()
-        plugins = sys.modules.get("vllm.plugins")
-        if plugins is not None and hasattr(plugins, "plugins_loaded"):
-            plugins.plugins_loaded = False
-        os.write(2, f"# specnb fork: pid {os.getpid()} forked from the API server (pid {parent}), "
-                    f"CPUs {sorted(cpus)}\n".encode())
+    class ForkedAsIfSpawned(mp_context.ForkProcess):
+        def run(self) -> None:
+            _as_if_spawned(cpus, parent)
+            super().run()
 
-    os.register_at_fork(after_in_child=after_fork)
-    context = multiprocessing.get_context("fork")
-    engine_utils.get_mp_context = lambda: context
+    class Context(mp_context.ForkContext):
+        Process = ForkedAsIfSpawned
+
+    context = Context()
+
+    def choose():
+        if "--numa-bind" in sys.argv or os.environ.get("LD_PRELOAD") != preload or _in_ray_actor():
+            return original()
+        return context
+
+    engine_utils.get_mp_context = choose
+
+
+def _in_ray_actor() -> bool:
+    lazy = sys.modules.get("vllm.ray.lazy_utils")
+    try:
+        return bool(lazy is not None and lazy.is_in_ray_actor())
+    except Exception:  # noqa: BLE001 - cannot tell: vLLM's own check decides (spawn)
+        return True
 
 
 def _become_server(req: dict[str, Any], reply_fd: int, effects: tuple[dict[str, str], set[str]]) -> None:

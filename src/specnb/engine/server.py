@@ -461,6 +461,8 @@ class VllmServer:
             self.stop()
             raise
         log_text = self.start_log()
+        if self.launcher == "fork-server+engine-core" and forkserver.FORK_LINE not in log_text:
+            self.launcher = "fork-server"  # vLLM spawned its engine core after all (forkserver._fork_engine_core)
         ep = Endpoint(
             base_url=base_url, model=self.served_model_name, mode=EndpointMode.LAUNCHED,
             argv=argv, env=recorded_environment(env), kv=parse_kv_capacity(log_text),
