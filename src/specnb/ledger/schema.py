@@ -284,8 +284,8 @@ class ServerRecord(_Model):
         "its engine core as vLLM does), 'fork-server+engine-core' (the API server forked from a process that had "
         "imported vLLM, SPECNB_FORK_API_SERVER=1, specnb.engine.forkserver, and its engine core forked from the "
         "API server; a three-process layout's worker still spawned), 'fork-server' (the API server so forked, "
-        "its engine core spawned: this vLLM's engine launcher could not be asked to fork, or recorded on "
-        "2026-12-06); None: attached, or recorded before 2026-12-06")
+        "its engine core spawned: this vLLM's engine launcher could not be asked to fork, vLLM insisted on "
+        "spawn, or recorded on 2026-12-06); None: attached, or recorded before 2026-12-06")
 
 
 class Provenance(_Model):
