@@ -41,8 +41,7 @@ The protocol is one JSON line per request on the fork server's standard input an
 on a copy of its standard output (its own output goes to its log): ``{"ready": ...}`` once the
 imports are done, then ``{"op": "fork", "seq": N, ...}`` -> ``{"seq": N, "pid": P}`` and ``{"op":
 "poll", "seq": N, "pid": P}`` -> ``{"seq": N, "code": C}`` (``None`` while it runs; a killed one
-``-signal``, as ``Popen.returncode``). The ready line also says whether vLLM's engine launcher can
-be asked to fork (``"engine_core": "fork"`` or ``"spawn"``).
+``-signal``, as ``Popen.returncode``).
 """
 
 from __future__ import annotations
@@ -124,8 +123,6 @@ class ForkedProcess:
         self.pid = pid
         self.args = args
         self.returncode: int | None = None
-        # how its engine core starts: "fork" (from the forked API server) or "spawn" (vLLM's CPU default)
-        self.engine_core = server.engine_core
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -163,7 +160,6 @@ class ForkServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self.read_at_import: frozenset[str] = frozenset()
-        self.engine_core = "spawn"
         self.broken: str | None = None
         self._ready = False
         self._seq = 0
@@ -213,7 +209,6 @@ class ForkServer:
                     if "error" in hello:
                         raise ForkServerError(hello["error"])
                     self.read_at_import = frozenset(hello.get("read_at_import", ()))
-                    self.engine_core = hello.get("engine_core", "spawn")
                     self._ready = True
                 self._seq += 1
                 self.proc.stdin.write((json.dumps({**request, "seq": self._seq}) + "\n").encode())
@@ -492,8 +487,8 @@ def _become_server(req: dict[str, Any], reply_fd: int, effects: tuple[dict[str, 
         os.environ.pop(key, None)
     import runpy
 
-    if req.get("engine_core") == "fork":
-        _fork_engine_core(_engine_launcher())
+    if (engine_utils := _engine_launcher()) is not None:
+        _fork_engine_core(engine_utils)
     if len(argv) >= 3 and argv[1] == "-m":  # python -m <module> ...
         sys.argv = [argv[2], *argv[3:]]
         sys.path[0] = req["cwd"]
@@ -547,8 +542,7 @@ def main(entry: list[str]) -> int:
         reply({"error": f"importing {entry}: {type(exc).__name__}: {exc}"})
         return 1
     effects = ({k: v for k, v in os.environ.items() if before.get(k) != v}, set(before) - set(os.environ))
-    engine_core = "fork" if _engine_launcher() is not None else "spawn"
-    reply({"ready": True, "read_at_import": sorted(read), "engine_core": engine_core})
+    reply({"ready": True, "read_at_import": sorted(read)})
     codes: dict[int, int] = {}
     children: set[int] = set()
     pending = b""
@@ -575,7 +569,7 @@ def main(entry: list[str]) -> int:
                 reply({"seq": req.get("seq"), "error": f"fork: {exc}"})
                 continue
             if pid == 0:
-                _become_server({**req, "parent": me, "engine_core": engine_core}, reply_fd, effects)
+                _become_server({**req, "parent": me}, reply_fd, effects)
             children.add(pid)
             reply({"seq": req.get("seq"), "pid": pid})
     if os.getpid() == me:

@@ -446,7 +446,7 @@ class VllmServer:
             log.write(f"# specnb: launched afresh: {exc}\n".encode())
             log.flush()
             return None
-        self.launcher = "fork-server+engine-core" if proc.engine_core == "fork" else "fork-server"
+        self.launcher = "fork-server"  # "+engine-core" once its log shows the engine core forked (wait_ready)
         return proc
 
     def wait_ready(self) -> Endpoint:
@@ -461,8 +461,8 @@ class VllmServer:
             self.stop()
             raise
         log_text = self.start_log()
-        if self.launcher == "fork-server+engine-core" and forkserver.FORK_LINE not in log_text:
-            self.launcher = "fork-server"  # vLLM spawned its engine core after all (forkserver._fork_engine_core)
+        if self.launcher == "fork-server" and forkserver.FORK_LINE in log_text:
+            self.launcher = "fork-server+engine-core"  # vLLM forked its engine core (forkserver._fork_engine_core)
         ep = Endpoint(
             base_url=base_url, model=self.served_model_name, mode=EndpointMode.LAUNCHED,
             argv=argv, env=recorded_environment(env), kv=parse_kv_capacity(log_text),
