@@ -58,6 +58,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 ENGINE_LAUNCHER = "vllm.v1.engine.utils"
+# a vLLM variable read while importing, as vLLM's logging settings are: a fork server's imports
+# record it, and servers that differ in it cannot share one (tests/unit/engine/test_forkserver.py)
+READ_AT_IMPORT = os.environ.get("VLLM_FAKE_READ_AT_IMPORT")
 if os.environ.get("FAKE_VLLM_ENGINE_LAUNCHER") == "1" and ENGINE_LAUNCHER not in sys.modules:
     import multiprocessing
     import types

@@ -58,6 +58,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import ItemsView, KeysView, ValuesView
 from pathlib import Path
 from typing import Any
 
@@ -91,16 +92,20 @@ def entry_modules(entry: list[str]) -> tuple[str, ...]:
             "vllm.entrypoints.cli.run_batch", "vllm.entrypoints.openai.api_server")
 
 
+def differing(own_env: dict[str, str], read_at_import: frozenset[str] | None, env: dict[str, str]) -> list[str]:
+    """The variables that keep a server with ``env`` from being forked by a fork server started with
+    ``own_env`` whose imports read ``read_at_import`` (``None``: not known yet, every variable
+    counts): every one that differs, except ``VLLM_*`` ones the imports did not read (vLLM reads
+    those when used) and :data:`IGNORED`. Names only: values may be secrets."""
+    return sorted(key for key in (set(own_env) | set(env)) - IGNORED
+                  if own_env.get(key) != env.get(key)
+                  and not (read_at_import is not None and key.startswith("VLLM_") and key not in read_at_import))
+
+
 def fits(own_env: dict[str, str], read_at_import: frozenset[str], env: dict[str, str]) -> bool:
     """Whether a server with ``env`` may be forked from a fork server started with ``own_env`` that
-    read ``read_at_import`` while importing: every variable equal, except ``VLLM_*`` ones the
-    imports did not read (vLLM reads those when used) and :data:`IGNORED`."""
-    for key in (set(own_env) | set(env)) - IGNORED:
-        if key.startswith("VLLM_") and key not in read_at_import:
-            continue
-        if own_env.get(key) != env.get(key):
-            return False
-    return True
+    read ``read_at_import`` while importing (:func:`differing` names nothing)."""
+    return not differing(own_env, read_at_import, env)
 
 
 def wanted(python: str, argv: list[str]) -> bool:
@@ -231,9 +236,14 @@ class ForkServer:
         what they read: until then, only the environment it was started with)."""
         if self.broken or entry != self.entry:
             return False
-        if not self._ready:
-            return all(self.env.get(k) == env.get(k) for k in (set(self.env) | set(env)) - IGNORED)
-        return fits(self.env, self.read_at_import, env)
+        return not differing(self.env, self.read_at_import if self._ready else None, env)
+
+    def why_not(self, entry: list[str], env: dict[str, str]) -> str:
+        """What keeps a server of ``entry`` with ``env`` from this fork server, for the server's log
+        (variables by name only)."""
+        if entry != self.entry:
+            return "its entry (" + " ".join(self.entry[1:]) + ")"
+        return ", ".join(differing(self.env, self.read_at_import if self._ready else None, env)) or "nothing"
 
     def fork(self, argv: list[str], env: dict[str, str], cwd: str, log_path: Path) -> ForkedProcess:
         pid = self._ask({"op": "fork", "argv": argv, "env": env, "cwd": cwd, "log": str(log_path),
@@ -292,7 +302,9 @@ def fork_launch(argv: list[str], entry_len: int, env: dict[str, str], cwd: str, 
         server = next((s for s in _SERVERS if s.alive and s.fits(entry, env)), None)
         if server is None:
             if sum(s.alive for s in _SERVERS) >= MAX_SERVERS:
-                raise ForkServerError(f"{MAX_SERVERS} fork servers run already, none for this environment")
+                raise ForkServerError(f"{MAX_SERVERS} fork servers run already, none for this environment ("
+                                      + "; ".join(f"one differs in {s.why_not(entry, env)}" for s in _SERVERS
+                                                  if s.alive) + ")")
             log = Path(tempfile.gettempdir()) / f"specnb-fork-server-{os.getpid()}-{next(_NUMBER)}.log"
             server = ForkServer(entry, env, log, cwd)
             _SERVERS.append(server)
@@ -303,7 +315,8 @@ def fork_launch(argv: list[str], entry_len: int, env: dict[str, str], cwd: str, 
             _FAILED[tuple(entry)] = f"{exc} (log: {server.log_path})"
         raise
     if not server.fits(entry, env):  # a variable the imports read differs: another fork server next time
-        raise ForkServerError("the environment differs from the fork server's in what vLLM reads while importing")
+        raise ForkServerError("the environment differs from the fork server's in what vLLM reads while importing: "
+                              + server.why_not(entry, env))
     return server.fork(argv, env, cwd, log_path)
 
 
@@ -324,17 +337,51 @@ def close_all() -> None:
 # --------------------------------------------------------------------------- the fork server itself
 
 class _RecordingEnviron(os._Environ):
-    """``os.environ`` while the fork server imports: every variable looked up is recorded."""
+    """``os.environ`` while the fork server imports: every variable looked up by name is recorded.
+    A scan of every variable is not a read of each: ``os.environ.items()`` or ``.values()`` (tqdm
+    looks for its ``TQDM_*`` settings so) and a copy (``dict(os.environ)``, ``os.environ.copy()``:
+    the platform module copies it for a child process) read every value whatever its name."""
 
     read: set[str] = set()
+    _copy: list = []  # a copy under way: [the frame that asked for the keys, the keys still to read, last first]
 
     def __getitem__(self, key):
-        _RecordingEnviron.read.add(key)
+        copy = _RecordingEnviron._copy
+        if copy and copy[1][-1] == key and sys._getframe(1) is copy[0]:
+            copy[1].pop()
+            if not copy[1]:
+                copy.clear()
+        else:
+            copy.clear()
+            _RecordingEnviron.read.add(key)
         return super().__getitem__(key)
 
     def __contains__(self, key):
         _RecordingEnviron.read.add(key)
         return super().__contains__(key)
+
+    def keys(self):  # dict(mapping) lists the keys, then reads each in that order from the same frame
+        names = list(os._Environ.__iter__(self))
+        _RecordingEnviron._copy[:] = [sys._getframe(1), names[::-1]] if names else []
+        return KeysView(self)
+
+    def items(self):
+        return _ScanItems(self)
+
+    def values(self):
+        return _ScanValues(self)
+
+
+class _ScanItems(ItemsView):
+    def __iter__(self):
+        for key in self._mapping:
+            yield key, os._Environ.__getitem__(self._mapping, key)
+
+
+class _ScanValues(ValuesView):
+    def __iter__(self):
+        for key in self._mapping:
+            yield os._Environ.__getitem__(self._mapping, key)
 
 
 def import_recording_reads(modules: tuple[str, ...]) -> set[str]:

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from specnb.engine import forkserver, server
-from specnb.engine.server import ServerStartError, VllmServer
+from specnb.engine.server import ServerStartError, VllmServer, started_together
 from tests.hang import guard
 from tests.unit.fakevllm import group_members
 
@@ -38,12 +38,21 @@ def test_an_environment_fits_where_only_lazily_read_vllm_variables_differ():
 def test_the_imports_record_every_variable_they_look_up(tmp_path, monkeypatch):
     (tmp_path / "stub_reads_env.py").write_text(
         "import os\nA = os.environ.get('VLLM_STUB_A')\nB = os.getenv('VLLM_STUB_B', 'x')\n"
-        "C = 'VLLM_STUB_C' in os.environ\nD = os.environ.get('HOME')\n")
+        "C = 'VLLM_STUB_C' in os.environ\nD = os.environ.get('HOME')\n"
+        # scans of every variable (tqdm's TQDM_* lookup, the platform module's copy for a child):
+        # not reads of each, and a read by name right after one still counts
+        "T = {k: v for k, v in os.environ.items() if k.startswith('TQDM_')}\nV = len(list(os.environ.values()))\n"
+        "P = dict(os.environ, LC_ALL='C')\nQ = os.environ.copy()\nE = os.environ['VLLM_STUB_E']\n")
+    monkeypatch.setenv("VLLM_STUB_SCANNED", "1")
+    monkeypatch.setenv("VLLM_STUB_E", "1")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "stub_reads_env", raising=False)
     read = forkserver.import_recording_reads(("stub_reads_env",))
-    assert {"VLLM_STUB_A", "VLLM_STUB_B", "VLLM_STUB_C"} <= read and "HOME" not in read  # vLLM's only
+    assert {"VLLM_STUB_A", "VLLM_STUB_B", "VLLM_STUB_C", "VLLM_STUB_E"} <= read and "HOME" not in read  # vLLM's only
+    assert "VLLM_STUB_SCANNED" not in read, read
     assert type(os.environ) is os._Environ  # put back
+    stub = sys.modules["stub_reads_env"]
+    assert stub.P["VLLM_STUB_SCANNED"] == stub.Q["VLLM_STUB_SCANNED"] == "1" and stub.P["LC_ALL"] == "C"
 
 
 def test_the_entry_modules_are_the_cli_s_or_the_module_s():
@@ -171,6 +180,30 @@ def test_servers_share_a_fork_server_unless_a_variable_outside_vllm_differs(tmp_
     finally:
         for s in (a, b, c):
             s.stop()
+
+
+def test_a_vllm_variable_read_while_importing_keeps_servers_apart(tmp_path, forking):
+    """Started together: the two that differ only in a variable the imports never read share a fork
+    server; the one that differs in a variable they read gets its own."""
+    servers = {"a": _server(tmp_path, "a", env={"VLLM_CPU_KVCACHE_SPACE": "1"}),
+               "b": _server(tmp_path, "b", env={"VLLM_CPU_KVCACHE_SPACE": "2"}),
+               "c": _server(tmp_path, "c", env={"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_FAKE_READ_AT_IMPORT": "x"})}
+    with started_together(servers):
+        assert {s.launcher for s in servers.values()} == {"fork-server"}
+        parents = {n: psutil.Process(s.proc.pid).ppid() for n, s in servers.items()}
+        assert parents["a"] == parents["b"] != parents["c"], parents
+        assert len(_fakes()) == 2
+
+
+def test_past_the_fork_servers_a_process_may_run_a_launch_says_which_variables_differ(tmp_path, forking, monkeypatch):
+    monkeypatch.setattr(forkserver, "MAX_SERVERS", 1)
+    a = _server(tmp_path, "a", env={"SPECNB_TEST_OTHER": "1"})
+    b = _server(tmp_path, "b", env={"SPECNB_TEST_OTHER": "2", "VLLM_CPU_KVCACHE_SPACE": "3"})
+    with a, b:
+        assert (a.launcher, b.launcher) == ("fork-server", "exec")
+        said = next(line for line in b.log_path.read_text().splitlines() if "launched afresh" in line)
+        # the names of what differs (never the values), the lazily read VLLM_ variable not among them
+        assert said.endswith("(one differs in SPECNB_TEST_OTHER)"), said
 
 
 def test_a_forked_server_s_exit_code_is_its_own(tmp_path, forking):
