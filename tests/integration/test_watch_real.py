@@ -216,7 +216,9 @@ def test_a_real_prometheus_fires_the_measured_alerts_on_a_real_server(ngram_serv
             # nearly every step and the model names something else each time (acceptance length
             # 1.65 over 245 drafts in 15 s here, 2026-12-06), below the length under which the map's
             # cells lose there (its band's lower end, 2.15; the break-even is 3.04)
-            seen = pool.submit(watch, WINDOW_S, WINDOW_S)
+            # watch reads the server's own counters over its window: only these requests (the free-form
+            # ones drained as their block ended), as in the block before
+            seen = pool.submit(watch, 2, WINDOW_S)
             costs = _until(lambda f: "SpecDecodeBelowBreakEven" in f, 150, prom)
             rc, line = said(seen)
             length = _value(prom, f"specnb:spec_decode_acceptance_length_{WINDOW_S}s")
