@@ -343,16 +343,17 @@ class _RecordingEnviron(os._Environ):
     the platform module copies it for a child process) read every value whatever its name."""
 
     read: set[str] = set()
-    _copy: list = []  # a copy under way: [the frame that asked for the keys, the keys still to read, last first]
+    # a copy under way, per thread: the frame and instruction that asked for the keys (dict(mapping)
+    # then reads every key, in that order, from that same call), and the keys still to read, last first
+    copying = threading.local()
 
     def __getitem__(self, key):
-        copy = _RecordingEnviron._copy
-        if copy and copy[1][-1] == key and sys._getframe(1) is copy[0]:
-            copy[1].pop()
-            if not copy[1]:
-                copy.clear()
+        copy = getattr(_RecordingEnviron.copying, "state", None)
+        caller = sys._getframe(1)
+        if copy and copy[2] and copy[2][-1] == key and caller is copy[0] and caller.f_lasti == copy[1]:
+            copy[2].pop()
         else:
-            copy.clear()
+            _RecordingEnviron.copying.state = None
             _RecordingEnviron.read.add(key)
         return super().__getitem__(key)
 
@@ -360,9 +361,9 @@ class _RecordingEnviron(os._Environ):
         _RecordingEnviron.read.add(key)
         return super().__contains__(key)
 
-    def keys(self):  # dict(mapping) lists the keys, then reads each in that order from the same frame
-        names = list(os._Environ.__iter__(self))
-        _RecordingEnviron._copy[:] = [sys._getframe(1), names[::-1]] if names else []
+    def keys(self):
+        caller = sys._getframe(1)
+        _RecordingEnviron.copying.state = (caller, caller.f_lasti, list(os._Environ.__iter__(self))[::-1])
         return KeysView(self)
 
     def items(self):
@@ -387,12 +388,15 @@ class _ScanValues(ValuesView):
 def import_recording_reads(modules: tuple[str, ...]) -> set[str]:
     """Import ``modules``; the ``VLLM_*`` variables looked up in ``os.environ`` meanwhile."""
     plain = os.environ.__class__
+    _RecordingEnviron.read = set()
+    _RecordingEnviron.copying = threading.local()
     os.environ.__class__ = _RecordingEnviron
     try:
         for name in modules:
             __import__(name)
     finally:
         os.environ.__class__ = plain
+        _RecordingEnviron.copying = threading.local()  # no frame kept
     return {k for k in _RecordingEnviron.read if isinstance(k, str) and k.startswith("VLLM_")}
 
 

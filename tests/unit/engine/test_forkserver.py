@@ -42,7 +42,7 @@ def test_the_imports_record_every_variable_they_look_up(tmp_path, monkeypatch):
         # scans of every variable (tqdm's TQDM_* lookup, the platform module's copy for a child):
         # not reads of each, and a read by name right after one still counts
         "T = {k: v for k, v in os.environ.items() if k.startswith('TQDM_')}\nV = len(list(os.environ.values()))\n"
-        "P = dict(os.environ, LC_ALL='C')\nQ = os.environ.copy()\nE = os.environ['VLLM_STUB_E']\n")
+        "P = dict(os.environ, LC_ALL='C')\nQ = os.environ.copy()\nR = {**os.environ}\nE = os.environ['VLLM_STUB_E']\n")
     monkeypatch.setenv("VLLM_STUB_SCANNED", "1")
     monkeypatch.setenv("VLLM_STUB_E", "1")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -53,6 +53,20 @@ def test_the_imports_record_every_variable_they_look_up(tmp_path, monkeypatch):
     assert type(os.environ) is os._Environ  # put back
     stub = sys.modules["stub_reads_env"]
     assert stub.P["VLLM_STUB_SCANNED"] == stub.Q["VLLM_STUB_SCANNED"] == "1" and stub.P["LC_ALL"] == "C"
+
+
+def test_the_keys_asked_for_then_the_first_read_by_name_is_a_read(tmp_path):
+    """What a copy does (the keys, then each value in their order) but as two statements: the
+    read by name counts. Run where the environment's first variable is vLLM's."""
+    (tmp_path / "stub_keys_then_read.py").write_text(
+        "import os\nK = os.environ.keys()\nF = os.environ[next(iter(K))]\nT = {**os.environ}\n")
+    code = ("import sys; from specnb.engine import forkserver as f; "
+            "print(sorted(f.import_recording_reads(('stub_keys_then_read',))))")
+    env = {"VLLM_STUB_FIRST": "1", "VLLM_STUB_LATER": "1", "PATH": os.environ.get("PATH", ""),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(server.paths.ROOT / "src")])}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=guard("child_start"), check=True).stdout
+    assert out.strip() == "['VLLM_STUB_FIRST']", out
 
 
 def test_the_entry_modules_are_the_cli_s_or_the_module_s():
@@ -196,7 +210,7 @@ def test_a_vllm_variable_read_while_importing_keeps_servers_apart(tmp_path, fork
 
 
 def test_past_the_fork_servers_a_process_may_run_a_launch_says_which_variables_differ(tmp_path, forking, monkeypatch):
-    monkeypatch.setattr(forkserver, "MAX_SERVERS", 1)
+    monkeypatch.setattr(forkserver, "MAX_SERVERS", len(forkserver.running()) + 1)  # a real-server test's may run
     a = _server(tmp_path, "a", env={"SPECNB_TEST_OTHER": "1"})
     b = _server(tmp_path, "b", env={"SPECNB_TEST_OTHER": "2", "VLLM_CPU_KVCACHE_SPACE": "3"})
     with a, b:
