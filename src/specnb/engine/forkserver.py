@@ -234,16 +234,17 @@ class ForkServer:
     def fits(self, entry: list[str], env: dict[str, str]) -> bool:
         """Whether a server of ``entry`` with ``env`` may be forked here (only once its imports said
         what they read: until then, only the environment it was started with)."""
-        if self.broken or entry != self.entry:
-            return False
-        return not differing(self.env, self.read_at_import if self._ready else None, env)
+        return not self.broken and entry == self.entry and not self._differing(env)
 
     def why_not(self, entry: list[str], env: dict[str, str]) -> str:
         """What keeps a server of ``entry`` with ``env`` from this fork server, for the server's log
         (variables by name only)."""
         if entry != self.entry:
             return "its entry (" + " ".join(self.entry[1:]) + ")"
-        return ", ".join(differing(self.env, self.read_at_import if self._ready else None, env)) or "nothing"
+        return ", ".join(self._differing(env)) or "nothing"
+
+    def _differing(self, env: dict[str, str]) -> list[str]:
+        return differing(self.env, self.read_at_import if self._ready else None, env)
 
     def fork(self, argv: list[str], env: dict[str, str], cwd: str, log_path: Path) -> ForkedProcess:
         pid = self._ask({"op": "fork", "argv": argv, "env": env, "cwd": cwd, "log": str(log_path),
@@ -381,8 +382,8 @@ class _ScanItems(ItemsView):
 
 class _ScanValues(ValuesView):
     def __iter__(self):
-        for key in self._mapping:
-            yield os._Environ.__getitem__(self._mapping, key)
+        for _, value in _ScanItems(self._mapping):
+            yield value
 
 
 def import_recording_reads(modules: tuple[str, ...]) -> set[str]:
