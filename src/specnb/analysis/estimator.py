@@ -51,7 +51,7 @@ from functools import lru_cache
 import numpy as np
 
 __all__ = ["PAYS", "LOSES", "DEFAULT_CONFIDENCE", "Scope", "Sample", "Estimate", "Batch", "estimate", "estimate_batch",
-           "per_look_alpha", "balanced_looks", "t_quantile", "t_quantiles", "t_two_sided_p", "decision_of"]
+           "per_look_alpha", "balanced_looks", "t_quantile", "t_quantiles", "t_quantiles_exact", "t_two_sided_p", "decision_of"]
 
 PAYS, LOSES = "pays", "loses"
 DEFAULT_CONFIDENCE = 0.95
@@ -357,6 +357,94 @@ def _t_cdf(t: float, df: float) -> float:
     return 1.0 - tail if t >= 0 else tail
 
 
+_TINY = 1e-300
+
+
+def _nonzero(v: np.ndarray) -> np.ndarray:
+    return np.where(np.abs(v) > _TINY, v, _TINY)
+
+
+def _betacf_many(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """:func:`_betacf` elementwise: each element runs the scalar recurrence's operations in its
+    order and stops where it would (so a value does not depend on the others in the array)."""
+    out = np.empty_like(x)
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c = np.ones_like(x)
+    d = 1.0 / _nonzero(1.0 - qab * x / qap)
+    h = d
+    idx = np.arange(x.size)
+    for m in range(1, 300):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 / _nonzero(1.0 + aa * d)
+        c = _nonzero(1.0 + aa / c)
+        h = h * (d * c)
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 / _nonzero(1.0 + aa * d)
+        c = _nonzero(1.0 + aa / c)
+        step = d * c
+        h = h * step
+        done = np.abs(step - 1.0) < 1e-15
+        if done.any():
+            out[idx[done]] = h[done]
+            left = ~done
+            idx, a, b, x, qab, qap, qam, c, d, h = (v[left] for v in (idx, a, b, x, qab, qap, qam, c, d, h))
+            if not idx.size:
+                return out
+    out[idx] = h
+    return out
+
+
+def _betai_many(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """:func:`_betai` elementwise (its prefactor through the math module, element by element, as
+    the scalar computes it)."""
+    out = np.where(x <= 0.0, 0.0, 1.0)
+    inner = (x > 0.0) & (x < 1.0)
+    a, b, x = a[inner], b[inner], x[inner]
+    front = np.array([math.exp(math.lgamma(p + q) - math.lgamma(p) - math.lgamma(q) + p * math.log(s) + q * math.log1p(-s))
+                      for p, q, s in zip(a.tolist(), b.tolist(), x.tolist(), strict=True)])
+    low = x < (a + 1.0) / (a + b + 2.0)
+    res = np.empty_like(x)
+    res[low] = front[low] * _betacf_many(a[low], b[low], x[low]) / a[low]
+    up = ~low
+    res[up] = 1.0 - front[up] * _betacf_many(b[up], a[up], 1.0 - x[up]) / b[up]
+    out[inner] = res
+    return out
+
+
+def _upper_cdf(t: np.ndarray, df: np.ndarray) -> np.ndarray:
+    """Student's t CDF at ``t >= 0``, elementwise."""
+    return 1.0 - 0.5 * _betai_many(df / 2.0, np.full_like(df, 0.5), df / (df + t * t))
+
+
+def t_quantiles_exact(p: float, df: np.ndarray) -> np.ndarray:
+    """Student's t quantile at ``p`` (in [0.5, 1)) for every finite, positive degrees of freedom in
+    ``df``: bisection on the CDF (no scipy), good to 1e-12 relative, all at once, each element
+    stopping where its own bracket does: :func:`t_quantile`'s numbers, bit for bit (tested), some ten
+    times faster for the grid behind :func:`t_quantiles` (0.1-0.2 s against 1.2 s a level here)."""
+    if not 0.5 <= p < 1.0:
+        raise ValueError(f"p must be in [0.5, 1) here, got {p}")
+    df = np.asarray(df, dtype=float).ravel()
+    if not np.all(np.isfinite(df) & (df > 0)):
+        raise ValueError("degrees of freedom must be finite and > 0 here")
+    lo, hi = np.zeros_like(df), np.ones_like(df)
+    grow = np.arange(df.size)
+    while grow.size:
+        grow = grow[_upper_cdf(hi[grow], df[grow]) < p]
+        hi[grow] *= 2.0
+    left = np.arange(df.size)
+    for _ in range(200):
+        low, high = lo[left], hi[left]
+        mid = 0.5 * (low + high)
+        below = _upper_cdf(mid, df[left]) < p
+        low, high = np.where(below, mid, low), np.where(below, high, mid)
+        lo[left], hi[left] = low, high
+        left = left[~(high - low < 1e-12 * np.maximum(1.0, high))]
+        if not left.size:
+            break
+    return 0.5 * (lo + hi)
+
+
 # the grid behind t_quantiles: log degrees of freedom from 1 to 1e6 (Satterthwaite's are at least
 # the smallest part's, and a part has one at the least; below 1 the exact quantile is computed)
 _GRID_DF = np.exp(np.linspace(0.0, math.log(1e6), 1601))
@@ -364,7 +452,7 @@ _GRID_DF = np.exp(np.linspace(0.0, math.log(1e6), 1601))
 
 @lru_cache(maxsize=64)
 def _quantile_grid(p: float) -> np.ndarray:
-    return np.log([t_quantile(p, float(v)) for v in _GRID_DF])
+    return np.log(t_quantiles_exact(p, _GRID_DF))
 
 
 def t_quantiles(p: float, df: np.ndarray) -> np.ndarray:
@@ -372,6 +460,10 @@ def t_quantiles(p: float, df: np.ndarray) -> np.ndarray:
     interpolation of log quantile in log degrees of freedom on a grid of exact quantiles (relative
     error below 2e-6; tested), exact below 1 degree of freedom, the normal's beyond 1e6 and for
     infinite ones. NaN stays NaN."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be in (0, 1), got {p}")
+    if p < 0.5:
+        return -t_quantiles(1.0 - p, df)
     df = np.asarray(df, dtype=float)
     out = np.full(df.shape, np.nan)
     fin = np.isfinite(df) & (df >= _GRID_DF[0])

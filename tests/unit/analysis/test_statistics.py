@@ -27,6 +27,7 @@ from specnb.analysis.estimator import (
     per_look_alpha,
     t_quantile,
     t_quantiles,
+    t_quantiles_exact,
     t_two_sided_p,
 )
 from specnb.analysis.thresholds import UNDECIDED, fixed_sequence
@@ -69,6 +70,23 @@ def test_the_vectorised_t_functions_agree_with_the_exact_ones():
         assert t_two_sided_p(np.array([q]), df)[0] == pytest.approx(0.03, abs=1e-9)
     with pytest.raises(ValueError):
         t_quantile(1.0, 3)
+
+
+def test_the_quantiles_all_at_once_are_the_one_at_a_time_ones_bit_for_bit():
+    """The grid behind every interval is computed all at once (t_quantiles_exact: the scalar
+    bisection run on an array, each element stopping where it alone would); its numbers are
+    t_quantile's exactly, so no stored report or figure moves with it, whatever the mix of
+    degrees of freedom (heavy tails below 1, the grid's span, integers) or the level (a per-look
+    one among them)."""
+    rng = np.random.default_rng(1)
+    dfs = np.r_[np.exp(rng.uniform(math.log(0.3), math.log(1e6), 150)), 1.0, 2.0, 3.0, 30.0, 1e6]
+    for p in (0.975, 1.0 - 0.023 / 2.0, 0.9995, 0.75, 0.5):
+        got = t_quantiles_exact(p, dfs)
+        assert got.tolist() == [t_quantile(p, float(d)) for d in dfs], p
+    assert t_quantiles(0.025, np.array([4.0]))[0] == -t_quantiles(0.975, np.array([4.0]))[0]
+    for p, df in ((0.4, [3.0]), (1.0, [3.0]), (0.975, [np.inf]), (0.975, [0.0]), (0.975, [np.nan])):
+        with pytest.raises(ValueError):
+            t_quantiles_exact(p, np.array(df))
 
 
 def test_the_calibrated_looks_spend_exactly_alpha():
