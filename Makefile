@@ -181,7 +181,8 @@ $(EXECUTED)/%.ipynb: notebooks/%.py $$(call ledgers_of,$$(call axis_of,$$*)) $(L
 	$(if $(FIGURES_BATCH),@echo "$< $@" >> $(FIGURES_BATCH),$(PY) -m specnb.notebooks.runner $< $@)
 
 # `make test` runs in two passes: the unit tests on TEST_WORKERS processes (pytest-xdist, each file
-# to one worker), then, one at a time, the real-server tests, the browser tests (in a worker
+# to one worker; files marked `long` handed out first, longest first, and each worker's OpenMP given
+# its share of the cores: tests/conftest.py), then, one at a time, the real-server tests, the browser tests (in a worker
 # process, JupyterLab's "Run All" was twice seen to start nothing in a fresh clone, 2026-12-03:
 # not understood) and the few that read the host's load (marked `serial`: a neighbouring worker
 # would be that load). Checks that need the project workspace (marked `maintainer`: the seeds)
@@ -191,7 +192,7 @@ $(EXECUTED)/%.ipynb: notebooks/%.py $$(call ledgers_of,$$(call axis_of,$$*)) $(L
 # Either pass failing fails the target, and an interrupted or misused first pass (pytest's exit 2
 # or 4: Ctrl-C, a bad option) stops it there. No pass fails on the clock: each prints its time.
 TEST_WORKERS ?= 2
-TEST_SIDE_BY_SIDE = $(PY) -m pytest -q -ra --durations=10 -n $(TEST_WORKERS) --dist loadfile -m "not integration and not browser and not serial and not maintainer" $(PYTEST_ARGS)
+TEST_SIDE_BY_SIDE = $(PY) -m pytest -q -ra --durations=10 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not integration and not browser and not serial and not maintainer" $(PYTEST_ARGS)
 TEST_ONE_AT_A_TIME = $(PY) -m pytest -q -ra --durations=40 -m "(integration or browser or serial) and not maintainer" $(PYTEST_ARGS)
 test: setup $(DRAFTER_STAMP) $(BROWSER_STAMP) chromium prometheus ## all tests: unit and notebooks in analysis mode (TEST_WORKERS at once), then real vLLM-CPU and browser
 	@case " $(PYTEST_ARGS) " in *" -m "*|*" -m="*) echo "make test: PYTEST_ARGS may not carry -m (each pass has its own); use make test-unit, test-browser or test-integration"; exit 2;; esac; \

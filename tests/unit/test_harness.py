@@ -381,3 +381,41 @@ def test_the_cpu_profile_records_each_phase_and_sums_modules(pytester, tmp_path,
     assert lines[1].split() == ["20.0", "75%", "10.0", "m.py"]
     assert lines[2].split() == ["4.0", "0%", "8.0", "n.py"]
     assert lines[-1].split()[:4] == ["24.0", "62%", "18.0", "all"]
+
+
+_SCHEDULED = {
+    "test_plain.py": "def test_plain():\n    pass\n",
+    "test_short.py": "import pytest\npytestmark = pytest.mark.long(10)\n\ndef test_short():\n    pass\n",
+    "test_longest.py": "import pytest\npytestmark = pytest.mark.long(50)\n\ndef test_one():\n    pass\n\ndef test_two():\n    pass\n",
+    "test_threads.py": "import os\n\ndef test_threads():\n    open('threads.txt', 'w').write(os.environ.get('OMP_NUM_THREADS', 'unset'))\n",
+}
+
+
+def test_the_first_pass_hands_out_long_files_first_and_shares_the_cores(pytester, monkeypatch):
+    """make test's first pass (xdist, --no-loadscope-reorder): files marked long come first, the
+    longest first, each file's tests in order and the rest as collected, so no long file is handed
+    out last to run alone; each worker's OpenMP gets its share of the cores (not all of them),
+    unless the caller set it."""
+    from specnb import paths
+
+    pytester.makeconftest("from tests.conftest import pytest_collection_modifyitems\n")
+    pytester.makepyfile(**{name[:-3]: text for name, text in _SCHEDULED.items()})
+    monkeypatch.setenv("PYTHONPATH", str(paths.ROOT))
+    for name in ("OMP_NUM_THREADS", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"):  # this run's own worker's
+        monkeypatch.delenv(name, raising=False)
+    order = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--collect-only", "-q").stdout.lines
+    ids = [line for line in order if "::" in line]
+    assert ids == ["test_longest.py::test_one", "test_longest.py::test_two", "test_short.py::test_short",
+                   "test_plain.py::test_plain", "test_threads.py::test_threads"], order
+    share = max(1, (os.cpu_count() or 1) // 2)
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile", "--no-loadscope-reorder",
+                                      "test_threads.py")
+    r.assert_outcomes(passed=1)
+    assert (pytester.path / "threads.txt").read_text() == str(share)
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_threads.py")  # one process: untouched
+    r.assert_outcomes(passed=1)
+    assert (pytester.path / "threads.txt").read_text() == "unset"
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "test_threads.py")
+    r.assert_outcomes(passed=1)
+    assert (pytester.path / "threads.txt").read_text() == "7"
