@@ -167,9 +167,19 @@ def curve_models(points: pd.DataFrame, presets: Mapping[str, Hardware]) -> list[
         raise StepCostError(f"curves frame lacks {missing}: pass specnb.ledger.published_curves()")
     if points.empty:
         raise StepCostError("no published curve points to fit")
+    # each column converted once, then taken per curve (a fit makes this call hundreds of times: a
+    # sub-frame per curve was most of its cost); the values are the sub-frames' exactly
+    groups = points.groupby(["ledger_id", "condition"], sort=True).indices
+    firsts = points.iloc[[pos[0] for pos in groups.values()]].to_dict("records")
+    col = {c: points[c].to_numpy(float) for c in ("concurrency", "prompt_tokens", "output_tokens", "k",
+                                                  "tokens_per_step", "value")}
+    prefill = points["prefill_tokens"].fillna(points["prompt_tokens"]) if "prefill_tokens" in points.columns else points["prompt_tokens"]
+    col["prefill"] = prefill.to_numpy(float)
+    col["q"] = (points["draft_fraction"].fillna(1.0).to_numpy(float) if "draft_fraction" in points.columns
+                else np.ones(len(points)))
+    index = points.index.to_numpy()
     out = []
-    for (lid, cond), g in points.groupby(["ledger_id", "condition"], sort=True):
-        r = g.iloc[0]
+    for ((lid, cond), pos), r in zip(groups.items(), firsts, strict=True):
         if r["hardware_preset"] not in presets:
             raise StepCostError(f"{lid} {cond!r}: unknown hardware preset {r['hardware_preset']!r}")
         base = presets[r["hardware_preset"]].for_dtype(r["compute_dtype"])
@@ -180,15 +190,10 @@ def curve_models(points: pd.DataFrame, presets: Mapping[str, Hardware]) -> list[
         drafter = drafter_for(str(r["drafter_kind"]), target, float(r["drafter_params_b"]) * 1e9,
                               layers=int(r["target_layers"]), kv_bytes_per_token=_given(r, "drafter_kv_bytes_per_token"),
                               context_cap=_given(r, "drafter_context_tokens") or 0.0)
-        batch = g["concurrency"].to_numpy(float)
-        prefill = g["prefill_tokens"] if "prefill_tokens" in g.columns else g["prompt_tokens"]
-        prefill = prefill.fillna(g["prompt_tokens"]).to_numpy(float)
-        q = g["draft_fraction"].fillna(1.0).to_numpy(float) if "draft_fraction" in g.columns else np.ones_like(batch)
-        arrays = dict(batch=batch, prompt=g["prompt_tokens"].to_numpy(float), prefill=prefill,
-                      output=g["output_tokens"].to_numpy(float), k=g["k"].to_numpy(float), q=q,
-                      sharpness=SHARPNESS)
-        out.append(_Curve(str(lid), str(cond), g.index.to_numpy(), hw, target, drafter, arrays,
-                          g["tokens_per_step"].to_numpy(float), g["value"].to_numpy(float)))
+        arrays = dict(batch=col["concurrency"][pos], prompt=col["prompt_tokens"][pos], prefill=col["prefill"][pos],
+                      output=col["output_tokens"][pos], k=col["k"][pos], q=col["q"][pos], sharpness=SHARPNESS)
+        out.append(_Curve(str(lid), str(cond), index[pos], hw, target, drafter, arrays,
+                          col["tokens_per_step"][pos], col["value"][pos]))
     return out
 
 
