@@ -8,6 +8,11 @@ command with ``-p tests.cpu_profile``) appends to ``$SPECNB_CPU_PROFILE`` (defau
 module, the wall seconds, the busy share and the core-seconds left idle: a phase with idle cores
 is one that could run beside another, a busy one only gets shorter by doing less. A figure to
 read, never an assertion.
+
+Each line also has its phase's start (``start``, seconds since the epoch) and its xdist worker, so
+a pass run on workers (make test's first) is printed per worker too: when each ended, its phases'
+summed time, and the seconds it stood idle while another still ran (a long file handed out last
+ends the pass alone).
 """
 
 from __future__ import annotations
@@ -28,11 +33,11 @@ DEFAULT = "/tmp/specnb-cpu-profile.jsonl"
 
 
 def _phase(item, when: str):
-    t0, busy0 = time.monotonic(), busy_seconds()
+    start, t0, busy0 = time.time(), time.monotonic(), busy_seconds()
     yield
     wall, busy = time.monotonic() - t0, busy_seconds() - busy0
     share = min(1.0, busy / (wall * CORES)) if wall > 0 else 0.0
-    row = {"id": item.nodeid, "when": when, "s": round(wall, 3), "busy": round(share, 3),
+    row = {"id": item.nodeid, "when": when, "start": round(start, 3), "s": round(wall, 3), "busy": round(share, 3),
            "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}
     with open(os.environ.get("SPECNB_CPU_PROFILE", DEFAULT), "a") as f:
         f.write(json.dumps(row) + "\n")
@@ -71,6 +76,24 @@ def summary(rows: list[dict], cores: int) -> list[str]:
     return lines
 
 
+def workers(rows: list[dict]) -> list[str]:
+    """Per xdist worker (rows with a start): its end after the pass's first start, its phases' summed
+    seconds and how long it stood idle at the end while another worker still ran; none for one worker."""
+    timed = [r for r in rows if "start" in r]
+    names = sorted({r.get("worker", "") for r in timed})
+    if len(names) < 2:
+        return []
+    first = min(r["start"] for r in timed)
+    end = {w: max(r["start"] + r["s"] for r in timed if r.get("worker", "") == w) - first for w in names}
+    last = max(end.values())
+    lines = [f"{'ends s':>8} {'phases s':>9} {'idle at end':>11}  worker"]
+    for w in names:
+        phases = sum(r["s"] for r in timed if r.get("worker", "") == w)
+        lines.append(f"{end[w]:8.1f} {phases:9.1f} {last - end[w]:11.1f}  {w}")
+    return lines
+
+
 if __name__ == "__main__":
     path = Path(sys.argv[1] if len(sys.argv) > 1 else DEFAULT)
-    print("\n".join(summary([json.loads(x) for x in path.read_text().splitlines() if x.strip()], CORES)))
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    print("\n".join(summary(rows, CORES) + workers(rows)))

@@ -363,8 +363,9 @@ def test_make_test_as_avx2_runs_make_test_with_an_avx2_machines_choices(tmp_path
 
 def test_the_cpu_profile_records_each_phase_and_sums_modules(pytester, tmp_path, monkeypatch):
     """The profile plugin (tests/cpu_profile.py) writes one line per phase of a real pytest run, and
-    its summary adds a module's phases: wall, busy share, idle core-seconds."""
-    from tests.cpu_profile import summary
+    its summary adds a module's phases: wall, busy share, idle core-seconds; on xdist workers, when
+    each ended and how long it stood idle while another ran."""
+    from tests.cpu_profile import summary, workers
 
     out = tmp_path / "p.jsonl"
     pytester.makepyfile(test_a="import time\ndef test_one():\n    time.sleep(0.2)\ndef test_two():\n    pass\n")
@@ -381,6 +382,11 @@ def test_the_cpu_profile_records_each_phase_and_sums_modules(pytester, tmp_path,
     assert lines[1].split() == ["20.0", "75%", "10.0", "m.py"]
     assert lines[2].split() == ["4.0", "0%", "8.0", "n.py"]
     assert lines[-1].split()[:4] == ["24.0", "62%", "18.0", "all"]
+    assert all(r["start"] > 0 for r in rows) and workers(rows) == []  # one process: no per-worker lines
+    two = workers([{"id": "m.py::a", "start": 100.0, "s": 50.0, "worker": "gw0"},
+                   {"id": "n.py::b", "start": 100.0, "s": 20.0, "worker": "gw1"},
+                   {"id": "n.py::c", "start": 125.0, "s": 5.0, "worker": "gw1"}])
+    assert [line.split() for line in two[1:]] == [["50.0", "50.0", "0.0", "gw0"], ["30.0", "25.0", "20.0", "gw1"]]
 
 
 _SCHEDULED = {
