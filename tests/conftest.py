@@ -15,8 +15,8 @@ import pytest
 # worker with two threads, 6.6 s with one; the pass's CPU time fell from 480 to 391 core-seconds).
 # Before any test imports torch; a value the caller set is kept.
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
-    os.environ.setdefault("OMP_NUM_THREADS",
-                          str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 from specnb import paths
 from specnb.engine.forkserver import OPT_IN as FORK_OPT_IN
@@ -57,7 +57,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         mark = item.get_closest_marker("long")
         if mark is not None:
-            longest[item.path] = max(longest.get(item.path, 0.0), float(mark.args[0]))
+            seconds = mark.args[0] if mark.args else mark.kwargs.get("seconds")
+            if seconds is None:
+                raise pytest.UsageError(f"{item.path}: pytest.mark.long needs the seconds measured, e.g. long(60)")
+            longest[item.path] = max(longest.get(item.path, 0.0), float(seconds))
     items.sort(key=lambda item: -longest.get(item.path, 0.0))
 
 

@@ -38,6 +38,7 @@ def _phase(item, when: str):
     wall, busy = time.monotonic() - t0, busy_seconds() - busy0
     share = min(1.0, busy / (wall * CORES)) if wall > 0 else 0.0
     row = {"id": item.nodeid, "when": when, "start": round(start, 3), "s": round(wall, 3), "busy": round(share, 3),
+           "run": os.environ.get("PYTEST_XDIST_TESTRUNUID", ""),
            "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}
     with open(os.environ.get("SPECNB_CPU_PROFILE", DEFAULT), "a") as f:
         f.write(json.dumps(row) + "\n")
@@ -77,19 +78,25 @@ def summary(rows: list[dict], cores: int) -> list[str]:
 
 
 def workers(rows: list[dict]) -> list[str]:
-    """Per xdist worker (rows with a start): its end after the pass's first start, its phases' summed
-    seconds and how long it stood idle at the end while another worker still ran; none for one worker."""
-    timed = [r for r in rows if "start" in r]
-    names = sorted({r.get("worker", "") for r in timed})
+    """Per xdist worker of the file's last run on workers (rows appended by several runs, or by make
+    test's second pass, which has none, are left out): its end after the run's first start, its
+    phases' summed seconds and how long it stood idle at the end while another worker still ran;
+    none for a single worker."""
+    timed = [r for r in rows if "start" in r and r.get("worker") and r.get("run")]
+    if not timed:
+        return []
+    last = max(timed, key=lambda r: r["start"])["run"]
+    timed = [r for r in timed if r["run"] == last]
+    names = sorted({r["worker"] for r in timed})
     if len(names) < 2:
         return []
     first = min(r["start"] for r in timed)
-    end = {w: max(r["start"] + r["s"] for r in timed if r.get("worker", "") == w) - first for w in names}
-    last = max(end.values())
+    end = {w: max(r["start"] + r["s"] for r in timed if r["worker"] == w) - first for w in names}
+    final = max(end.values())
     lines = [f"{'ends s':>8} {'phases s':>9} {'idle at end':>11}  worker"]
     for w in names:
-        phases = sum(r["s"] for r in timed if r.get("worker", "") == w)
-        lines.append(f"{end[w]:8.1f} {phases:9.1f} {last - end[w]:11.1f}  {w}")
+        phases = sum(r["s"] for r in timed if r["worker"] == w)
+        lines.append(f"{end[w]:8.1f} {phases:9.1f} {final - end[w]:11.1f}  {w}")
     return lines
 
 

@@ -383,9 +383,11 @@ def test_the_cpu_profile_records_each_phase_and_sums_modules(pytester, tmp_path,
     assert lines[2].split() == ["4.0", "0%", "8.0", "n.py"]
     assert lines[-1].split()[:4] == ["24.0", "62%", "18.0", "all"]
     assert all(r["start"] > 0 for r in rows) and workers(rows) == []  # one process: no per-worker lines
-    two = workers([{"id": "m.py::a", "start": 100.0, "s": 50.0, "worker": "gw0"},
-                   {"id": "n.py::b", "start": 100.0, "s": 20.0, "worker": "gw1"},
-                   {"id": "n.py::c", "start": 125.0, "s": 5.0, "worker": "gw1"}])
+    earlier = [{"id": "m.py::a", "start": 1.0, "s": 5000.0, "worker": "gw0", "run": "r0"}]  # another run, appended before
+    two = workers(earlier + [{"id": "m.py::a", "start": 100.0, "s": 50.0, "worker": "gw0", "run": "r1"},
+                             {"id": "n.py::b", "start": 100.0, "s": 20.0, "worker": "gw1", "run": "r1"},
+                             {"id": "n.py::c", "start": 125.0, "s": 5.0, "worker": "gw1", "run": "r1"},
+                             {"id": "o.py::d", "start": 160.0, "s": 900.0, "worker": "", "run": ""}])  # a pass without workers
     assert [line.split() for line in two[1:]] == [["50.0", "50.0", "0.0", "gw0"], ["30.0", "25.0", "20.0", "gw1"]]
 
 

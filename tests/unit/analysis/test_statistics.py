@@ -79,10 +79,13 @@ def test_the_quantiles_all_at_once_are_the_one_at_a_time_ones_bit_for_bit():
     degrees of freedom (heavy tails below 1, the grid's span, integers) or the level (a per-look
     one among them)."""
     rng = np.random.default_rng(1)
-    dfs = np.r_[np.exp(rng.uniform(math.log(0.3), math.log(1e6), 150)), 1.0, 2.0, 3.0, 30.0, 1e6]
-    for p in (0.975, 1.0 - 0.023 / 2.0, 0.9995, 0.75, 0.5):
+    dfs = np.r_[np.exp(rng.uniform(math.log(0.3), math.log(1e6), 60)), 1.0, 2.0, 3.0, 30.0, 1e6, 1e7, 1.5e7, 1e300]
+    for p in (0.975, 1.0 - 0.023 / 2.0, 0.75):
         got = t_quantiles_exact(p, dfs)
         assert got.tolist() == [t_quantile(p, float(d)) for d in dfs], p
+    for p, tails in ((1.0 - 1e-9, [3.0, 1e4]), (0.5, [7.0])):  # a far tail; the median
+        assert t_quantiles_exact(p, np.array(tails)).tolist() == [t_quantile(p, d) for d in tails], p
+    assert t_quantiles_exact(0.975, dfs[:4].reshape(2, 2)).shape == (2, 2)
     assert t_quantiles(0.025, np.array([4.0]))[0] == -t_quantiles(0.975, np.array([4.0]))[0]
     for p, df in ((0.4, [3.0]), (1.0, [3.0]), (0.975, [np.inf]), (0.975, [0.0]), (0.975, [np.nan])):
         with pytest.raises(ValueError):
