@@ -313,9 +313,12 @@ def t_two_sided_p(t: np.ndarray, df: int) -> np.ndarray:
     return np.clip(1.0 - inside, 0.0, 1.0)
 
 
+_TINY = 1e-300  # the continued fraction's floor for a denominator (modified Lentz)
+
+
 def _betacf(a: float, b: float, x: float) -> float:
     """The continued fraction of the regularized incomplete beta (modified Lentz)."""
-    tiny = 1e-300
+    tiny = _TINY
     qab, qap, qam = a + b, a + 1.0, a - 1.0
     c, d = 1.0, 1.0 - qab * x / qap
     d = 1.0 / (d if abs(d) > tiny else tiny)
@@ -355,9 +358,6 @@ def _betai(a: float, b: float, x: float) -> float:
 def _t_cdf(t: float, df: float) -> float:
     tail = 0.5 * _betai(df / 2.0, 0.5, df / (df + t * t))
     return 1.0 - tail if t >= 0 else tail
-
-
-_TINY = 1e-300
 
 
 def _nonzero(v: np.ndarray) -> np.ndarray:
