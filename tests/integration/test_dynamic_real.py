@@ -20,6 +20,7 @@ import json
 import pytest
 
 from specnb import paths
+from specnb.engine.hostload import usable_cpus
 from specnb.engine.server import VllmServer, started_together
 from specnb.engine.vllm import engine_supports_flag
 from specnb.ledger import Flag, load_ledgers, load_requests, read_ledger
@@ -33,6 +34,13 @@ MODEL = paths.MODELS / "SmolLM2-135M-Instruct"
 PER_REQUEST = [PER_REQUEST_SPEC_FLAG, "summary"] if engine_supports_flag(PER_REQUEST_SPEC_FLAG) else []
 SCHEDULE = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
             "num_speculative_tokens_per_batch_size": [[1, 2, 4], [3, 256, 0]]}
+
+
+def _ranks_cpus() -> str:
+    """The data-parallel server's two ranks, one CPU each of this process's (a worker of a pinned run,
+    ``--pin-workers``, may have one CPU: both ranks share it there)."""
+    cpus = usable_cpus()
+    return f"{cpus[0]}|{cpus[-1]}"
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +59,7 @@ def _launched(tmp_path_factory):
         "dp2": VllmServer(str(MODEL), args=[*SERVER_ARGS, *PER_REQUEST, "--data-parallel-size", "2"],
                           served_model_name="smol",
                           speculative_config={"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4},
-                          env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0|1"},
+                          env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": _ranks_cpus()},
                           log_path=logs / "dp2.log", ready_timeout_s=guard("vllm_start")),
     }
     with started_together(servers) as eps:

@@ -483,6 +483,15 @@ def count_start(state: Path) -> int:
     return starts
 
 
+
+def _engine_core(ready_fd: int) -> None:
+    """The fake's engine core: says it is up (the API server waits for it), then idles."""
+    import time
+
+    os.write(ready_fd, b"1")
+    time.sleep(600)
+
+
 def main(args: list[str]) -> None:  # pragma: no cover - runs in the server's process
     from aiohttp import web
 
@@ -505,13 +514,16 @@ def main(args: list[str]) -> None:  # pragma: no cover - runs in the server's pr
     sock = None
     if launcher is not None:  # as vLLM: the port bound before the engine starts, served after
         import socket
-        import time
 
         sock = socket.create_server(("127.0.0.1", port))
         if env.get("FAKE_VLLM_PIN_AT_FORK") == "1":  # as Intel OpenMP's fork handler: a forked child on one CPU
             last = max(os.sched_getaffinity(0))
             os.register_at_fork(after_in_child=lambda: os.sched_setaffinity(0, {last}))
-        launcher.get_mp_context().Process(target=time.sleep, args=(600,), name="EngineCore", daemon=True).start()
+        # as vLLM's API server, served only once its engine core answered (the fork's log line is
+        # written before the core's target runs: without the handshake a busy machine saw it late)
+        ready_r, ready_w = os.pipe()
+        launcher.get_mp_context().Process(target=_engine_core, args=(ready_w,), name="EngineCore", daemon=True).start()
+        os.read(ready_r, 1)
     else:
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     print(CPU_LINE, flush=True)

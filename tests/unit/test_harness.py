@@ -427,3 +427,64 @@ def test_the_first_pass_hands_out_long_files_first_and_shares_the_cores(pytester
     r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "test_threads.py")
     r.assert_outcomes(passed=1)
     assert (pytester.path / "threads.txt").read_text() == "7"
+
+
+_PINNED_CONFTEST = """import json, os
+import pytest
+from tests.conftest import pytest_addoption, pytest_configure, pytest_collection_modifyitems, pytest_xdist_make_scheduler
+
+@pytest.fixture(scope="session")
+def real_sweep():
+    return 1
+
+@pytest.fixture
+def note():
+    def write(name):
+        with open(os.environ["WHERE"], "a") as f:
+            f.write(json.dumps([name, os.environ.get("PYTEST_XDIST_WORKER"), sorted(os.sched_getaffinity(0))]) + "\\n")
+    return write
+"""
+_PINNED = {
+    "test_shared_a.py": "def test_a(real_sweep, note):\n    note('a')\n",
+    "test_shared_b.py": "def test_b1(note):\n    note('b1')\n\ndef test_b2(real_sweep, note):\n    note('b2')\n",
+    "test_own.py": "def test_own(note):\n    note('own')\n",
+}
+
+
+def test_the_real_server_step_gives_each_worker_its_cpus_and_the_shared_sweeps_users_one_worker(pytester, monkeypatch):
+    """A pinned real-server run (-n 2 --pin-workers --dist loadscope; docs/timing.md): every module that uses the
+    shared sweep runs on one worker (the fixture is made once), the other modules are groups of their
+    own; each worker runs on its own share of the CPUs, and without --pin-workers on all of them."""
+    import json
+
+    from specnb import paths
+    from tests.conftest import worker_cpus
+
+    assert worker_cpus([0, 1], "gw0", 2) == [0] and worker_cpus([0, 1], "gw1", 2) == [1]
+    assert worker_cpus([0, 1, 2, 3, 4], "gw1", 2) == [2, 3, 4] and worker_cpus([5], "gw1", 2) == [5]
+    pytester.makeconftest(_PINNED_CONFTEST)
+    folder = pytester.path / "tests" / "integration"  # where the suite's real-server modules are
+    folder.mkdir(parents=True)
+    for name, text in _PINNED.items():
+        (folder / name).write_text(text)
+    monkeypatch.setenv("PYTHONPATH", str(paths.ROOT))
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"):
+        monkeypatch.delenv(name, raising=False)
+    cpus = sorted(os.sched_getaffinity(0))
+
+    def run(*args: str) -> dict[str, tuple[str, list[int]]]:
+        where = pytester.path / "where.jsonl"
+        where.write_text("")
+        monkeypatch.setenv("WHERE", str(where))
+        r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--dist", "loadscope",
+                                          "--no-loadscope-reorder", *args, "tests/integration")
+        r.assert_outcomes(passed=4)
+        return {name: (worker, on) for name, worker, on in map(json.loads, where.read_text().splitlines())}
+
+    ran = run("--pin-workers")
+    assert ran["a"][0] == ran["b1"][0] == ran["b2"][0], ran  # the shared sweep's users: one worker
+    for worker, on in ran.values():
+        assert on == worker_cpus(cpus, worker, 2), ran
+    if len(cpus) >= 2:
+        assert ran["own"][0] != ran["a"][0] and set(ran["own"][1]).isdisjoint(ran["a"][1]), ran
+    assert all(on == cpus for _, on in run().values())  # not pinned unless asked

@@ -7,36 +7,95 @@ client processes it started for the point (``client_workers``: they are reaped b
 ends, so their CPU is in this process's children times), so a disturbed point can be flagged
 (``host_busy``) and measured again. The threshold scales with the host: a share of its cores
 (:func:`host_busy_cores`; 0.3 of a core on the 2-core machines here), recorded in each ledger.
+
+Only the CPUs the point can run on are read: those this process and the server's processes may use
+(their affinity). A run confined to some CPUs (``taskset``, one of two test workers each given
+its own core) is disturbed by what runs there, not by work on the machine's other CPUs; the
+threshold is then the share of those CPUs. Unconfined, that is every CPU, as before.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from functools import partial
+from pathlib import Path
 
 import psutil
 
-__all__ = ["HOST_BUSY_SHARE", "HOST_BUSY", "host_busy_cores", "busy_seconds", "HostLoad", "wait_for_quiet"]
+__all__ = ["HOST_BUSY_SHARE", "HOST_BUSY", "host_busy_cores", "usable_cpus", "busy_seconds", "point_cpus", "HostLoad", "wait_for_quiet"]
 
 # share of the host's cores that processes neither the server nor specnb's own may use during a
 # point before it is flagged: on a shared machine a noisy neighbour moves one arm and not the other
 HOST_BUSY_SHARE = 0.15
 
 
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity; every CPU where that cannot be read)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
 def host_busy_cores(ncpu: int | None = None) -> float:
-    """The ``host_busy`` threshold in cores on this host (``ncpu`` cores; default: this machine's)."""
-    return HOST_BUSY_SHARE * (ncpu or os.cpu_count() or 1)
+    """The ``host_busy`` threshold in cores (``ncpu`` cores; default: the CPUs this process may use)."""
+    return HOST_BUSY_SHARE * (ncpu or len(usable_cpus()) or 1)
 
 
-HOST_BUSY = host_busy_cores()  # on this machine
+HOST_BUSY = host_busy_cores()  # on this machine, for this process's CPUs
 
 
-def busy_seconds() -> float:
-    """The host's busy CPU seconds so far, all cores (user, nice, system, interrupts, steal; not idle
-    or waiting on I/O)."""
+_BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq", "steal")
+# /proc/stat's per-CPU columns: user nice system idle iowait irq softirq steal (clock ticks)
+_STAT_BUSY = (0, 1, 2, 5, 6, 7)
+
+
+def _per_cpu_busy() -> dict[int, float] | None:
+    """Each CPU's busy seconds so far, by CPU id, from /proc/stat (None where it cannot be read)."""
+    try:
+        lines = Path("/proc/stat").read_text().splitlines()
+        tick = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
+        return None
+    out = {}
+    for line in lines:
+        name, *cols = line.split()
+        if name.startswith("cpu") and name[3:].isdigit():
+            out[int(name[3:])] = sum(int(cols[i]) for i in _STAT_BUSY if i < len(cols)) / tick
+    return out or None
+
+
+def busy_seconds(cpus: Iterable[int] | None = None) -> float:
+    """The host's busy CPU seconds so far (user, nice, system, interrupts, steal; not idle or waiting
+    on I/O): all cores, or only ``cpus`` (all cores where the per-CPU counts cannot be read)."""
+    if cpus is not None:
+        per = _per_cpu_busy()
+        if per is not None:
+            return sum(per.get(c, 0.0) for c in cpus)
     t = psutil.cpu_times()
-    return sum(getattr(t, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal"))
+    return sum(getattr(t, k, 0.0) for k in _BUSY_FIELDS)
+
+
+_busy_of = busy_seconds  # HostLoad's argument of the same name hides it there
+
+
+def point_cpus(server_pid: int | None) -> list[int] | None:
+    """The CPUs a point runs on: those this process and the server's processes may use; None where
+    that is every CPU of the machine (or cannot be read)."""
+    cpus = set(usable_cpus())
+    if server_pid is not None:
+        try:
+            root = psutil.Process(server_pid)
+            for proc in [root, *root.children(recursive=True)]:
+                try:
+                    cpus.update(proc.cpu_affinity())
+                except (psutil.Error, AttributeError):
+                    return None
+        except psutil.Error:
+            pass
+    every = psutil.cpu_count() or 0
+    return None if len(cpus) >= every else sorted(cpus)
 
 
 def _own_cpu() -> float:
@@ -50,16 +109,17 @@ class HostLoad:
     comes and goes."""
 
     def __init__(self, server_pid: int | None, busy_seconds: Callable[[], float] | None = None):
-        """``busy_seconds``: the host's busy CPU seconds so far (default: all cores', from psutil)."""
+        """``busy_seconds``: the host's busy CPU seconds so far (default: those of the CPUs the point
+        runs on, :func:`point_cpus`)."""
         self.server_pid = server_pid
         if busy_seconds is not None:
             self._busy = busy_seconds
+        else:
+            self._busy = partial(_busy_of, point_cpus(server_pid))
         self._t0 = time.perf_counter()
         self._busy0 = self._busy()
         self._srv0 = self._tree(server_pid)
         self._own0 = _own_cpu()
-
-    _busy = staticmethod(busy_seconds)
 
     @staticmethod
     def _tree(pid: int | None) -> float | None:

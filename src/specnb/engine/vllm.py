@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from specnb import paths
+from specnb.engine.hostload import usable_cpus
 from specnb.ledger.names import TWO_PROCESSES  # noqa: F401 - re-exported (specnb.engine.server)
 
-__all__ = ["LOCALHOST", "installed_vllm", "vllm_package_dirs", "engine_supports_flag", "engine_environment", "recorded_environment",
+__all__ = ["LOCALHOST", "installed_vllm", "vllm_package_dirs", "engine_supports_flag", "engine_environment", "cpu_list", "recorded_environment",
            "serve_command", "MODULE_ENTRY"]
 
 LOCALHOST = "127.0.0.1"
@@ -138,8 +139,25 @@ def single_worker(args: list[str] | tuple[str, ...]) -> bool:
     return True
 
 
+def cpu_list(cpus: list[int]) -> str:
+    """CPU ids as vLLM's ``VLLM_CPU_OMP_THREADS_BIND`` reads one rank's list: ranges joined by commas
+    (``[0, 1, 2, 5]`` -> ``"0-2,5"``)."""
+    ids, parts = sorted(set(cpus)), []
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
 def engine_environment(cpu_build: bool | None = None, ncpu: int | None = None) -> dict[str, str]:
-    """Environment defaults for a launched server; the caller's own values win over these."""
+    """Environment defaults for a launched server; the caller's own values win over these. On the
+    CPU build the engine's OpenMP threads are bound to the CPUs this process may use (``ncpu``: to
+    CPUs 0 to ncpu - 1 instead), so a specnb run confined to some CPUs (``taskset``, a test worker)
+    keeps its servers there rather than on every CPU of the machine."""
     if cpu_build is None:
         cpu_build = installed_vllm()["cpu_build"]
     env = {
@@ -151,11 +169,11 @@ def engine_environment(cpu_build: bool | None = None, ncpu: int | None = None) -
         "VLLM_SERVER_DEV_MODE": "1",
     }
     if cpu_build:
-        n = ncpu or os.cpu_count() or 1
+        cpus = list(range(ncpu)) if ncpu else usable_cpus()
         env.update(
             {
                 "VLLM_CPU_KVCACHE_SPACE": "1",
-                "VLLM_CPU_OMP_THREADS_BIND": f"0-{n - 1}" if n > 1 else "0",
+                "VLLM_CPU_OMP_THREADS_BIND": cpu_list(cpus),
                 "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
             }
         )

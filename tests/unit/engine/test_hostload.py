@@ -59,3 +59,40 @@ def test_the_threshold_is_a_share_of_the_host_and_is_what_the_flag_uses():
     assert "host_busy" not in point_flags(Arm(name="baseline"), results, None, {}, True)  # a 64-core host
     results["host_busy_cores"] = 0.3
     assert "host_busy" in point_flags(Arm(name="baseline"), results, None, {}, True)  # a 2-core one
+
+
+def test_a_point_confined_to_some_cpus_counts_only_what_runs_there():
+    """A point whose process and server may use only some CPUs (a pinned run's test workers,
+    taskset) reads the busy-host check on those CPUs: a busy process on another CPU is not its
+    neighbour, the same process on its CPU is."""
+    import subprocess
+    import sys
+
+    from specnb.engine.hostload import point_cpus
+
+    cpus = sorted(os.sched_getaffinity(0))
+    assert len(cpus) >= 2, "this check needs two CPUs (every machine here has them)"
+    mine, other = cpus[0], cpus[-1]
+    burn = [sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<1.6: pass"]
+
+    def pinned(argv, cpu):
+        return subprocess.Popen(argv, preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+
+    idle = pinned([sys.executable, "-c", "import time; time.sleep(8)"], mine)  # the "server"
+    try:
+        os.sched_setaffinity(0, {mine})
+        assert point_cpus(idle.pid) == [mine]
+        seen = {}
+        for where, cpu in (("elsewhere", other), ("here", mine)):
+            burner = pinned(burn, cpu)
+            time.sleep(0.3)  # its interpreter started
+            load = HostLoad(idle.pid)
+            time.sleep(1.0)
+            seen[where] = load.other_cores()
+            burner.wait()
+    finally:
+        os.sched_setaffinity(0, set(cpus))
+        idle.kill()
+        idle.wait()
+    assert point_cpus(None) is None  # every CPU: the host's own count, as before
+    assert seen["elsewhere"] < 0.3 < 0.6 < seen["here"], seen
