@@ -44,7 +44,7 @@ def worker_cpus(cpus: list[int], worker: str, workers: int) -> list[int]:
     where there are fewer CPUs than workers."""
     if len(cpus) < workers:
         return cpus
-    i = int(worker.removeprefix("gw"))
+    i = int(worker.removeprefix("gw")) % workers  # a worker xdist restarted gets the next id (gw2)
     return cpus[i * len(cpus) // workers:(i + 1) * len(cpus) // workers]
 
 
@@ -150,11 +150,11 @@ def pytest_collection_modifyitems(config, items):
             longest[item.path] = max(longest.get(item.path, 0.0), float(seconds))
     # a pinned real-server run (--pin-workers): the shared sweep's scope first, the longest (40-50 %
     # of the step), so one worker starts it at once and the other takes the remaining modules one by one
-    if config.getoption("--pin-workers", False):
-        root = config.rootpath
-        check_scopes(items, root)
-        items.sort(key=lambda item: real_server_scope(item.nodeid, root) != SHARED_SWEEP_GROUP)
-    items.sort(key=lambda item: -longest.get(item.path, 0.0))
+    pinned = config.getoption("--pin-workers", False)
+    if pinned:
+        check_scopes(items, config.rootpath)
+    items.sort(key=lambda item: (-longest.get(item.path, 0.0),
+                                 pinned and real_server_scope(item.nodeid, config.rootpath) != SHARED_SWEEP_GROUP))
 
 
 # The suite's real-server time: set-up, call and tear-down of every test under tests/integration

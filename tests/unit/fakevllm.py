@@ -484,11 +484,11 @@ def count_start(state: Path) -> int:
 
 
 
-def _engine_core(ready_fd: int) -> None:
+def _engine_core(ready) -> None:
     """The fake's engine core: says it is up (the API server waits for it), then idles."""
     import time
 
-    os.write(ready_fd, b"1")
+    ready.set()
     time.sleep(600)
 
 
@@ -521,9 +521,10 @@ def main(args: list[str]) -> None:  # pragma: no cover - runs in the server's pr
             os.register_at_fork(after_in_child=lambda: os.sched_setaffinity(0, {last}))
         # as vLLM's API server, served only once its engine core answered (the fork's log line is
         # written before the core's target runs: without the handshake a busy machine saw it late)
-        ready_r, ready_w = os.pipe()
-        launcher.get_mp_context().Process(target=_engine_core, args=(ready_w,), name="EngineCore", daemon=True).start()
-        os.read(ready_r, 1)
+        context = launcher.get_mp_context()
+        ready = context.Event()
+        context.Process(target=_engine_core, args=(ready,), name="EngineCore", daemon=True).start()
+        ready.wait(timeout=60)
     else:
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     print(CPU_LINE, flush=True)

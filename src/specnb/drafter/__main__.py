@@ -15,11 +15,11 @@ import datetime as dt
 import hashlib
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
 
+from specnb.engine.hostload import usable_cpus
 from specnb.errors import SpecnbError
 
 DEFAULT_SERVER_ARGS = ["--enforce-eager", "--dtype", "machine", "--max-model-len", "2048"]
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
 
     a.device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(a.seed)
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(len(usable_cpus()))  # the CPUs this process may use (taskset, a container)
     out = Path(a.out or f"drafters/{model.name}-eagle3")
     data = Path(a.data or f".cache/drafter/{model.name}/responses-{a.max_tokens}.jsonl")
     run = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["HOST_BUSY_SHARE", "HOST_BUSY", "host_busy_cores", "usable_cpus", "busy_seconds", "point_cpus", "HostLoad", "wait_for_quiet"]
+__all__ = ["HOST_BUSY_SHARE", "HOST_BUSY", "host_busy_cores", "usable_cpus", "busy_seconds", "point_cpus", "busy_threshold", "HostLoad", "wait_for_quiet"]
 
 # share of the host's cores that processes neither the server nor specnb's own may use during a
 # point before it is flagged: on a shared machine a noisy neighbour moves one arm and not the other
@@ -60,7 +60,7 @@ def _per_cpu_busy() -> dict[int, float] | None:
         return None
     out = {}
     for line in lines:
-        name, *cols = line.split()
+        name, *cols = line.split() or [""]
         if name.startswith("cpu") and name[3:].isdigit():
             out[int(name[3:])] = sum(int(cols[i]) for i in _STAT_BUSY if i < len(cols)) / tick
     return out or None
@@ -68,11 +68,12 @@ def _per_cpu_busy() -> dict[int, float] | None:
 
 def busy_seconds(cpus: Iterable[int] | None = None) -> float:
     """The host's busy CPU seconds so far (user, nice, system, interrupts, steal; not idle or waiting
-    on I/O): all cores, or only ``cpus`` (all cores where the per-CPU counts cannot be read)."""
+    on I/O): all cores, or only ``cpus`` (all cores where /proc/stat does not list each of them, as a
+    container that renumbers its CPUs there)."""
     if cpus is not None:
         per = _per_cpu_busy()
-        if per is not None:
-            return sum(per.get(c, 0.0) for c in cpus)
+        if per is not None and all(c in per for c in cpus):
+            return sum(per[c] for c in cpus)
     t = psutil.cpu_times()
     return sum(getattr(t, k, 0.0) for k in _BUSY_FIELDS)
 
@@ -80,22 +81,45 @@ def busy_seconds(cpus: Iterable[int] | None = None) -> float:
 _busy_of = busy_seconds  # HostLoad's argument of the same name hides it there
 
 
+def _thread_cpus(proc: psutil.Process) -> set[int]:
+    """The CPUs any thread of ``proc`` may run on (vLLM's OpenMP threads bind their own)."""
+    cpus = set(proc.cpu_affinity())
+    for thread in proc.threads():
+        try:
+            cpus.update(os.sched_getaffinity(thread.id))
+        except OSError:  # the thread ended meanwhile
+            continue
+    return cpus
+
+
 def point_cpus(server_pid: int | None) -> list[int] | None:
-    """The CPUs a point runs on: those this process and the server's processes may use; None where
-    that is every CPU of the machine (or cannot be read)."""
+    """The CPUs a point runs on: those this process and any thread of the server's processes may use;
+    None where that is every CPU of the machine, or cannot be read."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
     cpus = set(usable_cpus())
     if server_pid is not None:
         try:
             root = psutil.Process(server_pid)
-            for proc in [root, *root.children(recursive=True)]:
-                try:
-                    cpus.update(proc.cpu_affinity())
-                except (psutil.Error, AttributeError):
-                    return None
+            tree = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            tree = []
         except psutil.Error:
-            pass
+            return None
+        for proc in tree:
+            try:
+                cpus |= _thread_cpus(proc)
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):  # ended meanwhile: no CPU of its own now
+                continue
+            except (psutil.Error, AttributeError):
+                return None
     every = psutil.cpu_count() or 0
     return None if len(cpus) >= every else sorted(cpus)
+
+
+def busy_threshold(cpus: list[int] | None) -> float:
+    """The ``host_busy`` threshold for a point read on ``cpus`` (None: every CPU of the machine)."""
+    return host_busy_cores(len(cpus) if cpus else (psutil.cpu_count() or 1))
 
 
 def _own_cpu() -> float:
@@ -112,10 +136,9 @@ class HostLoad:
         """``busy_seconds``: the host's busy CPU seconds so far (default: those of the CPUs the point
         runs on, :func:`point_cpus`)."""
         self.server_pid = server_pid
-        if busy_seconds is not None:
-            self._busy = busy_seconds
-        else:
-            self._busy = partial(_busy_of, point_cpus(server_pid))
+        self.cpus = point_cpus(server_pid) if busy_seconds is None else None
+        self.threshold = busy_threshold(self.cpus)  # what other_cores() is held against
+        self._busy = busy_seconds if busy_seconds is not None else partial(_busy_of, self.cpus)
         self._t0 = time.perf_counter()
         self._busy0 = self._busy()
         self._srv0 = self._tree(server_pid)
@@ -157,5 +180,5 @@ def wait_for_quiet(server_pid: int | None, timeout_s: float = 120.0, window_s: f
         probe = HostLoad(server_pid)
         time.sleep(window_s)
         other = probe.other_cores()
-        if other is None or other < host_busy_cores():
+        if other is None or other < probe.threshold:
             return

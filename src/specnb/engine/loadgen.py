@@ -101,6 +101,7 @@ class PointLoad:
     # Parsing the streams after the point is not counted (parse_s).
     client_cpu_util: float | None = None
     host_other_cpu_cores: float | None = None  # cores used by other processes (engine.hostload)
+    host_busy_threshold: float | None = None  # the cores they may use before the point is flagged (on its CPUs)
     # open loop: the offered rate, and the most requests that were in flight at once
     offered_rate_rps: float | None = None
     peak_in_flight: int | None = None

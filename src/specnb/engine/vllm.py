@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from specnb import paths
-from specnb.engine.hostload import usable_cpus
 from specnb.ledger.names import TWO_PROCESSES  # noqa: F401 - re-exported (specnb.engine.server)
 
 __all__ = ["LOCALHOST", "installed_vllm", "vllm_package_dirs", "engine_supports_flag", "engine_environment", "cpu_list", "recorded_environment",
@@ -169,6 +168,8 @@ def engine_environment(cpu_build: bool | None = None, ncpu: int | None = None) -
         "VLLM_SERVER_DEV_MODE": "1",
     }
     if cpu_build:
+        from specnb.engine.hostload import usable_cpus  # psutil, only where a server is launched
+
         cpus = list(range(ncpu)) if ncpu else usable_cpus()
         env.update(
             {

@@ -146,7 +146,8 @@ def measured_ledger(spec: SweepSpec, arm: Arm, in_flight: int, fields: dict[str,
     results["client_cpu_util"] = pl.client_cpu_util
     results["client_parse_s"] = pl.parse_s  # the streams parsed after the point (not in duration_s)
     results["host_other_cpu_cores"] = pl.host_other_cpu_cores
-    results["host_busy_cores"] = host_busy_cores()  # the threshold on this host (HOST_BUSY_SHARE of its cores)
+    # the threshold: HOST_BUSY_SHARE of the CPUs the point was read on (every core of an unconfined host)
+    results["host_busy_cores"] = pl.host_busy_threshold if pl.host_busy_threshold is not None else host_busy_cores()
     sd = metrics.spec_decode_delta(before, after)
     if sd is not None and results["output_tokens"]:
         sd["accepted_output_share"] = sd["num_accepted_tokens"] / results["output_tokens"]

@@ -203,6 +203,7 @@ class PointMeasurer:
                                  client_workers=spec.client_workers)
             pl, before, after, sampler = run_async(_measure(ep, spec, items, load, tick))
             pl.host_other_cpu_cores = host.other_cores()
+            pl.host_busy_threshold = host.threshold
             self.clock.move(pl.parse_s, MEASURING, Phase.PARSING)  # the server was idle by then
             log = server.start_log() if server is not None else ""
             led = measured_ledger(self.spec, pt.arm, panels.in_flight(pt), self.common(pt), server_rec, reset, pl,

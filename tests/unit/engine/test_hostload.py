@@ -94,5 +94,11 @@ def test_a_point_confined_to_some_cpus_counts_only_what_runs_there():
         os.sched_setaffinity(0, set(cpus))
         idle.kill()
         idle.wait()
-    assert point_cpus(None) is None  # every CPU: the host's own count, as before
+    import psutil
+
+    from specnb.engine.hostload import busy_threshold
+
+    # unconfined (every CPU of the machine): the host's own count and threshold, as before
+    assert point_cpus(None) == (None if len(cpus) >= psutil.cpu_count() else cpus)
+    assert busy_threshold(None) == HOST_BUSY_SHARE * psutil.cpu_count() and busy_threshold([mine]) == HOST_BUSY_SHARE
     assert seen["elsewhere"] < 0.3 < 0.6 < seen["here"], seen

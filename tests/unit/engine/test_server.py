@@ -114,13 +114,13 @@ def test_engine_environment_cpu_build():
 def test_a_server_is_bound_to_the_cpus_its_launcher_may_use(monkeypatch):
     """A specnb run confined to some CPUs (taskset, a test worker with its own core) binds its
     servers' OpenMP threads there, not to CPUs 0 to n - 1 of the machine."""
-    from specnb.engine import vllm as vllm_mod
+    from specnb.engine import hostload
     from specnb.engine.vllm import cpu_list
 
     assert cpu_list([0, 1, 2, 5]) == "0-2,5" and cpu_list([3]) == "3" and cpu_list([7, 4, 5, 4]) == "4-5,7"
-    monkeypatch.setattr(vllm_mod, "usable_cpus", lambda: [1])
+    monkeypatch.setattr(hostload, "usable_cpus", lambda: [1])
     assert engine_environment(cpu_build=True)["VLLM_CPU_OMP_THREADS_BIND"] == "1"
-    monkeypatch.setattr(vllm_mod, "usable_cpus", lambda: [2, 3, 6])
+    monkeypatch.setattr(hostload, "usable_cpus", lambda: [2, 3, 6])
     assert engine_environment(cpu_build=True)["VLLM_CPU_OMP_THREADS_BIND"] == "2-3,6"
     assert engine_environment(cpu_build=True, ncpu=2)["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"  # told: as told
 

@@ -122,6 +122,8 @@ def test_a_point_disturbed_by_another_process_is_kept_and_measured_again(fake, t
     readings = iter([1.2, 0.0, 1.5, 1.4, 1.3])  # c=1: busy then quiet; c=2: busy three times
 
     class FakeHostLoad:
+        threshold = 0.3  # a 2-core host's
+
         def __init__(self, pid):
             pass
 
