@@ -524,7 +524,7 @@ def main(args: list[str]) -> None:  # pragma: no cover - runs in the server's pr
         context = launcher.get_mp_context()
         ready = context.Event()
         context.Process(target=_engine_core, args=(ready,), name="EngineCore", daemon=True).start()
-        ready.wait(timeout=60)
+        ready.wait()  # a core that never comes up: the launcher's own ready timeout ends it
     else:
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     print(CPU_LINE, flush=True)
