@@ -271,6 +271,41 @@ def test_attach_measures_a_running_server(ngram_server, tmp_path):
     assert "baseline_has_drafts" in led.flags and led.spec_decode.num_drafts > 0
 
 
+def test_a_sweep_confined_to_one_cpu_binds_its_server_there_and_reads_that_cpu(tmp_path):
+    """A sweep run from a thread confined to one CPU (as under taskset): its launched server's OpenMP
+    threads are bound to that CPU, its engine core runs there, and the point's busy-host
+    threshold is the share of that one CPU, recorded with it."""
+    import threading
+
+    from specnb.engine.hostload import HOST_BUSY_SHARE
+
+    cpu = max(os.sched_getaffinity(0))
+    spec = _spec(name="confined", concurrency=[1], panel_size=2, sampling={"max_tokens": 16},
+                 arms=[{"name": "baseline"}])
+    got: dict = {}
+
+    def confined() -> None:
+        os.sched_setaffinity(0, {cpu})  # this thread, and every process it starts
+        try:
+            got["outcome"] = run_sweep(spec, tmp_path / "out", progress=False)
+        except BaseException as exc:  # noqa: BLE001 - raised on the test's thread below
+            got["error"] = exc
+
+    thread = threading.Thread(target=confined)
+    thread.start()
+    thread.join()
+    if "error" in got:
+        raise got["error"]
+    outcome = got["outcome"]
+    assert len(outcome.written) == 1 and not outcome.failed, outcome.summary()
+    led = read_ledger(outcome.written[0])
+    assert led.server.env["VLLM_CPU_OMP_THREADS_BIND"] == str(cpu)
+    # the engine core ran there (the suite's servers are forked: the fork's line names its CPUs)
+    assert f"CPUs [{cpu}]" in (tmp_path / "out" / "logs" / "baseline-r00.log").read_text()
+    assert led.results["host_busy_cores"] == pytest.approx(HOST_BUSY_SHARE)
+    assert led.results["host_other_cpu_cores"] is not None
+
+
 def test_both_process_layouts_serve_and_say_so(swept, baseline_server):
     """The shared baseline server runs vLLM's three processes (API server, engine core,
     worker); the shared sweep's servers run two (the worker inside the engine core, asked for in
