@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing
-import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -36,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specnb.engine import wire
+from specnb.engine.hostload import usable_cpus
 
 __all__ = ["RequestRecord", "StreamParser", "parse_streams", "response_text", "parse_forked"]
 
@@ -292,11 +292,7 @@ def parse_workers(raw: dict[int, wire.Raw]) -> int:
     size = sum(len(b) for bufs, _, _ in raw.values() for b in bufs)
     if size < PARALLEL_BYTES:
         return 1
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, PARSE_WORKERS_MAX))
+    return max(1, min(len(usable_cpus()), PARSE_WORKERS_MAX))
 
 
 def response_text(raw: wire.Raw, t0: float = 0.0) -> tuple[str, str | None]:
