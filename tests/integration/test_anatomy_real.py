@@ -48,7 +48,14 @@ def test_one_profiled_ngram_point_on_the_real_server(tmp_path, capsys):
     printed = capsys.readouterr()
     assert rc == 0, printed.err[-3000:]
     assert "decode steps of profiled windows" in printed.out
-    (rec,) = load_anatomy(out)
+    recs = load_anatomy(out)
+    (rec,) = [r for r in recs if r["status"] == "ok"]
+    # a window whose stream came in one burst (seen under Ray on a busy 2-core host) is kept as a
+    # retried attempt and profiled again at once: any other record is such an attempt, and says so
+    for r in recs:
+        if r is not rec:
+            assert r["status"] == "failed" and r["path"].endswith(".retried.json"), r["path"]
+            assert "one burst" in r["error"], r["error"]
     assert rec["status"] == "ok" and rec["arm"] == "ngram-k4" and rec["concurrency"] == 2
     ex = rec["provenance"]["executor"]
     assert ex["kind"] == "ray" and ex["block"] == "anat/r0/ngram-k4" and ex["node_id"]
