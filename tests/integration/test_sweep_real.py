@@ -304,6 +304,7 @@ def test_a_sweep_confined_to_one_cpu_binds_its_server_there_and_reads_that_cpu(t
     assert f"CPUs [{cpu}]" in (tmp_path / "out" / "logs" / "baseline-r00.log").read_text()
     assert led.results["host_busy_cores"] == pytest.approx(HOST_BUSY_SHARE)
     assert led.results["host_other_cpu_cores"] is not None
+    assert led.provenance.hardware["usable_cpus"] == 1  # the run had one CPU, and says so
 
 
 def test_both_process_layouts_serve_and_say_so(swept, baseline_server):

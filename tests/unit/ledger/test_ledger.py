@@ -130,3 +130,33 @@ def test_load_ledgers_reads_the_whole_committed_tree():
     df = load_ledgers(paths.LEDGERS)
     tops = {Path(p).relative_to(paths.LEDGERS).parts[0] for p in df["path"]}
     assert len(df) and "published" not in tops
+
+
+def test_a_run_confined_to_some_cpus_says_how_many_it_had():
+    """A thread confined to one CPU (as under taskset) records ``usable_cpus`` in its provenance and
+    its machine reads "1 of N CPUs"; an unconfined one records nothing new (ledgers as before)."""
+    import os
+    import threading
+
+    from specnb.ledger.frame import machine_label
+    from specnb.ledger.provenance import collect
+
+    cpus = sorted(os.sched_getaffinity(0))
+    got: dict = {}
+
+    def confined() -> None:
+        os.sched_setaffinity(0, {cpus[-1]})  # this thread only
+        got["hardware"] = collect()["hardware"]
+
+    thread = threading.Thread(target=confined)
+    thread.start()
+    thread.join()
+    hw, total = got["hardware"], os.cpu_count()
+    if total > 1:
+        assert hw["usable_cpus"] == 1 and hw["cpu_count"] == total, hw
+        assert f", 1 of {total} CPUs" in machine_label(hw), machine_label(hw)
+    else:
+        assert "usable_cpus" not in hw
+    if len(cpus) == total:  # this process is not confined itself
+        free = collect()["hardware"]
+        assert "usable_cpus" not in free and f", {total} CPUs" in machine_label(free)
