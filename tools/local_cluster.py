@@ -18,12 +18,18 @@ import subprocess
 import sys
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="tools/local_cluster.py", description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=2, help="simulated worker nodes (default 2)")
-    ap.add_argument("--cpus", type=float, default=float(os.cpu_count() or 1),
-                    help="CPUs each node offers (default: this machine's)")
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    ap.add_argument("--cpus", type=float, default=float(usable),
+                    help="CPUs each node offers (default: those this process may use, as under taskset)")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
     a = ap.parse_args(argv)
     cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not cmd or a.nodes < 1:

@@ -5,6 +5,7 @@ command, and passes the same lint as the package."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -75,3 +76,15 @@ def test_vulture_finds_no_dead_code_in_the_package(tmp_path):
     out = subprocess.run([vulture, str(planted), "--min-confidence", "80"], capture_output=True, text=True,
                          timeout=guard("child_start"), cwd=tmp_path)
     assert out.returncode != 0 and "unreachable code after 'return'" in out.stdout, out.stdout
+
+
+def test_the_local_clusters_nodes_offer_the_cpus_it_may_use():
+    """tools/local_cluster.py run under taskset offers each node the CPUs it may use, not the machine's."""
+    code = IMPORT + "print(module.parser().parse_args(['--', 'true']).cpus)\n"
+    tool = str(paths.ROOT / "tools" / "local_cluster.py")
+    one = subprocess.run(["taskset", "-c", str(max(os.sched_getaffinity(0))), sys.executable, "-c", code, tool],
+                         capture_output=True, text=True, timeout=guard("child_start"), check=True)
+    assert float(one.stdout) == 1.0, one.stdout
+    every = subprocess.run([sys.executable, "-c", code, tool], capture_output=True, text=True,
+                           timeout=guard("child_start"), check=True)
+    assert float(every.stdout) == len(os.sched_getaffinity(0)), every.stdout
