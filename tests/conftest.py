@@ -177,6 +177,28 @@ def measured_line(family: str) -> str:
 IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 
+def on_one_cpu(cpu: int, fn):
+    """``fn()`` run on a thread confined to ``cpu`` (as under taskset: the thread and every process
+    it starts), its result returned and its exception raised here."""
+    import threading
+
+    got: dict = {}
+
+    def confined() -> None:
+        try:
+            os.sched_setaffinity(0, {cpu})  # this thread only
+            got["result"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - raised on the caller's thread below
+            got["error"] = exc
+
+    thread = threading.Thread(target=confined)
+    thread.start()
+    thread.join()
+    if "error" in got:
+        raise got["error"]
+    return got["result"]
+
+
 def require(present: bool, what: str, install: str) -> None:
     """Go on when ``present``; else fail in CI (``what`` is missing: ``install``), skip elsewhere."""
     if present:

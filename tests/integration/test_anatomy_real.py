@@ -49,7 +49,9 @@ def test_one_profiled_ngram_point_on_the_real_server(tmp_path, capsys):
     assert rc == 0, printed.err[-3000:]
     assert "decode steps of profiled windows" in printed.out
     recs = load_anatomy(out)
-    (rec,) = [r for r in recs if r["status"] == "ok"]
+    ok = [r for r in recs if r["status"] == "ok"]
+    assert len(ok) == 1, [(r["status"], r["path"], r.get("error")) for r in recs]
+    (rec,) = ok
     # a window whose stream came in one burst (seen under Ray on a busy 2-core host) is kept as a
     # retried attempt and profiled again at once: any other record is such an attempt, and says so
     for r in recs:

@@ -275,28 +275,13 @@ def test_a_sweep_confined_to_one_cpu_binds_its_server_there_and_reads_that_cpu(t
     """A sweep run from a thread confined to one CPU (as under taskset): its launched server's OpenMP
     threads are bound to that CPU, its engine core runs there, and the point's busy-host
     threshold is the share of that one CPU, recorded with it."""
-    import threading
-
     from specnb.engine.hostload import HOST_BUSY_SHARE
+    from tests.conftest import on_one_cpu
 
     cpu = max(os.sched_getaffinity(0))
     spec = _spec(name="confined", concurrency=[1], panel_size=2, sampling={"max_tokens": 16},
                  arms=[{"name": "baseline"}])
-    got: dict = {}
-
-    def confined() -> None:
-        os.sched_setaffinity(0, {cpu})  # this thread, and every process it starts
-        try:
-            got["outcome"] = run_sweep(spec, tmp_path / "out", progress=False)
-        except BaseException as exc:  # noqa: BLE001 - raised on the test's thread below
-            got["error"] = exc
-
-    thread = threading.Thread(target=confined)
-    thread.start()
-    thread.join()
-    if "error" in got:
-        raise got["error"]
-    outcome = got["outcome"]
+    outcome = on_one_cpu(cpu, lambda: run_sweep(spec, tmp_path / "out", progress=False))
     assert len(outcome.written) == 1 and not outcome.failed, outcome.summary()
     led = read_ledger(outcome.written[0])
     assert led.server.env["VLLM_CPU_OMP_THREADS_BIND"] == str(cpu)

@@ -296,7 +296,7 @@ def machine_label(hardware: dict[str, Any]) -> str:
     """Where a point ran, in one phrase: CPU model and cores, and the GPUs with their driver."""
     cpu = hardware.get("cpu_model") or hardware.get("machine") or "unknown CPU"
     count = f"{hardware.get('cpu_count') or '?'} CPUs"
-    if hardware.get("usable_cpus"):  # a run confined to some of them (specnb.ledger.provenance.usable_cpus)
+    if hardware.get("usable_cpus"):  # a run confined to some of them (specnb.ledger.provenance.confinement)
         count = f"{hardware['usable_cpus']} of {count}"
     text = f"{cpu}, {count}"
     isa = hardware.get("cpu_isa")  # which kernels a CPU engine build had (ledgers before 2026-12-01: none)

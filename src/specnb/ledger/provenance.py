@@ -18,7 +18,7 @@ from typing import Any
 
 from specnb import paths
 
-__all__ = ["collect", "git_state", "hardware", "usable_cpus", "versions", "cpu_isa", "cpu_flags", "EMULATE_ENV", "ISA_LEVELS"]
+__all__ = ["collect", "git_state", "hardware", "confinement", "versions", "cpu_isa", "cpu_flags", "EMULATE_ENV", "ISA_LEVELS"]
 
 # the CPU levels that decide which kernels a CPU engine build has, lowest first
 ISA_LEVELS = ("none", "avx2", "avx512", "avx512_bf16", "amx_bf16")
@@ -135,7 +135,7 @@ def hardware() -> dict[str, Any]:
     }
 
 
-def usable_cpus() -> dict[str, int]:
+def confinement() -> dict[str, int]:
     """``{"usable_cpus": n}`` where the calling thread may run on fewer of the machine's CPUs than
     ``cpu_count`` (a run under taskset, a cgroup's cpuset, a pinned worker: its servers are bound
     there and its speed is that of n CPUs); empty on an unconfined run, whose ledgers stay as before.
@@ -147,5 +147,5 @@ def usable_cpus() -> dict[str, int]:
 
 def collect() -> dict[str, Any]:
     # the caller's command line, with its paths relative to the project or under ~ (no user's folders)
-    return {**git_state(), "versions": versions(), "hardware": {**hardware(), **usable_cpus()},
+    return {**git_state(), "versions": versions(), "hardware": {**hardware(), **confinement()},
             "argv": [paths.portable(a) for a in sys.argv]}

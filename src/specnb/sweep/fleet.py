@@ -249,7 +249,7 @@ def on_node(order: Any, keep: tuple[str, ...] = ("sweep.json",),
     from specnb.ledger import provenance
 
     # the node's own hardware, for the failure records the driver writes if this block is lost
-    send("started", {**node, "hardware": {**provenance.hardware(), **provenance.usable_cpus()}})
+    send("started", {**node, "hardware": {**provenance.hardware(), **provenance.confinement()}})
     staging = Path(tempfile.mkdtemp(prefix="specnb-block-"))
     shipper = _Shipper(staging, send, order.sweep, keep, late)
     old = os.getcwd()

@@ -132,31 +132,23 @@ def test_load_ledgers_reads_the_whole_committed_tree():
     assert len(df) and "published" not in tops
 
 
-def test_a_run_confined_to_some_cpus_says_how_many_it_had():
+def test_a_run_confined_to_some_cpus_says_how_many_it_had(monkeypatch):
     """A thread confined to one CPU (as under taskset) records ``usable_cpus`` in its provenance and
     its machine reads "1 of N CPUs"; an unconfined one records nothing new (ledgers as before)."""
     import os
-    import threading
 
     from specnb.ledger.frame import machine_label
-    from specnb.ledger.provenance import collect
+    from specnb.ledger.provenance import collect, confinement
+    from tests.conftest import on_one_cpu
 
-    cpus = sorted(os.sched_getaffinity(0))
-    got: dict = {}
-
-    def confined() -> None:
-        os.sched_setaffinity(0, {cpus[-1]})  # this thread only
-        got["hardware"] = collect()["hardware"]
-
-    thread = threading.Thread(target=confined)
-    thread.start()
-    thread.join()
-    hw, total = got["hardware"], os.cpu_count()
+    hw = on_one_cpu(max(os.sched_getaffinity(0)), lambda: collect()["hardware"])
+    total = os.cpu_count()
     if total > 1:
         assert hw["usable_cpus"] == 1 and hw["cpu_count"] == total, hw
         assert f", 1 of {total} CPUs" in machine_label(hw), machine_label(hw)
     else:
         assert "usable_cpus" not in hw
-    if len(cpus) == total:  # this process is not confined itself
-        free = collect()["hardware"]
-        assert "usable_cpus" not in free and f", {total} CPUs" in machine_label(free)
+    # a thread that may use every CPU (this process may itself be confined: a pinned test worker)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(total)))
+    free = collect()["hardware"]
+    assert confinement() == {} and "usable_cpus" not in free and f", {total} CPUs" in machine_label(free)
