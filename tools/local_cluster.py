@@ -21,8 +21,9 @@ import sys
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="tools/local_cluster.py", description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=2, help="simulated worker nodes (default 2)")
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    ap.add_argument("--cpus", type=float, default=float(usable),
+    from specnb.ledger.provenance import usable_cpus
+
+    ap.add_argument("--cpus", type=float, default=float(len(usable_cpus())),
                     help="CPUs each node offers (default: those this process may use, as under taskset)")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")
     return ap

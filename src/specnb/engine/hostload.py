@@ -24,18 +24,13 @@ from pathlib import Path
 
 import psutil
 
+from specnb.ledger.provenance import usable_cpus  # the one reader of this thread's CPUs
+
 __all__ = ["HOST_BUSY_SHARE", "HOST_BUSY", "host_busy_cores", "usable_cpus", "busy_seconds", "point_cpus", "busy_threshold", "HostLoad", "wait_for_quiet"]
 
 # share of the host's cores that processes neither the server nor specnb's own may use during a
 # point before it is flagged: on a shared machine a noisy neighbour moves one arm and not the other
 HOST_BUSY_SHARE = 0.15
-
-
-def usable_cpus() -> list[int]:
-    """The CPUs this process may run on (its affinity; every CPU where that cannot be read)."""
-    if hasattr(os, "sched_getaffinity"):
-        return sorted(os.sched_getaffinity(0))
-    return list(range(os.cpu_count() or 1))
 
 
 def host_busy_cores(ncpu: int | None = None) -> float:

@@ -18,7 +18,7 @@ from typing import Any
 
 from specnb import paths
 
-__all__ = ["collect", "git_state", "hardware", "confinement", "versions", "cpu_isa", "cpu_flags", "EMULATE_ENV", "ISA_LEVELS"]
+__all__ = ["collect", "git_state", "hardware", "confinement", "usable_cpus", "versions", "cpu_isa", "cpu_flags", "EMULATE_ENV", "ISA_LEVELS"]
 
 # the CPU levels that decide which kernels a CPU engine build has, lowest first
 ISA_LEVELS = ("none", "avx2", "avx512", "avx512_bf16", "amx_bf16")
@@ -135,13 +135,19 @@ def hardware() -> dict[str, Any]:
     }
 
 
+def usable_cpus() -> list[int]:
+    """The CPUs the calling thread may run on (its affinity; every CPU where that cannot be read)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
 def confinement() -> dict[str, int]:
     """``{"usable_cpus": n}`` where the calling thread may run on fewer of the machine's CPUs than
     ``cpu_count`` (a run under taskset, a cgroup's cpuset, a pinned worker: its servers are bound
     there and its speed is that of n CPUs); empty on an unconfined run, whose ledgers stay as before.
     Read at each call, not cached: a thread may be confined where its process is not."""
-    total = os.cpu_count() or 0
-    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else total
+    n, total = len(usable_cpus()), os.cpu_count() or 0
     return {"usable_cpus": n} if 0 < n < total else {}
 
 
